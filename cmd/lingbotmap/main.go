@@ -1,0 +1,50 @@
+// Command lingbotmap is the LingBot-Map streaming 3D mapper: a ROS node
+// (node), offline tools (run, eval, bag) and the engine's checks (verify, bench).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes.
+const (
+	exitOK        = 0
+	exitError     = 1
+	exitUsage     = 2
+	exitTolerance = 3 // verify: an output is beyond tolerance
+)
+
+// exitCodeError carries a specific exit code out of a command.
+type exitCodeError struct {
+	code int
+	err  error
+}
+
+func (e *exitCodeError) Error() string { return e.err.Error() }
+func (e *exitCodeError) Unwrap() error { return e.err }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:]))
+}
+
+func run(ctx context.Context, args []string) int {
+	root := newRootCmd()
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(os.Stderr, "lingbotmap:", err)
+	var ec *exitCodeError
+	if errors.As(err, &ec) {
+		return ec.code
+	}
+	return exitError
+}

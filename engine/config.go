@@ -1,0 +1,116 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Config sets up a Stream. Zero values are not valid; start from DefaultConfig.
+type Config struct {
+	// Weights is a .safetensors or .pt checkpoint. Empty means a random-weight
+	// model of ModelSize (no meaningful map; for tests and demos).
+	Weights string `mapstructure:"weights"`
+	// ModelSize picks the random model when Weights is empty: "tiny" or "full".
+	ModelSize string `mapstructure:"model_size"`
+	// Seed for the random model.
+	Seed int64 `mapstructure:"seed"`
+	// Device is "cpu" or "cuda".
+	Device string `mapstructure:"device"`
+	// Threads for the CPU backend (0 = all cores).
+	Threads int `mapstructure:"threads"`
+
+	// ImageWidth is the model input width (518 for the released model); images
+	// are resized to it keeping the aspect ratio, height rounded to the patch size.
+	ImageWidth int `mapstructure:"image_width"`
+
+	// ScaleFrames are run together at the start of the stream (or window).
+	ScaleFrames int `mapstructure:"scale_frames"`
+	// SlidingWindow is the number of live keyframes kept in the KV cache.
+	SlidingWindow int `mapstructure:"sliding_window"`
+	// MaxFrames caps committed frames per cache reset (the 3D RoPE table size).
+	MaxFrames int `mapstructure:"max_frames"`
+	// CameraIterations of the camera head's refinement.
+	CameraIterations int `mapstructure:"camera_iterations"`
+
+	// KeyframeInterval: every Nth streaming frame is a keyframe (1 = all).
+	KeyframeInterval int `mapstructure:"keyframe_interval"`
+	// FlowThreshold > 0 chooses keyframes by mean reprojection flow in pixels
+	// instead of the interval.
+	FlowThreshold float64 `mapstructure:"flow_threshold"`
+	// MaxNonKeyframeGap forces a keyframe after this many frames (flow mode).
+	MaxNonKeyframeGap int `mapstructure:"max_non_keyframe_gap"`
+
+	// Windowed restarts the cache every WindowSize slots (scale frames +
+	// keyframes) and stitches windows with a similarity transform.
+	Windowed    bool `mapstructure:"windowed"`
+	WindowSize  int  `mapstructure:"window_size"`
+	OverlapSize int  `mapstructure:"overlap_size"`
+}
+
+// DefaultConfig is the reference demo's configuration.
+func DefaultConfig() Config {
+	return Config{
+		ModelSize:         "tiny",
+		Seed:              1,
+		Device:            "cpu",
+		ImageWidth:        518,
+		ScaleFrames:       8,
+		SlidingWindow:     64,
+		MaxFrames:         1024,
+		CameraIterations:  4,
+		KeyframeInterval:  1,
+		MaxNonKeyframeGap: 30,
+		WindowSize:        64,
+		OverlapSize:       16,
+	}
+}
+
+// Validate names the first setting that is out of range.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key string, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("'%s' %s", key, fmt.Sprintf(format, args...)))
+	}
+	if c.Device != "cpu" && c.Device != "cuda" {
+		bad("device", "must be cpu or cuda, not %q", c.Device)
+	}
+	if c.Weights == "" && c.ModelSize != "tiny" && c.ModelSize != "full" {
+		bad("model_size", "must be tiny or full, not %q", c.ModelSize)
+	}
+	if c.Threads < 0 {
+		bad("threads", "must be ≥ 0, not %d", c.Threads)
+	}
+	if c.ImageWidth < 14 || c.ImageWidth%14 != 0 {
+		bad("image_width", "must be a positive multiple of 14, not %d", c.ImageWidth)
+	}
+	if c.ScaleFrames < 1 {
+		bad("scale_frames", "must be ≥ 1, not %d", c.ScaleFrames)
+	}
+	if c.SlidingWindow < 1 {
+		bad("sliding_window", "must be ≥ 1, not %d", c.SlidingWindow)
+	}
+	if c.MaxFrames <= c.ScaleFrames {
+		bad("max_frames", "must exceed scale_frames (%d), not %d", c.ScaleFrames, c.MaxFrames)
+	}
+	if c.CameraIterations < 1 {
+		bad("camera_iterations", "must be ≥ 1, not %d", c.CameraIterations)
+	}
+	if c.KeyframeInterval < 1 {
+		bad("keyframe_interval", "must be ≥ 1, not %d", c.KeyframeInterval)
+	}
+	if c.FlowThreshold < 0 {
+		bad("flow_threshold", "must be ≥ 0, not %g", c.FlowThreshold)
+	}
+	if c.MaxNonKeyframeGap < 1 {
+		bad("max_non_keyframe_gap", "must be ≥ 1, not %d", c.MaxNonKeyframeGap)
+	}
+	if c.Windowed {
+		if c.WindowSize <= c.ScaleFrames {
+			bad("window_size", "must exceed scale_frames (%d), not %d", c.ScaleFrames, c.WindowSize)
+		}
+		if c.OverlapSize < 0 {
+			bad("overlap_size", "must be ≥ 0, not %d", c.OverlapSize)
+		}
+	}
+	return errors.Join(errs...)
+}
