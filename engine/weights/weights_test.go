@@ -1,9 +1,13 @@
 package weights
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/lingbotmap/lingbotmap/internal/shared"
+)
 
 func TestGoldenSafeTensorsOpens(t *testing.T) {
-	s, err := OpenSafeTensors("../../../shared/golden/weights.safetensors")
+	s, err := OpenSafeTensors(mustShared(t, "golden", "weights.safetensors"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,4 +26,13 @@ func TestGoldenSafeTensorsOpens(t *testing.T) {
 	if _, err := c.Get("aggregator.camera_token", 1, 2, 1, 64); err == nil {
 		t.Fatal("a wrong shape was accepted")
 	}
+}
+
+func mustShared(t *testing.T, elem ...string) string {
+	t.Helper()
+	p, err := shared.Path(elem...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
