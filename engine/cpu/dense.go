@@ -1,0 +1,205 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/gonum"
+
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+)
+
+// sgemm: c[m,n] = alpha·op(a)·op(b) + beta·c, row-major.
+func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, bm []float32, ldb int, beta float32, c []float32, ldc int) {
+	ta, tb := blas.NoTrans, blas.NoTrans
+	if transA {
+		ta = blas.Trans
+	}
+	if transB {
+		tb = blas.Trans
+	}
+	gonum.Implementation{}.Sgemm(ta, tb, m, n, k, alpha, a, lda, bm, ldb, beta, c, ldc)
+}
+
+// Linear is x·wᵀ + b with an optional GELU.
+func (b *Backend) Linear(x, w, bias backend.Tensor, act backend.Activation) backend.Tensor {
+	xt, wt := ct(x), ct(w)
+	rows, k := rowsCols(xt.shape)
+	if len(wt.shape) != 2 || wt.shape[1] != k {
+		panic(fmt.Sprintf("cpu: Linear x %v with w %v", xt.shape, wt.shape))
+	}
+	m := wt.shape[0]
+	shape := append(append([]int(nil), xt.shape[:len(xt.shape)-1]...), m)
+	out := b.alloc(shape...)
+	if bias != nil {
+		bt := ct(bias)
+		b.parallelFor(rows, func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				copy(out.data[r*m:(r+1)*m], bt.data)
+			}
+		})
+		sgemm(false, true, rows, m, k, 1, xt.data, k, wt.data, k, 1, out.data, m)
+	} else {
+		sgemm(false, true, rows, m, k, 1, xt.data, k, wt.data, k, 0, out.data, m)
+	}
+	if act == backend.ActGELU {
+		b.parallelFor(len(out.data), func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				out.data[i] = gelu(out.data[i])
+			}
+		})
+	}
+	return out
+}
+
+func gelu(x float32) float32 {
+	v := float64(x)
+	return float32(0.5 * v * (1 + math.Erf(v/math.Sqrt2)))
+}
+
+// LayerNorm over the last dimension, statistics in float64.
+func (b *Backend) LayerNorm(x, w, bias backend.Tensor, eps float32) backend.Tensor {
+	xt := ct(x)
+	rows, c := rowsCols(xt.shape)
+	var wd, bd []float32
+	if w != nil {
+		wd = ct(w).data
+	}
+	if bias != nil {
+		bd = ct(bias).data
+	}
+	out := b.alloc(xt.shape...)
+	b.parallelFor(rows, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			row := xt.data[r*c : (r+1)*c]
+			var mean float64
+			for _, v := range row {
+				mean += float64(v)
+			}
+			mean /= float64(c)
+			var vr float64
+			for _, v := range row {
+				d := float64(v) - mean
+				vr += d * d
+			}
+			vr /= float64(c)
+			inv := 1 / math.Sqrt(vr+float64(eps))
+			o := out.data[r*c : (r+1)*c]
+			for i, v := range row {
+				y := float32((float64(v) - mean) * inv)
+				if wd != nil {
+					y *= wd[i]
+				}
+				if bd != nil {
+					y += bd[i]
+				}
+				o[i] = y
+			}
+		}
+	})
+	return out
+}
+
+// Unary applies an elementwise function.
+func (b *Backend) Unary(op backend.UnaryOp, x backend.Tensor) backend.Tensor {
+	xt := ct(x)
+	out := b.alloc(xt.shape...)
+	var f func(float32) float32
+	switch op {
+	case backend.OpGELU:
+		f = gelu
+	case backend.OpSiLU:
+		f = func(v float32) float32 { return float32(float64(v) / (1 + math.Exp(-float64(v)))) }
+	case backend.OpReLU:
+		f = func(v float32) float32 { return max(v, 0) }
+	case backend.OpExp:
+		f = func(v float32) float32 { return float32(math.Exp(float64(v))) }
+	case backend.OpExpP1:
+		f = func(v float32) float32 { return 1 + float32(math.Exp(float64(v))) }
+	case backend.OpInvLog:
+		f = func(v float32) float32 {
+			y := float32(math.Expm1(math.Abs(float64(v))))
+			if v < 0 {
+				return -y
+			}
+			if v == 0 {
+				return 0
+			}
+			return y
+		}
+	default:
+		panic(fmt.Sprintf("cpu: unknown unary op %d", op))
+	}
+	b.parallelFor(len(xt.data), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			out.data[i] = f(xt.data[i])
+		}
+	})
+	return out
+}
+
+// broadcastCheck returns the length of b's repeating block.
+func broadcastCheck(name string, a, bt *Tensor) int {
+	n := len(bt.data)
+	if n == 0 || len(a.data)%n != 0 || len(bt.shape) > len(a.shape) {
+		panic(fmt.Sprintf("cpu: %s %v with %v", name, a.shape, bt.shape))
+	}
+	off := len(a.shape) - len(bt.shape)
+	for i, d := range bt.shape {
+		if a.shape[off+i] != d {
+			panic(fmt.Sprintf("cpu: %s %v with %v: not a suffix", name, a.shape, bt.shape))
+		}
+	}
+	return n
+}
+
+func (b *Backend) binary(name string, x, y backend.Tensor, f func(a, b float32) float32) backend.Tensor {
+	at, bt := ct(x), ct(y)
+	n := broadcastCheck(name, at, bt)
+	out := b.alloc(at.shape...)
+	b.parallelFor(len(at.data), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			out.data[i] = f(at.data[i], bt.data[i%n])
+		}
+	})
+	return out
+}
+
+// Add is a+b with suffix broadcasting.
+func (b *Backend) Add(x, y backend.Tensor) backend.Tensor {
+	return b.binary("Add", x, y, func(p, q float32) float32 { return p + q })
+}
+
+// Mul is a⊙b with suffix broadcasting.
+func (b *Backend) Mul(x, y backend.Tensor) backend.Tensor {
+	return b.binary("Mul", x, y, func(p, q float32) float32 { return p * q })
+}
+
+// ScaleShift is x·s + c.
+func (b *Backend) ScaleShift(x backend.Tensor, s, c float32) backend.Tensor {
+	xt := ct(x)
+	out := b.alloc(xt.shape...)
+	b.parallelFor(len(xt.data), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			out.data[i] = xt.data[i]*s + c
+		}
+	})
+	return out
+}
+
+// AddScaled is x + gamma⊙y.
+func (b *Backend) AddScaled(x, y, gamma backend.Tensor) backend.Tensor {
+	xt, yt, gt := ct(x), ct(y), ct(gamma)
+	if len(xt.data) != len(yt.data) {
+		panic(fmt.Sprintf("cpu: AddScaled %v with %v", xt.shape, yt.shape))
+	}
+	n := broadcastCheck("AddScaled", xt, gt)
+	out := b.alloc(xt.shape...)
+	b.parallelFor(len(xt.data), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			out.data[i] = xt.data[i] + gt.data[i%n]*yt.data[i]
+		}
+	})
+	return out
+}
