@@ -18,6 +18,12 @@ type Config struct {
 	Device string `mapstructure:"device"`
 	// Threads for the CPU backend (0 = all cores).
 	Threads int `mapstructure:"threads"`
+	// Precision of the CUDA backend: "bf16" (the reference's production
+	// path) or "fp32" (exact, slower). The CPU backend is always fp32.
+	Precision string `mapstructure:"precision"`
+	// SelectedLayers are the aggregator layers the heads read; empty means
+	// the released model's choice for its depth ([4 11 17 23] for 24 layers).
+	SelectedLayers []int `mapstructure:"selected_layers"`
 
 	// ImageWidth is the model input width (518 for the released model); images
 	// are resized to it keeping the aspect ratio, height rounded to the patch size.
@@ -45,6 +51,24 @@ type Config struct {
 	Windowed    bool `mapstructure:"windowed"`
 	WindowSize  int  `mapstructure:"window_size"`
 	OverlapSize int  `mapstructure:"overlap_size"`
+
+	// Trace, when set, is called after every model call and keyframe decision
+	// (for verify and diagnostics). It is not a configuration value.
+	Trace func(TraceEvent) `mapstructure:"-" json:"-"`
+}
+
+// TraceEvent describes one step of the schedule.
+type TraceEvent struct {
+	// Event is "call" (a model forward), "commit" or "rollback" (flow
+	// decisions) or "reset" (a new window).
+	Event string
+	// Frames in the call, and whether a non-keyframe skipped the cache.
+	Frames     int
+	SkipAppend bool
+	// Flow is the measured flow for "commit"/"rollback".
+	Flow float64
+	// Stats right after the event.
+	Stats CacheStats
 }
 
 // DefaultConfig is the reference demo's configuration.
@@ -53,6 +77,7 @@ func DefaultConfig() Config {
 		ModelSize:         "tiny",
 		Seed:              1,
 		Device:            "cpu",
+		Precision:         "bf16",
 		ImageWidth:        518,
 		ScaleFrames:       8,
 		SlidingWindow:     64,
@@ -76,6 +101,9 @@ func (c Config) Validate() error {
 	}
 	if c.Weights == "" && c.ModelSize != "tiny" && c.ModelSize != "full" {
 		bad("model_size", "must be tiny or full, not %q", c.ModelSize)
+	}
+	if c.Precision != "bf16" && c.Precision != "fp32" {
+		bad("precision", "must be bf16 or fp32, not %q", c.Precision)
 	}
 	if c.Threads < 0 {
 		bad("threads", "must be ≥ 0, not %d", c.Threads)

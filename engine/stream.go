@@ -3,12 +3,567 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
+	"time"
+
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/model"
+	"github.com/lingbotmap/lingbotmap/engine/preprocess"
+	"github.com/lingbotmap/lingbotmap/engine/weights"
 )
 
-// New builds a Stream from cfg: loads or makes the weights, starts the backend
-// and sizes the caches.
+// ErrCacheFull is returned by a streaming (non-windowed) Stream once the number
+// of committed frames reaches MaxFrames: the 3D RoPE table and the special-token
+// pool are sized for that many. Use windowed mode or a larger keyframe interval
+// for longer runs, or Reset.
+var ErrCacheFull = errors.New("engine: KV cache full")
+
+// New builds a Stream from cfg: loads the checkpoint (or makes a random model),
+// starts the backend and sizes the caches.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (Stream, error) {
-	// TEMPORARY during this session's integration; replaced by the real pipeline.
-	return nil, errors.New("engine: not wired yet")
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("engine: invalid config: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	store, err := openWeights(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	be, err := newBackend(cfg)
+	if err != nil {
+		return nil, err
+	}
+	m, err := model.Load(be, store, model.Options{
+		ScaleFrames:      cfg.ScaleFrames,
+		SlidingWindow:    cfg.SlidingWindow,
+		MaxFrames:        cfg.MaxFrames,
+		CameraIterations: cfg.CameraIterations,
+		SelectedLayers:   cfg.SelectedLayers,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	log.Info("model ready", "backend", be.Name(), "weights", weightsName(cfg))
+	return newStream(cfg, log, be, m), nil
+}
+
+func weightsName(cfg Config) string {
+	if cfg.Weights != "" {
+		return cfg.Weights
+	}
+	return fmt.Sprintf("random %s model (seed %d)", cfg.ModelSize, cfg.Seed)
+}
+
+// openWeights opens the checkpoint, or makes the random model of cfg.ModelSize.
+func openWeights(cfg Config) (weights.Store, error) {
+	if cfg.Weights != "" {
+		s, err := weights.Open(cfg.Weights)
+		if err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+		return s, nil
+	}
+	arch := weights.TinyArch()
+	if cfg.ModelSize == "full" {
+		arch = weights.FullArch()
+	}
+	return weights.Random(arch, cfg.Seed), nil
+}
+
+// input is a preprocessed frame.
+type input struct {
+	seq   uint64
+	stamp time.Time
+	pix   []float32
+}
+
+// window is the state of one cache lifetime: from a reset to the next.
+type window struct {
+	index  int
+	scaleN int     // scale frames of this window
+	buf    []input // phase-1 buffer
+	n      int     // frames processed
+	kfs    int     // keyframes committed after phase 1
+	lastKF [9]float32
+	lastKn int // local index of the last keyframe
+
+	// windowed mode
+	sim     geom.Similarity
+	aligned bool
+	raw     []Result    // results not yet aligned (windows after the first)
+	tail    []input     // the last Overlap inputs, re-run by the next window
+	kinds   []FrameKind // per processed frame
+}
+
+type stream struct {
+	cfg Config
+	log *slog.Logger
+	be  backend.Backend
+	m   *model.Model
+
+	h, w     int // model resolution, fixed by the first frame
+	framesIn int64
+	win      *window
+
+	// windowed mode
+	held     []Result // results that a next window may still replace
+	prevTail *geom.WindowFrames
+	sims     []geom.Similarity
+	closed   bool
+}
+
+func newStream(cfg Config, log *slog.Logger, be backend.Backend, m *model.Model) *stream {
+	s := &stream{cfg: cfg, log: log, be: be, m: m}
+	s.win = s.newWindow(0)
+	return s
+}
+
+func (s *stream) newWindow(index int) *window {
+	return &window{index: index, sim: geom.Identity(), aligned: index == 0}
+}
+
+// overlap is the number of frames consecutive windows share.
+func (s *stream) overlap() int { return s.cfg.OverlapSize }
+
+// windowFrames is a fixed-interval window's length in frames.
+func (s *stream) windowFrames() int {
+	ws := s.cfg.ScaleFrames
+	return ws + max(s.cfg.WindowSize-ws, 0)*max(s.cfg.KeyframeInterval, 1)
+}
+
+// Push preprocesses a frame and runs it.
+func (s *stream) Push(ctx context.Context, f Frame) ([]Result, error) {
+	if s.closed {
+		return nil, errors.New("engine: stream is closed")
+	}
+	in, err := s.prepare(f)
+	if err != nil {
+		return nil, err
+	}
+	s.framesIn++
+	var out []Result
+	if s.cfg.Windowed && s.windowDone() {
+		res, err := s.nextWindow(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res...)
+	}
+	res, err := s.feed(ctx, in)
+	if err != nil {
+		return out, err
+	}
+	return append(out, res...), nil
+}
+
+// prepare brings a frame to the model resolution.
+func (s *stream) prepare(f Frame) (input, error) {
+	var pix []float32
+	var w, h int
+	switch {
+	case f.Pixels != nil:
+		if f.Width <= 0 || f.Height <= 0 || len(f.Pixels) != 3*f.Width*f.Height {
+			return input{}, fmt.Errorf("engine: frame %d: %d pixel values for %d×%d", f.Seq, len(f.Pixels), f.Width, f.Height)
+		}
+		if f.Width%s.m.Sizes().PatchSize != 0 || f.Height%s.m.Sizes().PatchSize != 0 {
+			return input{}, fmt.Errorf("engine: frame %d: preprocessed size %d×%d is not a multiple of the patch size %d", f.Seq, f.Width, f.Height, s.m.Sizes().PatchSize)
+		}
+		for i, v := range f.Pixels {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return input{}, fmt.Errorf("engine: frame %d: pixel value %d is %v", f.Seq, i, v)
+			}
+		}
+		pix, w, h = f.Pixels, f.Width, f.Height
+	case f.Image != nil:
+		var err error
+		pix, w, h, err = preprocess.Preprocess(f.Image, s.cfg.ImageWidth, s.m.Sizes().PatchSize)
+		if err != nil {
+			return input{}, fmt.Errorf("engine: frame %d: %w", f.Seq, err)
+		}
+	default:
+		return input{}, fmt.Errorf("engine: frame %d has no image", f.Seq)
+	}
+	if s.h == 0 {
+		s.h, s.w = h, w
+	} else if h != s.h || w != s.w {
+		return input{}, fmt.Errorf("engine: frame %d is %d×%d at model resolution but the stream runs at %d×%d: the image size changed", f.Seq, w, h, s.w, s.h)
+	}
+	return input{seq: f.Seq, stamp: f.Stamp, pix: pix}, nil
+}
+
+// windowDone says whether the current window has taken all its frames.
+func (s *stream) windowDone() bool {
+	w := s.win
+	if len(w.buf) > 0 || w.n == 0 {
+		return false
+	}
+	if s.cfg.FlowThreshold > 0 {
+		return w.n > w.scaleN && w.kfs >= s.cfg.WindowSize-w.scaleN
+	}
+	return w.n >= s.windowFrames()
+}
+
+// feed runs one input through the current window.
+func (s *stream) feed(ctx context.Context, in input) ([]Result, error) {
+	w := s.win
+	if w.n == 0 {
+		// phase 1: buffer the scale frames and run them together
+		w.buf = append(w.buf, in)
+		if len(w.buf) < s.cfg.ScaleFrames {
+			return nil, nil
+		}
+		return s.runPhase1(ctx)
+	}
+	if !s.cfg.Windowed && s.m.Stats().FrameCount >= s.cfg.MaxFrames {
+		return nil, fmt.Errorf("%w: %d frames committed since the last reset (max_frames %d); use windowed mode, a larger keyframe interval or reset", ErrCacheFull, s.m.Stats().FrameCount, s.cfg.MaxFrames)
+	}
+	local := w.n
+	var r Result
+	var err error
+	if s.cfg.FlowThreshold > 0 {
+		r, err = s.runFlowFrame(ctx, in, local)
+	} else {
+		kf := s.cfg.KeyframeInterval <= 1 || (local-w.scaleN)%s.cfg.KeyframeInterval == 0
+		var out *model.Output
+		out, err = s.m.Forward(ctx, [][]float32{in.pix}, s.h, s.w, model.Step{SkipAppend: !kf})
+		s.trace(TraceEvent{Event: "call", Frames: 1, SkipAppend: !kf})
+		if err == nil {
+			kind := Keyframe
+			if !kf {
+				kind = NonKeyframe
+			}
+			r = s.result(in, out, 0, kind)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	w.n++
+	s.remember(in)
+	return s.emit([]Result{r})
+}
+
+func (s *stream) runPhase1(ctx context.Context) ([]Result, error) {
+	w := s.win
+	imgs := make([][]float32, len(w.buf))
+	for i, in := range w.buf {
+		imgs[i] = in.pix
+	}
+	out, err := s.m.Forward(ctx, imgs, s.h, s.w, model.Step{})
+	if err != nil {
+		return nil, err
+	}
+	s.trace(TraceEvent{Event: "call", Frames: len(imgs)})
+	res := make([]Result, len(w.buf))
+	for i, in := range w.buf {
+		res[i] = s.result(in, out, i, Scale)
+		s.remember(in)
+	}
+	w.scaleN = len(w.buf)
+	w.n = len(w.buf)
+	w.lastKF = out.PoseEnc[len(w.buf)-1]
+	w.lastKn = len(w.buf) - 1
+	w.buf = nil
+	return s.emit(res)
+}
+
+// runFlowFrame attends with eviction deferred, measures the flow to the last
+// keyframe and then commits the frame or rolls it back (reference §12).
+func (s *stream) runFlowFrame(ctx context.Context, in input, local int) (Result, error) {
+	w := s.win
+	out, err := s.m.Forward(ctx, [][]float32{in.pix}, s.h, s.w, model.Step{DeferEviction: true})
+	if err != nil {
+		return Result{}, err
+	}
+	s.trace(TraceEvent{Event: "call", Frames: 1})
+	pose := out.PoseEnc[0]
+	flow := float32(s.cfg.FlowThreshold) + 1
+	if len(out.Depth) > 0 {
+		flow, err = geom.FlowMagnitude(pose, w.lastKF, out.Depth[0], s.h, s.w, 8)
+		if err != nil {
+			return Result{}, fmt.Errorf("engine: flow: %w", err)
+		}
+	}
+	kf := w.kfs == 0 || float64(flow) > s.cfg.FlowThreshold || local-w.lastKn >= s.cfg.MaxNonKeyframeGap
+	kind := NonKeyframe
+	if kf {
+		s.m.Commit()
+		w.lastKF, w.lastKn = pose, local
+		w.kfs++
+		kind = Keyframe
+	} else if err := s.m.Rollback(); err != nil {
+		return Result{}, fmt.Errorf("engine: rollback: %w", err)
+	}
+	ev := "rollback"
+	if kf {
+		ev = "commit"
+	}
+	s.trace(TraceEvent{Event: ev, Flow: float64(flow)})
+	r := s.result(in, out, 0, kind)
+	r.Flow = float64(flow)
+	return r, nil
+}
+
+// remember keeps the inputs a next window re-runs, and the frame kinds.
+func (s *stream) remember(in input) {
+	if !s.cfg.Windowed {
+		return
+	}
+	w := s.win
+	w.tail = append(w.tail, in)
+	if ov := s.overlap(); len(w.tail) > ov {
+		w.tail = append(w.tail[:0], w.tail[len(w.tail)-ov:]...)
+	}
+}
+
+// result turns frame i of a model output into a Result.
+func (s *stream) result(in input, out *model.Output, i int, kind FrameKind) Result {
+	enc := out.PoseEnc[i]
+	r := Result{
+		Seq: in.seq, Stamp: in.stamp, Kind: kind,
+		PoseEnc: enc, Width: s.w, Height: s.h,
+		Window: s.win.index,
+		RGB:    preprocess.ToRGB8(in.pix),
+	}
+	r.CamToWorld = geom.PoseEncToCamToWorld(enc)
+	r.Intrinsics = geom.IntrinsicsFromFoV(enc, s.h, s.w)
+	if len(out.Depth) > i {
+		r.Depth, r.Conf = out.Depth[i], out.DepthConf[i]
+	}
+	if len(out.Points) > i {
+		r.Points, r.PointsConf = out.Points[i], out.PointsConf[i]
+	}
+	if s.cfg.Windowed {
+		s.win.kinds = append(s.win.kinds, kind)
+	}
+	return r
+}
+
+// emit passes results on. Streaming mode returns them at once. Windowed mode
+// aligns them to the previous window and holds back the last Overlap results,
+// which a next window would replace (the reference stitches overlap frames from
+// the later window); window 0 is held whole until a second window exists or the
+// input ends, because the reference re-encodes window 0's quaternions only when
+// there are two or more windows.
+func (s *stream) emit(res []Result) ([]Result, error) {
+	if !s.cfg.Windowed {
+		return res, nil
+	}
+	w := s.win
+	if !w.aligned {
+		w.raw = append(w.raw, res...)
+		need := min(s.overlap(), len(s.prevTail.PoseEnc))
+		if len(w.raw) < need {
+			return nil, nil
+		}
+		if err := s.align(); err != nil {
+			return nil, err
+		}
+		res, w.raw = w.raw, nil
+	}
+	for i := range res {
+		s.warp(&res[i], w.sim)
+	}
+	s.held = append(s.held, res...)
+	if w.index == 0 {
+		return nil, nil
+	}
+	return s.release(s.overlap()), nil
+}
+
+// release returns all held results but the newest keep.
+func (s *stream) release(keep int) []Result {
+	n := max(len(s.held)-keep, 0)
+	out := append([]Result(nil), s.held[:n]...)
+	s.held = append(s.held[:0], s.held[n:]...)
+	return out
+}
+
+// align computes the current window's similarity to the previous (aligned) one.
+func (s *stream) align() error {
+	w := s.win
+	cur := framesOf(w.raw)
+	sim, err := geom.PairwiseAlignment(*s.prevTail, cur, s.overlap())
+	if err != nil {
+		return fmt.Errorf("engine: aligning window %d: %w", w.index, err)
+	}
+	w.sim, w.aligned = sim, true
+	s.sims = append(s.sims, sim)
+	return nil
+}
+
+// warp applies a window's similarity to a result; windowed mode re-encodes every
+// pose (the reference warps every window once there are two or more).
+func (s *stream) warp(r *Result, sim geom.Similarity) {
+	if s.win.index == 0 && len(s.sims) == 0 {
+		return // window 0 is warped when the second window starts
+	}
+	warpResult(r, sim)
+}
+
+func warpResult(r *Result, sim geom.Similarity) {
+	r.PoseEnc = sim.ApplyPose(r.PoseEnc)
+	r.CamToWorld = geom.PoseEncToCamToWorld(r.PoseEnc)
+	r.Intrinsics = geom.IntrinsicsFromFoV(r.PoseEnc, r.Height, r.Width)
+	if sim.Scale != 1 && r.Depth != nil {
+		d := make([]float32, len(r.Depth))
+		for i, v := range r.Depth {
+			d[i] = v * float32(sim.Scale)
+		}
+		r.Depth = d
+	}
+	if r.Points != nil {
+		p := make([]float32, len(r.Points))
+		for i := 0; i+2 < len(r.Points); i += 3 {
+			q := sim.Apply([3]float64{float64(r.Points[i]), float64(r.Points[i+1]), float64(r.Points[i+2])})
+			p[i], p[i+1], p[i+2] = float32(q[0]), float32(q[1]), float32(q[2])
+		}
+		r.Points = p
+	}
+}
+
+// framesOf collects the per-frame data alignment needs.
+func framesOf(res []Result) geom.WindowFrames {
+	f := geom.WindowFrames{}
+	for _, r := range res {
+		f.PoseEnc = append(f.PoseEnc, r.PoseEnc)
+		f.Depth = append(f.Depth, r.Depth)
+		f.Keyframe = append(f.Keyframe, r.Kind != NonKeyframe)
+	}
+	if len(f.Depth) > 0 && f.Depth[0] == nil {
+		f.Depth = nil
+	}
+	return f
+}
+
+// nextWindow closes the current window and starts the next one on its tail.
+func (s *stream) nextWindow(ctx context.Context) ([]Result, error) {
+	old := s.win
+	var out []Result
+	if old.index == 0 {
+		// window 0 becomes part of a multi-window map: warp it by the identity,
+		// which re-encodes its quaternions as the reference does.
+		s.sims = append(s.sims, geom.Identity())
+		for i := range s.held {
+			warpResult(&s.held[i], geom.Identity())
+		}
+	}
+	out = append(out, s.release(s.overlap())...)
+	// the held tail (aligned) is what the next window aligns to; it is not emitted
+	tail := framesOf(s.held)
+	s.prevTail = &tail
+	s.held = s.held[:0]
+
+	// next window start: fixed windows step by (length − overlap); flow windows
+	// restart overlap frames back, but never inside the old window's scale frames.
+	retained := old.tail
+	if s.cfg.FlowThreshold > 0 {
+		maxBack := old.n - old.scaleN
+		if len(retained) > maxBack {
+			dropped := len(retained) - maxBack
+			s.log.Warn("windowed flow mode: overlap larger than the window's streamed frames; the reference drops these frames", "frames", dropped)
+			retained = retained[dropped:]
+		}
+	}
+	s.m.Reset()
+	s.win = s.newWindow(old.index + 1)
+	s.trace(TraceEvent{Event: "reset"})
+	s.log.Info("new window", "window", s.win.index, "overlap_frames", len(retained))
+	for _, in := range retained {
+		res, err := s.feed(ctx, in)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, res...)
+	}
+	return out, nil
+}
+
+// Flush runs a partial phase 1 and releases everything held.
+func (s *stream) Flush(ctx context.Context) ([]Result, error) {
+	var out []Result
+	if len(s.win.buf) > 0 {
+		res, err := s.runPhase1(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res...)
+	}
+	if s.cfg.Windowed {
+		w := s.win
+		if !w.aligned && len(w.raw) > 0 {
+			if err := s.align(); err != nil {
+				return out, err
+			}
+			res := w.raw
+			w.raw = nil
+			for i := range res {
+				s.warp(&res[i], w.sim)
+			}
+			s.held = append(s.held, res...)
+		}
+		out = append(out, s.release(0)...)
+	}
+	return out, nil
+}
+
+func (s *stream) trace(ev TraceEvent) {
+	if s.cfg.Trace != nil {
+		ev.Stats = s.Stats()
+		s.cfg.Trace(ev)
+	}
+}
+
+// Alignments returns the similarity of every window so far (windowed mode):
+// the reference's chunk_scales and chunk_transforms.
+func (s *stream) Alignments() []geom.Similarity {
+	return append([]geom.Similarity(nil), s.sims...)
+}
+
+// Stats describes the cache.
+func (s *stream) Stats() CacheStats {
+	st := s.m.Stats()
+	return CacheStats{
+		FrameCount: st.FrameCount, ScalePages: st.ScalePages, LivePages: st.LivePages,
+		FreePages: st.FreePages, SpecialTokens: st.SpecialTokens, VisiblePages: st.VisiblePages,
+		LastPageLen: st.LastPageLen, PageSize: st.PageSize,
+		CameraFrames: s.m.CameraFrames(), KVBytes: s.m.KVBytes(),
+		Window: s.win.index, FramesIn: s.framesIn,
+	}
+}
+
+// Reset starts a new map.
+func (s *stream) Reset() error {
+	s.m.Reset()
+	s.win = s.newWindow(0)
+	s.held, s.prevTail, s.sims = nil, nil, nil
+	s.h, s.w = 0, 0
+	return nil
+}
+
+// MemoryUsage reports the backend's device memory (current, peak) in bytes,
+// or zeros when the backend does not track it (the CPU backend).
+func (s *stream) MemoryUsage() (current, peak int64) {
+	if m, ok := s.be.(interface{ MemoryUsage() (int64, int64) }); ok {
+		return m.MemoryUsage()
+	}
+	return 0, 0
+}
+
+// Close releases the model.
+func (s *stream) Close() error {
+	if !s.closed {
+		s.closed = true
+		s.m.Close()
+	}
+	return nil
 }

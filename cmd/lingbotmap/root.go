@@ -14,6 +14,8 @@ func newRootCmd() *cobra.Command {
 	// One constructor per subcommand, each in its own file.
 	root.AddCommand(
 		newVersionCmd(),
+		newVerifyCmd(),
+		newBenchCmd(),
 	)
 	return root
 }

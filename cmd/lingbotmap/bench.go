@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lingbotmap/lingbotmap/engine"
+)
+
+type benchOptions struct {
+	device      string
+	precision   string
+	modelSize   string
+	weights     string
+	width       int
+	height      int
+	frames      int
+	scaleFrames int
+	window      int
+	threads     int
+	memEvery    int
+}
+
+func newBenchCmd() *cobra.Command {
+	o := &benchOptions{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Time the model on random frames: phase 1, steady ms/frame, FPS and memory",
+		Long: `bench runs the engine with random weights (or --weights) on random images at
+the model resolution and prints the phase-1 time, the steady-state time per
+frame (median and p90), frames per second, and memory: the process's resident
+set on the CPU, and what the backend reports on a GPU, at peak and every
+--mem-every frames (to show it stays flat).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBench(cmd.Context(), o, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.device, "device", "cpu", "cpu or cuda")
+	f.StringVar(&o.precision, "precision", "bf16", "cuda precision: bf16 or fp32")
+	f.StringVar(&o.modelSize, "model-size", "full", "random model: tiny or full")
+	f.StringVar(&o.weights, "weights", "", "checkpoint instead of a random model")
+	f.IntVar(&o.width, "width", 518, "model input width (multiple of 14)")
+	f.IntVar(&o.height, "height", 378, "model input height (multiple of 14)")
+	f.IntVar(&o.frames, "frames", 20, "streaming frames after phase 1")
+	f.IntVar(&o.scaleFrames, "scale-frames", 8, "scale frames run together in phase 1")
+	f.IntVar(&o.window, "sliding-window", 64, "live frames kept in the KV cache")
+	f.IntVar(&o.threads, "threads", 0, "CPU threads (0 = all cores)")
+	f.IntVar(&o.memEvery, "mem-every", 0, "print memory every N frames (0 = only at the end)")
+	return cmd
+}
+
+// memReporter is implemented by backends that can say how much device memory they use.
+type memReporter interface {
+	MemoryUsage() (current, peak int64)
+}
+
+func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
+	if o.width%14 != 0 || o.height%14 != 0 || o.width <= 0 || o.height <= 0 {
+		return fmt.Errorf("--width and --height must be positive multiples of 14, not %d×%d", o.width, o.height)
+	}
+	if o.frames < 1 {
+		return fmt.Errorf("--frames must be ≥ 1")
+	}
+	cfg := engine.DefaultConfig()
+	cfg.Device, cfg.Precision, cfg.ModelSize, cfg.Weights = o.device, o.precision, o.modelSize, o.weights
+	cfg.ScaleFrames, cfg.SlidingWindow, cfg.Threads = o.scaleFrames, o.window, o.threads
+	cfg.MaxFrames = max(cfg.MaxFrames, o.frames+o.scaleFrames+1)
+	t0 := time.Now()
+	st, err := engine.New(ctx, cfg, nil)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	load := time.Since(t0)
+	fmt.Fprintf(out, "bench: device %s (%s), model %s, %d×%d, %d scale + %d frames, window %d, %d CPU threads\n",
+		o.device, o.precision, firstNonEmpty(o.weights, "random "+o.modelSize), o.width, o.height, o.scaleFrames, o.frames, o.window, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(out, "model load: %.2f s\n", load.Seconds())
+
+	r := rand.New(rand.NewPCG(7, 11))
+	frame := func(i int) engine.Frame {
+		pix := make([]float32, 3*o.width*o.height)
+		for j := range pix {
+			pix[j] = r.Float32()
+		}
+		return engine.Frame{Seq: uint64(i), Stamp: time.Unix(int64(i), 0), Pixels: pix, Width: o.width, Height: o.height}
+	}
+	// phase 1
+	var phase1 time.Duration
+	for i := 0; i < o.scaleFrames; i++ {
+		f := frame(i)
+		t := time.Now()
+		if _, err := st.Push(ctx, f); err != nil {
+			return err
+		}
+		phase1 += time.Since(t)
+	}
+	fmt.Fprintf(out, "phase 1 (%d frames together): %.1f ms\n", o.scaleFrames, phase1.Seconds()*1e3)
+	times := make([]float64, 0, o.frames)
+	for i := 0; i < o.frames; i++ {
+		f := frame(o.scaleFrames + i)
+		t := time.Now()
+		res, err := st.Push(ctx, f)
+		if err != nil {
+			return err
+		}
+		times = append(times, time.Since(t).Seconds()*1e3)
+		if len(res) != 1 {
+			return fmt.Errorf("frame %d gave %d results", i, len(res))
+		}
+		if o.memEvery > 0 && (i+1)%o.memEvery == 0 {
+			fmt.Fprintf(out, "after %d frames: %s\n", i+1, memoryLine(st))
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	sorted := append([]float64(nil), times...)
+	sort.Float64s(sorted)
+	med := sorted[len(sorted)/2]
+	p90 := sorted[min(len(sorted)-1, len(sorted)*9/10)]
+	fmt.Fprintf(out, "steady state: median %.1f ms/frame, p90 %.1f ms/frame, %.2f FPS (%d frames)\n", med, p90, 1e3/med, len(times))
+	s := st.Stats()
+	fmt.Fprintf(out, "KV cache: %d committed frames, %d scale + %d live pages, %d special tokens, %.1f MB reserved\n",
+		s.FrameCount, s.ScalePages, s.LivePages, s.SpecialTokens, float64(s.KVBytes)/1e6)
+	fmt.Fprintf(out, "memory: %s\n", memoryLine(st))
+	return nil
+}
+
+func memoryLine(st engine.Stream) string {
+	cur, peak := procMemory()
+	line := fmt.Sprintf("process RSS %.1f MB (peak %.1f MB)", cur/1e6, peak/1e6)
+	if m, ok := st.(memReporter); ok {
+		c, p := m.MemoryUsage()
+		line += fmt.Sprintf(", device %.1f MB (peak %.1f MB)", float64(c)/1e6, float64(p)/1e6)
+	}
+	return line
+}
+
+// procMemory reads VmRSS and VmHWM from /proc/self/status (bytes; 0 if unavailable).
+func procMemory() (cur, peak float64) {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(fields[1], 64)
+		switch fields[0] {
+		case "VmRSS:":
+			cur = v * 1024
+		case "VmHWM:":
+			peak = v * 1024
+		}
+	}
+	return cur, peak
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

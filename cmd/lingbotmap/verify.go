@@ -1,0 +1,529 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/weights"
+)
+
+type verifyOptions struct {
+	dir       string
+	weights   string
+	device    string
+	precision string
+	threads   int
+	rtol      float64
+	jsonOut   string
+}
+
+func newVerifyCmd() *cobra.Command {
+	o := &verifyOptions{}
+	cmd := &cobra.Command{
+		Use:   "verify GOLDEN_DIR",
+		Short: "Run the engine on a golden case of the reference and report the error of every output",
+		Long: `verify runs the engine on a golden case written by the official PyTorch code
+(tools/make_golden.py): the weights (GOLDEN_DIR/../weights.safetensors unless
+--weights), the inputs (inputs.safetensors) and the settings (manifest.json).
+It prints the maximum absolute and relative error of every output per frame
+type, checks frame types, keyframe decisions and the KV-cache bookkeeping after
+every model call, and exits with status 3 when a tolerance is exceeded.
+
+The relative error of an output is max|ours − reference| / max|reference| over
+the frames compared.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.dir = args[0]
+			return runVerify(cmd.Context(), o, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.weights, "weights", "", "checkpoint (default: GOLDEN_DIR/../weights.safetensors)")
+	f.StringVar(&o.device, "device", "cpu", "cpu or cuda")
+	f.StringVar(&o.precision, "precision", "fp32", "cuda precision: fp32 or bf16")
+	f.IntVar(&o.threads, "threads", 0, "CPU threads (0 = all cores)")
+	f.Float64Var(&o.rtol, "rtol", 0, "relative tolerance (default 1e-4 for fp32; bf16: 2e-2 pose, 3e-2 depth)")
+	f.StringVar(&o.jsonOut, "json", "", "also write the report as JSON to this file")
+	return cmd
+}
+
+// manifest is the part of make_golden.py's manifest.json that verify uses.
+type manifest struct {
+	Config struct {
+		SelectedIdx []int `json:"selected_idx"`
+		MaxFrameNum int   `json:"max_frame_num"`
+	} `json:"config"`
+	Settings struct {
+		Mode              string   `json:"mode"`
+		KeyframeInterval  int      `json:"keyframe_interval"`
+		NumScaleFrames    int      `json:"num_scale_frames"`
+		KVScaleFrames     int      `json:"kv_cache_scale_frames"`
+		KVSlidingWindow   int      `json:"kv_cache_sliding_window"`
+		WindowSize        int      `json:"window_size"`
+		OverlapSize       *int     `json:"overlap_size"`
+		OverlapKeyframes  *int     `json:"overlap_keyframes"`
+		CameraIterations  int      `json:"camera_num_iterations"`
+		FlowThreshold     float64  `json:"flow_threshold"`
+		MaxNonKeyframeGap int      `json:"max_non_keyframe_gap"`
+		Frames            int      `json:"frames"`
+		ImageHW           []int    `json:"image_hw"`
+		Dtype             string   `json:"dtype"`
+		ImageFiles        []string `json:"image_files"`
+	} `json:"settings"`
+	FrameType []int `json:"frame_type"`
+	PerCall   []struct {
+		Call       int  `json:"call"`
+		FramesIn   int  `json:"frames_in"`
+		SkipAppend bool `json:"skip_append"`
+		After      struct {
+			FrameCount    int `json:"frame_count"`
+			ScalePages    int `json:"scale_pages"`
+			LivePages     int `json:"live_pages"`
+			FreePages     int `json:"free_pages"`
+			SpecialTokens int `json:"special_tokens"`
+			VisiblePages  int `json:"visible_pages"`
+			LastPageLen   int `json:"last_page_len"`
+			PageSize      int `json:"page_size"`
+		} `json:"fi_after"`
+		CameraCacheFrames int `json:"camera_cache_frames"`
+	} `json:"per_call"`
+	Events []struct {
+		Event      string   `json:"event"`
+		AfterCall  *int     `json:"after_call"`
+		BeforeCall *int     `json:"before_call"`
+		Value      *float64 `json:"value"`
+	} `json:"events"`
+}
+
+func readManifest(dir string) (*manifest, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		return nil, err
+	}
+	var m manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s/manifest.json: %w", dir, err)
+	}
+	return &m, nil
+}
+
+// engineConfig maps the manifest's settings onto the engine's.
+func (m *manifest) engineConfig() (engine.Config, error) {
+	s := m.Settings
+	cfg := engine.DefaultConfig()
+	if s.KVScaleFrames != 0 && s.KVScaleFrames != s.NumScaleFrames {
+		return cfg, fmt.Errorf("kv_cache_scale_frames %d ≠ num_scale_frames %d is not supported", s.KVScaleFrames, s.NumScaleFrames)
+	}
+	cfg.ScaleFrames = s.NumScaleFrames
+	cfg.SlidingWindow = s.KVSlidingWindow
+	if m.Config.MaxFrameNum > 0 {
+		cfg.MaxFrames = m.Config.MaxFrameNum
+	}
+	if s.CameraIterations > 0 {
+		cfg.CameraIterations = s.CameraIterations
+	}
+	cfg.KeyframeInterval = max(s.KeyframeInterval, 1)
+	cfg.FlowThreshold = s.FlowThreshold
+	if s.MaxNonKeyframeGap > 0 {
+		cfg.MaxNonKeyframeGap = s.MaxNonKeyframeGap
+	}
+	cfg.SelectedLayers = m.Config.SelectedIdx
+	switch s.Mode {
+	case "streaming", "":
+	case "windowed":
+		cfg.Windowed = true
+		cfg.WindowSize = s.WindowSize
+		ws := min(s.NumScaleFrames, s.Frames)
+		switch {
+		case s.OverlapKeyframes != nil:
+			cfg.OverlapSize = max(ws, *s.OverlapKeyframes*max(s.KeyframeInterval, 1))
+		case s.OverlapSize != nil:
+			cfg.OverlapSize = *s.OverlapSize
+		default:
+			cfg.OverlapSize = ws
+		}
+		if s.Frames > 1 {
+			cfg.OverlapSize = min(cfg.OverlapSize, s.Frames-1)
+		}
+	default:
+		return cfg, fmt.Errorf("unknown mode %q", s.Mode)
+	}
+	return cfg, nil
+}
+
+// errStat accumulates the error of one output.
+type errStat struct {
+	Output  string  `json:"output"`
+	Group   string  `json:"frames"`
+	N       int     `json:"values"`
+	MaxAbs  float64 `json:"max_abs"`
+	RefMax  float64 `json:"ref_max_abs"`
+	Rel     float64 `json:"rel"`
+	Tol     float64 `json:"tolerance"`
+	Pass    bool    `json:"pass"`
+	NonFini int     `json:"non_finite"`
+}
+
+func (e *errStat) add(got, want []float32) {
+	for i := range want {
+		g, w := float64(got[i]), float64(want[i])
+		if math.IsNaN(g) || math.IsInf(g, 0) {
+			e.NonFini++
+			continue
+		}
+		e.MaxAbs = math.Max(e.MaxAbs, math.Abs(g-w))
+		e.RefMax = math.Max(e.RefMax, math.Abs(w))
+	}
+	e.N += len(want)
+}
+
+type verifyReport struct {
+	Case       string     `json:"case"`
+	Device     string     `json:"device"`
+	Frames     int        `json:"frames"`
+	Errors     []*errStat `json:"errors"`
+	FrameTypes string     `json:"frame_types"`
+	Cache      string     `json:"cache"`
+	Problems   []string   `json:"problems"`
+	Pass       bool       `json:"pass"`
+}
+
+func runVerify(ctx context.Context, o *verifyOptions, out io.Writer) error {
+	m, err := readManifest(o.dir)
+	if err != nil {
+		return err
+	}
+	cfg, err := m.engineConfig()
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.dir, err)
+	}
+	cfg.Weights = o.weights
+	if cfg.Weights == "" {
+		cfg.Weights = filepath.Join(o.dir, "..", "weights.safetensors")
+	}
+	cfg.Device, cfg.Precision, cfg.Threads = o.device, o.precision, o.threads
+	pose, depth := o.rtol, o.rtol
+	if pose == 0 {
+		pose, depth = 1e-4, 1e-4
+		if o.device == "cuda" && o.precision == "bf16" {
+			pose, depth = 2e-2, 3e-2
+		}
+	}
+
+	in, err := weights.OpenSafeTensors(filepath.Join(o.dir, "inputs.safetensors"))
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	ref, err := weights.OpenSafeTensors(filepath.Join(o.dir, "outputs.safetensors"))
+	if err != nil {
+		return err
+	}
+	defer ref.Close()
+	info, ok := in.Info("images")
+	if !ok || len(info.Shape) != 4 || info.Shape[1] != 3 {
+		return fmt.Errorf("%s/inputs.safetensors: no images [N,3,H,W]", o.dir)
+	}
+	n, h, w := info.Shape[0], info.Shape[2], info.Shape[3]
+	images, err := in.Float32("images")
+	if err != nil {
+		return err
+	}
+
+	var trace []engine.TraceEvent
+	cfg.Trace = func(ev engine.TraceEvent) { trace = append(trace, ev) }
+	st, err := engine.New(ctx, cfg, nil)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	var results []engine.Result
+	for i := 0; i < n; i++ {
+		res, err := st.Push(ctx, engine.Frame{Seq: uint64(i), Pixels: images[i*3*h*w : (i+1)*3*h*w], Width: w, Height: h})
+		if err != nil {
+			return fmt.Errorf("frame %d: %w", i, err)
+		}
+		results = append(results, res...)
+	}
+	res, err := st.Flush(ctx)
+	if err != nil {
+		return err
+	}
+	results = append(results, res...)
+
+	rep := &verifyReport{Case: o.dir, Device: o.device + "/" + o.precision, Frames: n, Pass: true}
+	if o.device == "cpu" {
+		rep.Device = "cpu/fp32"
+	}
+	problem := func(format string, args ...any) {
+		rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...))
+		rep.Pass = false
+	}
+	if len(results) != n {
+		problem("%d results for %d frames", len(results), n)
+	}
+	for i, r := range results {
+		if r.Seq != uint64(i) {
+			problem("result %d is frame %d: order broken", i, r.Seq)
+			break
+		}
+	}
+	compareOutputs(rep, ref, results, n, h, w, pose, depth, problem)
+	compareSchedule(rep, m, results, trace, problem)
+	if a, ok := st.(interface{ Alignments() []geom.Similarity }); ok && cfg.Windowed {
+		compareAlignments(rep, ref, a.Alignments(), pose, problem)
+	}
+
+	printReport(out, rep)
+	if o.jsonOut != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(o.jsonOut, b, 0o644); err != nil {
+			return err
+		}
+	}
+	if !rep.Pass {
+		return &exitCodeError{code: exitTolerance, err: errors.New("verify: outputs differ from the reference beyond tolerance")}
+	}
+	return nil
+}
+
+// compareOutputs checks every per-frame output, grouped by frame type.
+func compareOutputs(rep *verifyReport, ref *weights.SafeTensors, results []engine.Result, n, h, w int, poseTol, depthTol float64, problem func(string, ...any)) {
+	ft, err := ref.Float32("frame_type")
+	if err != nil || len(ft) != n {
+		problem("reference has no frame_type for %d frames", n)
+		return
+	}
+	groups := map[string]*errStat{}
+	stat := func(output string, kind int, tol float64) *errStat {
+		g := engine.FrameKind(kind).String()
+		key := output + "/" + g
+		if groups[key] == nil {
+			groups[key] = &errStat{Output: output, Group: g, Tol: tol}
+		}
+		return groups[key]
+	}
+	load := func(name string) []float32 {
+		if _, ok := ref.Info(name); !ok {
+			return nil
+		}
+		v, err := ref.Float32(name)
+		if err != nil {
+			problem("reading reference %s: %v", name, err)
+		}
+		return v
+	}
+	poseEnc, depth, conf := load("pose_enc"), load("depth"), load("depth_conf")
+	extr, intr := load("extrinsic"), load("intrinsic")
+	pts, ptsConf, fromDepth := load("world_points"), load("world_points_conf"), load("world_points_from_depth")
+	hw := h * w
+	for i, r := range results {
+		if i >= n {
+			break
+		}
+		kind := int(ft[i])
+		if poseEnc != nil {
+			stat("pose_enc", kind, poseTol).add(r.PoseEnc[:], poseEnc[i*9:(i+1)*9])
+		}
+		c2w := geom.PoseEncToCamToWorld(r.PoseEnc)
+		w2c := geom.InvertRigid(c2w)
+		if extr != nil {
+			var e [12]float32
+			for a := 0; a < 3; a++ {
+				for b := 0; b < 4; b++ {
+					e[a*4+b] = float32(w2c[a][b])
+				}
+			}
+			stat("extrinsic", kind, poseTol).add(e[:], extr[i*12:(i+1)*12])
+		}
+		if intr != nil {
+			k := r.Intrinsics
+			m := [9]float32{float32(k[0]), 0, float32(k[2]), 0, float32(k[1]), float32(k[3]), 0, 0, 1}
+			stat("intrinsic", kind, poseTol).add(m[:], intr[i*9:(i+1)*9])
+		}
+		if depth != nil && r.Depth != nil {
+			stat("depth", kind, depthTol).add(r.Depth, depth[i*hw:(i+1)*hw])
+			stat("depth_conf", kind, depthTol).add(r.Conf, conf[i*hw:(i+1)*hw])
+		}
+		if pts != nil {
+			if r.Points == nil {
+				problem("reference has world_points (point head) but the engine produced none")
+				pts = nil
+			} else {
+				stat("world_points", kind, depthTol).add(r.Points, pts[i*3*hw:(i+1)*3*hw])
+				stat("world_points_conf", kind, depthTol).add(r.PointsConf, ptsConf[i*hw:(i+1)*hw])
+			}
+		}
+		if fromDepth != nil && r.Depth != nil {
+			up, err := geom.UnprojectDepth(r.Depth, h, w, r.Intrinsics, c2w)
+			if err != nil {
+				problem("unprojecting frame %d: %v", i, err)
+			} else {
+				stat("world_points_from_depth", kind, depthTol).add(up, fromDepth[i*3*hw:(i+1)*3*hw])
+			}
+		}
+	}
+	keys := make([]string, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		e := groups[k]
+		if e.RefMax > 0 {
+			e.Rel = e.MaxAbs / e.RefMax
+		} else {
+			e.Rel = e.MaxAbs
+		}
+		e.Pass = e.Rel <= e.Tol && e.NonFini == 0
+		if !e.Pass {
+			rep.Pass = false
+		}
+		rep.Errors = append(rep.Errors, e)
+	}
+	// frame types
+	bad := 0
+	for i, r := range results {
+		if i < n && int(r.Kind) != int(ft[i]) {
+			bad++
+		}
+	}
+	rep.FrameTypes = fmt.Sprintf("%d of %d equal", min(len(results), n)-bad, n)
+	if bad > 0 {
+		problem("frame types differ on %d frames", bad)
+	}
+}
+
+// compareSchedule checks the cache bookkeeping after every call and the flow decisions.
+func compareSchedule(rep *verifyReport, m *manifest, results []engine.Result, trace []engine.TraceEvent, problem func(string, ...any)) {
+	var calls []engine.TraceEvent
+	var decisions []engine.TraceEvent
+	for _, ev := range trace {
+		switch ev.Event {
+		case "call":
+			calls = append(calls, ev)
+		case "commit", "rollback":
+			decisions = append(decisions, ev)
+		}
+	}
+	if len(calls) != len(m.PerCall) {
+		problem("%d model calls, reference %d", len(calls), len(m.PerCall))
+	}
+	bad := 0
+	for i := 0; i < min(len(calls), len(m.PerCall)); i++ {
+		want, got := m.PerCall[i], calls[i]
+		a := want.After
+		s := got.Stats
+		if got.Frames != want.FramesIn || got.SkipAppend != want.SkipAppend ||
+			s.FrameCount != a.FrameCount || s.ScalePages != a.ScalePages || s.LivePages != a.LivePages ||
+			s.FreePages != a.FreePages || s.SpecialTokens != a.SpecialTokens || s.VisiblePages != a.VisiblePages ||
+			s.LastPageLen != a.LastPageLen || s.PageSize != a.PageSize || s.CameraFrames != want.CameraCacheFrames {
+			if bad < 3 {
+				problem("call %d: cache %+v (frames %d, skip %v), reference %+v (frames %d, skip %v, camera %d)",
+					i, s, got.Frames, got.SkipAppend, a, want.FramesIn, want.SkipAppend, want.CameraCacheFrames)
+			}
+			bad++
+		}
+	}
+	rep.Cache = fmt.Sprintf("%d of %d calls equal", min(len(calls), len(m.PerCall))-bad, len(m.PerCall))
+	var refDec []string
+	var refFlow []float64
+	for _, ev := range m.Events {
+		switch ev.Event {
+		case "commit", "rollback":
+			refDec = append(refDec, ev.Event)
+		case "flow":
+			if ev.Value != nil {
+				refFlow = append(refFlow, *ev.Value)
+			}
+		}
+	}
+	if len(refDec) != len(decisions) {
+		problem("%d keyframe decisions, reference %d", len(decisions), len(refDec))
+		return
+	}
+	for i, d := range decisions {
+		if d.Event != refDec[i] {
+			problem("decision %d: %s, reference %s", i, d.Event, refDec[i])
+		}
+		if i < len(refFlow) && math.Abs(d.Flow-refFlow[i]) > 1e-3*math.Max(1, math.Abs(refFlow[i])) {
+			problem("flow %d: %.6f, reference %.6f", i, d.Flow, refFlow[i])
+		}
+	}
+	_ = results
+}
+
+// compareAlignments checks chunk_scales and chunk_transforms.
+func compareAlignments(rep *verifyReport, ref *weights.SafeTensors, sims []geom.Similarity, tol float64, problem func(string, ...any)) {
+	scales, err1 := ref.Float32("chunk_scales")
+	tr, err2 := ref.Float32("chunk_transforms")
+	if err1 != nil || err2 != nil {
+		if len(sims) > 1 {
+			problem("%d windows, but the reference has no chunk_scales/chunk_transforms", len(sims))
+		}
+		return
+	}
+	if len(scales) != len(sims) {
+		problem("%d windows, reference %d", len(sims), len(scales))
+		return
+	}
+	es := &errStat{Output: "chunk_scales", Group: "windows", Tol: tol}
+	et := &errStat{Output: "chunk_transforms", Group: "windows", Tol: tol}
+	for i, s := range sims {
+		es.add([]float32{float32(s.Scale)}, scales[i:i+1])
+		m := s.Matrix()
+		var f [16]float32
+		for a := 0; a < 4; a++ {
+			for b := 0; b < 4; b++ {
+				f[a*4+b] = float32(m[a][b])
+			}
+		}
+		et.add(f[:], tr[i*16:(i+1)*16])
+	}
+	for _, e := range []*errStat{es, et} {
+		e.Rel = e.MaxAbs / math.Max(e.RefMax, 1e-12)
+		e.Pass = e.Rel <= e.Tol
+		if !e.Pass {
+			rep.Pass = false
+		}
+		rep.Errors = append(rep.Errors, e)
+	}
+}
+
+func printReport(out io.Writer, rep *verifyReport) {
+	fmt.Fprintf(out, "golden case %s, %d frames, device %s\n\n", rep.Case, rep.Frames, rep.Device)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "output\tframes\tvalues\tmax abs\tmax |ref|\trelative\ttolerance\t\t")
+	for _, e := range rep.Errors {
+		verdict := "ok"
+		if !e.Pass {
+			verdict = "FAIL"
+		}
+		if e.NonFini > 0 {
+			verdict = fmt.Sprintf("FAIL (%d non-finite)", e.NonFini)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.3g\t%.3g\t%.3g\t%.0e\t%s\t\n", e.Output, e.Group, e.N, e.MaxAbs, e.RefMax, e.Rel, e.Tol, verdict)
+	}
+	tw.Flush()
+	fmt.Fprintf(out, "\nframe types: %s\nKV cache after every call: %s\n", rep.FrameTypes, rep.Cache)
+	for _, p := range rep.Problems {
+		fmt.Fprintf(out, "problem: %s\n", p)
+	}
+	if rep.Pass {
+		fmt.Fprintln(out, "PASS")
+	} else {
+		fmt.Fprintln(out, "FAIL")
+	}
+}
