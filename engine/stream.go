@@ -48,6 +48,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (Stream, error) {
 		MaxFrames:        cfg.MaxFrames,
 		CameraIterations: cfg.CameraIterations,
 		SelectedLayers:   cfg.SelectedLayers,
+		Log:              log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
@@ -561,9 +562,13 @@ func (s *stream) MemoryUsage() (current, peak int64) {
 
 // Close releases the model.
 func (s *stream) Close() error {
-	if !s.closed {
-		s.closed = true
-		s.m.Close()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.m.Close()
+	if c, ok := s.be.(interface{ Close() error }); ok {
+		return c.Close()
 	}
 	return nil
 }

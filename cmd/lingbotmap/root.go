@@ -16,6 +16,9 @@ func newRootCmd() *cobra.Command {
 		newVersionCmd(),
 		newVerifyCmd(),
 		newBenchCmd(),
+		newNodeCmd(),
+		newRunCmd(),
+		newEvalCmd(),
 	)
 	return root
 }

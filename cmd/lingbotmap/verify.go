@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
 	"io"
 	"math"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/preprocess"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
 )
 
@@ -27,6 +29,7 @@ type verifyOptions struct {
 	threads   int
 	rtol      float64
 	jsonOut   string
+	images    string
 }
 
 func newVerifyCmd() *cobra.Command {
@@ -56,6 +59,7 @@ the frames compared.`,
 	f.IntVar(&o.threads, "threads", 0, "CPU threads (0 = all cores)")
 	f.Float64Var(&o.rtol, "rtol", 0, "relative tolerance (default 1e-4 for fp32; bf16: 2e-2 pose, 3e-2 depth)")
 	f.StringVar(&o.jsonOut, "json", "", "also write the report as JSON to this file")
+	f.StringVar(&o.images, "images", "", "decode and preprocess the manifest's image_files from this folder instead of reading inputs.safetensors (checks preprocessing end to end)")
 	return cmd
 }
 
@@ -242,6 +246,25 @@ func runVerify(ctx context.Context, o *verifyOptions, out io.Writer) error {
 		return err
 	}
 
+	var frames []engine.Frame
+	if o.images != "" {
+		if len(m.Settings.ImageFiles) != n {
+			return fmt.Errorf("--images: the manifest lists %d image files for %d frames", len(m.Settings.ImageFiles), n)
+		}
+		cfg.ImageWidth = w
+		for i, name := range m.Settings.ImageFiles {
+			img, err := decodeImageFile(filepath.Join(o.images, name))
+			if err != nil {
+				return err
+			}
+			frames = append(frames, engine.Frame{Seq: uint64(i), Image: img})
+		}
+	} else {
+		for i := 0; i < n; i++ {
+			frames = append(frames, engine.Frame{Seq: uint64(i), Pixels: images[i*3*h*w : (i+1)*3*h*w], Width: w, Height: h})
+		}
+	}
+
 	var trace []engine.TraceEvent
 	cfg.Trace = func(ev engine.TraceEvent) { trace = append(trace, ev) }
 	st, err := engine.New(ctx, cfg, nil)
@@ -250,8 +273,8 @@ func runVerify(ctx context.Context, o *verifyOptions, out io.Writer) error {
 	}
 	defer st.Close()
 	var results []engine.Result
-	for i := 0; i < n; i++ {
-		res, err := st.Push(ctx, engine.Frame{Seq: uint64(i), Pixels: images[i*3*h*w : (i+1)*3*h*w], Width: w, Height: h})
+	for i, f := range frames {
+		res, err := st.Push(ctx, f)
 		if err != nil {
 			return fmt.Errorf("frame %d: %w", i, err)
 		}
@@ -297,6 +320,19 @@ func runVerify(ctx context.Context, o *verifyOptions, out io.Writer) error {
 		return &exitCodeError{code: exitTolerance, err: errors.New("verify: outputs differ from the reference beyond tolerance")}
 	}
 	return nil
+}
+
+func decodeImageFile(path string) (image.Image, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	img, err := preprocess.Decode(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return img, nil
 }
 
 // compareOutputs checks every per-frame output, grouped by frame type.

@@ -1,130 +1,262 @@
 package weights
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
-	"os"
 	"sort"
-	"syscall"
 )
 
-// maxHeader bounds the JSON header so a corrupt length cannot ask for gigabytes.
-const maxHeader = 100 << 20
+const (
+	// maxHeader bounds the JSON header so a corrupt length cannot ask for gigabytes.
+	maxHeader = 100 << 20
+	// maxRank bounds tensor ranks; no real tensor comes near it.
+	maxRank = 16
+)
 
 type stEntry struct {
 	info       Info
 	begin, end int64 // byte range inside the data section
 }
 
-// SafeTensors is a memory-mapped .safetensors file.
+// SafeTensors is a memory-mapped (or in-memory) .safetensors file.
 type SafeTensors struct {
 	path    string
-	data    []byte // the mapped file
-	base    int64  // offset of the data section
+	m       *mappedFile // nil for an in-memory image
+	data    []byte      // the whole file image
+	base    int64       // offset of the data section
 	entries map[string]stEntry
 	keys    []string
+	meta    map[string]string
 }
 
 // OpenSafeTensors maps a .safetensors file and validates its header against the file size.
 func OpenSafeTensors(path string) (*SafeTensors, error) {
-	f, err := os.Open(path)
+	m, err := mapFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("weights: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("weights: %w", err)
-	}
-	size := st.Size()
-	if size < 8 {
-		return nil, fmt.Errorf("weights: %s: file of %d bytes is too short for a safetensors header", path, size)
-	}
-	data, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
-	if err != nil {
-		return nil, fmt.Errorf("weights: mmap %s: %w", path, err)
-	}
-	s, err := parseSafeTensors(data)
-	if err != nil {
-		_ = syscall.Munmap(data)
 		return nil, fmt.Errorf("weights: %s: %w", path, err)
 	}
-	s.path = path
+	s, err := parseSafeTensors(m.data)
+	if err != nil {
+		_ = m.close()
+		return nil, fmt.Errorf("weights: %s: %w", path, err)
+	}
+	s.path, s.m = path, m
 	return s, nil
 }
 
-// ParseSafeTensors reads a safetensors image held in memory.
+// ParseSafeTensors reads a safetensors image held in memory. The tensors
+// alias b.
 func ParseSafeTensors(b []byte) (*SafeTensors, error) { return parseSafeTensors(b) }
+
+// stHeaderEntry is one tensor's header record; pointers tell absent fields
+// from zero values.
+type stHeaderEntry struct {
+	DType   *string  `json:"dtype"`
+	Shape   *[]int64 `json:"shape"`
+	Offsets *[]int64 `json:"data_offsets"`
+}
 
 func parseSafeTensors(b []byte) (*SafeTensors, error) {
 	if len(b) < 8 {
-		return nil, errors.New("safetensors: truncated: no header length")
+		return nil, fmt.Errorf("safetensors: only %d bytes, too short for the 8-byte header length: file truncated or not a safetensors file", len(b))
 	}
 	hlen := binary.LittleEndian.Uint64(b[:8])
-	if hlen > maxHeader || hlen > uint64(len(b)-8) {
-		return nil, fmt.Errorf("safetensors: header length %d exceeds the file (%d bytes): truncated or not a safetensors file", hlen, len(b))
+	if hlen > maxHeader {
+		return nil, fmt.Errorf("safetensors: header length %d is beyond the %d-byte limit: not a safetensors file or corrupt", hlen, maxHeader)
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(b[8:8+hlen], &raw); err != nil {
+	if hlen > uint64(len(b)-8) {
+		return nil, fmt.Errorf("safetensors: header length %d exceeds the file (%d bytes): file truncated or not a safetensors file", hlen, len(b))
+	}
+	if hlen < 2 {
+		return nil, fmt.Errorf("safetensors: header length %d is too short for a JSON object", hlen)
+	}
+	fields, err := jsonObjectFields(b[8 : 8+hlen])
+	if err != nil {
 		return nil, fmt.Errorf("safetensors: bad header JSON: %w", err)
 	}
-	s := &SafeTensors{data: b, base: int64(8 + hlen), entries: map[string]stEntry{}}
+	s := &SafeTensors{data: b, base: int64(8 + hlen), entries: make(map[string]stEntry, len(fields))}
 	dataLen := int64(len(b)) - s.base
-	for name, msg := range raw {
-		if name == "__metadata__" {
+	for _, f := range fields {
+		if f.name == "__metadata__" {
+			if err := json.Unmarshal(f.value, &s.meta); err != nil {
+				return nil, fmt.Errorf("safetensors: __metadata__ must map strings to strings: %w", err)
+			}
 			continue
 		}
-		var e struct {
-			DType   string  `json:"dtype"`
-			Shape   []int   `json:"shape"`
-			Offsets []int64 `json:"data_offsets"`
+		e, err := parseSTEntry(f.name, f.value, dataLen)
+		if err != nil {
+			return nil, err
 		}
-		if err := json.Unmarshal(msg, &e); err != nil {
-			return nil, fmt.Errorf("safetensors: tensor %q: bad entry: %w", name, err)
-		}
-		es := dtypeSize(e.DType)
-		if es == 0 {
-			return nil, fmt.Errorf("safetensors: tensor %q: unsupported dtype %q", name, e.DType)
-		}
-		if len(e.Offsets) != 2 || e.Offsets[0] < 0 || e.Offsets[1] < e.Offsets[0] {
-			return nil, fmt.Errorf("safetensors: tensor %q: bad data_offsets %v", name, e.Offsets)
-		}
-		n := int64(1)
-		for _, d := range e.Shape {
-			if d < 0 || (d > 0 && n > math.MaxInt64/int64(d)/8) {
-				return nil, fmt.Errorf("safetensors: tensor %q: bad shape %v", name, e.Shape)
-			}
-			n *= int64(d)
-		}
-		if e.Offsets[1]-e.Offsets[0] != n*int64(es) {
-			return nil, fmt.Errorf("safetensors: tensor %q: %d bytes for shape %v of %s", name, e.Offsets[1]-e.Offsets[0], e.Shape, e.DType)
-		}
-		if e.Offsets[1] > dataLen {
-			return nil, fmt.Errorf("safetensors: tensor %q ends at byte %d but the data section has %d bytes: file truncated", name, e.Offsets[1], dataLen)
-		}
-		s.entries[name] = stEntry{info: Info{DType: e.DType, Shape: e.Shape}, begin: e.Offsets[0], end: e.Offsets[1]}
-		s.keys = append(s.keys, name)
+		s.entries[f.name] = e
+		s.keys = append(s.keys, f.name)
+	}
+	if err := checkCoverage(s.entries, dataLen); err != nil {
+		return nil, err
 	}
 	sort.Strings(s.keys)
 	return s, nil
 }
 
-func dtypeSize(dt string) int {
-	switch dt {
-	case "F64", "I64", "U64":
-		return 8
-	case "F32", "I32", "U32":
-		return 4
-	case "F16", "BF16", "I16", "U16":
-		return 2
-	case "U8", "I8", "BOOL":
-		return 1
+func parseSTEntry(name string, msg json.RawMessage, dataLen int64) (stEntry, error) {
+	var h stHeaderEntry
+	dec := json.NewDecoder(bytes.NewReader(msg))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&h); err != nil {
+		return stEntry{}, fmt.Errorf("safetensors: tensor %q: bad header entry: %w", name, err)
 	}
-	return 0
+	switch {
+	case h.DType == nil:
+		return stEntry{}, fmt.Errorf("safetensors: tensor %q: header entry has no dtype", name)
+	case h.Shape == nil:
+		return stEntry{}, fmt.Errorf("safetensors: tensor %q: header entry has no shape", name)
+	case h.Offsets == nil:
+		return stEntry{}, fmt.Errorf("safetensors: tensor %q: header entry has no data_offsets", name)
+	}
+	dt, shape64, off := *h.DType, *h.Shape, *h.Offsets
+	es := dtypeSize(dt)
+	if es == 0 {
+		return stEntry{}, fmt.Errorf("safetensors: tensor %q: unsupported dtype %q", name, dt)
+	}
+	if len(shape64) > maxRank {
+		return stEntry{}, fmt.Errorf("safetensors: tensor %q: rank %d is beyond the limit of %d", name, len(shape64), maxRank)
+	}
+	n, err := elemCount(shape64)
+	if err != nil {
+		return stEntry{}, fmt.Errorf("safetensors: tensor %q: %w", name, err)
+	}
+	if n > math.MaxInt64/int64(es) {
+		return stEntry{}, fmt.Errorf("safetensors: tensor %q: shape %v is too large", name, shape64)
+	}
+	if len(off) != 2 {
+		return stEntry{}, fmt.Errorf("safetensors: tensor %q: data_offsets must be [begin, end], got %v", name, off)
+	}
+	if off[0] < 0 || off[1] < off[0] {
+		return stEntry{}, fmt.Errorf("safetensors: tensor %q: bad data_offsets %v", name, off)
+	}
+	if off[1]-off[0] != n*int64(es) {
+		return stEntry{}, fmt.Errorf("safetensors: tensor %q: data_offsets %v hold %d bytes but shape %v of %s needs %d",
+			name, off, off[1]-off[0], shape64, dt, n*int64(es))
+	}
+	if off[1] > dataLen {
+		return stEntry{}, fmt.Errorf("safetensors: tensor %q ends at byte %d but the data section has %d bytes: file truncated", name, off[1], dataLen)
+	}
+	shape := make([]int, len(shape64))
+	for i, d := range shape64 {
+		shape[i] = int(d)
+	}
+	return stEntry{info: Info{DType: dt, Shape: shape}, begin: off[0], end: off[1]}, nil
 }
+
+// elemCount multiplies out a shape, refusing negative sizes and overflow.
+func elemCount(shape []int64) (int64, error) {
+	n := int64(1)
+	for _, d := range shape {
+		if d < 0 {
+			return 0, fmt.Errorf("negative dimension in shape %v", shape)
+		}
+		if d > 0 && n > math.MaxInt64/d {
+			return 0, fmt.Errorf("shape %v is too large", shape)
+		}
+		n *= d
+	}
+	return n, nil
+}
+
+// checkCoverage enforces the safetensors rule that tensors tile the data
+// section exactly: no overlaps (two names sharing bytes), no holes, nothing
+// after the last tensor.
+func checkCoverage(entries map[string]stEntry, dataLen int64) error {
+	type span struct {
+		name       string
+		begin, end int64
+	}
+	spans := make([]span, 0, len(entries))
+	for name, e := range entries {
+		spans = append(spans, span{name, e.begin, e.end})
+	}
+	sort.Slice(spans, func(i, j int) bool {
+		if spans[i].begin != spans[j].begin {
+			return spans[i].begin < spans[j].begin
+		}
+		if spans[i].end != spans[j].end {
+			return spans[i].end < spans[j].end
+		}
+		return spans[i].name < spans[j].name
+	})
+	var pos int64
+	prev := ""
+	for _, sp := range spans {
+		switch {
+		case sp.begin < pos:
+			return fmt.Errorf("safetensors: tensors %q and %q overlap (bytes %d..%d and ..%d): corrupt header", prev, sp.name, sp.begin, sp.end, pos)
+		case sp.begin > pos:
+			return fmt.Errorf("safetensors: %d unused bytes before tensor %q at data offset %d: corrupt header", sp.begin-pos, sp.name, pos)
+		}
+		pos, prev = sp.end, sp.name
+	}
+	if pos != dataLen {
+		return fmt.Errorf("safetensors: the tensors cover %d bytes but the data section has %d: file truncated, padded or corrupt", pos, dataLen)
+	}
+	return nil
+}
+
+type jsonField struct {
+	name  string
+	value json.RawMessage
+}
+
+// jsonObjectFields splits a JSON object into its fields in file order,
+// rejecting duplicate names (encoding/json would silently keep the last) and
+// anything after the closing brace.
+func jsonObjectFields(b []byte) ([]jsonField, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, errors.New("the header is not a JSON object")
+	}
+	var out []jsonField
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		name, ok := tok.(string)
+		if !ok {
+			return nil, fmt.Errorf("expected a field name, got %v", tok)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("field %q appears twice", name)
+		}
+		seen[name] = true
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, fmt.Errorf("field %q: %w", name, err)
+		}
+		out = append(out, jsonField{name, v})
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the end of the header object")
+	}
+	return out, nil
+}
+
+// Path is the file the tensors come from ("" for an in-memory image).
+func (s *SafeTensors) Path() string { return s.path }
+
+// Metadata is the header's __metadata__ map (may be nil).
+func (s *SafeTensors) Metadata() map[string]string { return s.meta }
 
 // Keys lists the tensor names, sorted.
 func (s *SafeTensors) Keys() []string { return s.keys }
@@ -138,96 +270,44 @@ func (s *SafeTensors) Info(name string) (Info, bool) {
 // Raw returns a tensor's bytes (a view of the mapping, valid until Close).
 func (s *SafeTensors) Raw(name string) ([]byte, bool) {
 	e, ok := s.entries[name]
-	if !ok {
+	if !ok || s.data == nil {
 		return nil, false
 	}
 	return s.data[s.base+e.begin : s.base+e.end], true
 }
 
-// Float32 converts a tensor to float32.
+// RawBytes returns a tensor's bytes in its stored dtype (a view of the
+// mapping, valid until Close).
+func (s *SafeTensors) RawBytes(name string) ([]byte, error) {
+	if s.data == nil {
+		return nil, errors.New("safetensors: file is closed")
+	}
+	b, ok := s.Raw(name)
+	if !ok {
+		return nil, fmt.Errorf("no tensor %q", name)
+	}
+	return b, nil
+}
+
+// Float32 converts a tensor to float32 in a new slice.
 func (s *SafeTensors) Float32(name string) ([]float32, error) {
 	e, ok := s.entries[name]
 	if !ok {
 		return nil, fmt.Errorf("no tensor %q", name)
 	}
-	raw := s.data[s.base+e.begin : s.base+e.end]
-	return DecodeFloat32(e.info.DType, raw)
+	if s.data == nil {
+		return nil, errors.New("safetensors: file is closed")
+	}
+	out, err := readFloat32(s.m, s.data, e.info.DType, s.base+e.begin, e.end-e.begin)
+	if err != nil {
+		return nil, fmt.Errorf("tensor %q: %w", name, err)
+	}
+	return out, nil
 }
 
 // Close unmaps the file.
 func (s *SafeTensors) Close() error {
-	if s.path == "" || s.data == nil {
-		return nil
-	}
-	err := syscall.Munmap(s.data)
+	err := s.m.close()
 	s.data = nil
 	return err
-}
-
-// DecodeFloat32 converts little-endian raw tensor bytes of a dtype to float32.
-func DecodeFloat32(dtype string, raw []byte) ([]float32, error) {
-	switch dtype {
-	case "F32":
-		out := make([]float32, len(raw)/4)
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-		}
-		return out, nil
-	case "F64":
-		out := make([]float32, len(raw)/8)
-		for i := range out {
-			out[i] = float32(math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:])))
-		}
-		return out, nil
-	case "BF16":
-		out := make([]float32, len(raw)/2)
-		for i := range out {
-			out[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(raw[2*i:])) << 16)
-		}
-		return out, nil
-	case "F16":
-		out := make([]float32, len(raw)/2)
-		for i := range out {
-			out[i] = halfToFloat(binary.LittleEndian.Uint16(raw[2*i:]))
-		}
-		return out, nil
-	case "U8", "BOOL":
-		out := make([]float32, len(raw))
-		for i, v := range raw {
-			out[i] = float32(v)
-		}
-		return out, nil
-	case "I64":
-		out := make([]float32, len(raw)/8)
-		for i := range out {
-			out[i] = float32(int64(binary.LittleEndian.Uint64(raw[8*i:])))
-		}
-		return out, nil
-	case "I32":
-		out := make([]float32, len(raw)/4)
-		for i := range out {
-			out[i] = float32(int32(binary.LittleEndian.Uint32(raw[4*i:])))
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("cannot convert dtype %s to float32", dtype)
-}
-
-func halfToFloat(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1f
-	mant := uint32(h) & 0x3ff
-	switch {
-	case exp == 0 && mant == 0:
-		return math.Float32frombits(sign)
-	case exp == 0: // subnormal
-		f := float32(mant) / 1024 / 16384
-		if sign != 0 {
-			return -f
-		}
-		return f
-	case exp == 31:
-		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
-	}
-	return math.Float32frombits(sign | (exp+112)<<23 | mant<<13)
 }

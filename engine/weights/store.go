@@ -27,6 +27,14 @@ type Store interface {
 	Close() error
 }
 
+// RawReader is implemented by stores that can hand out a tensor's bytes in
+// its stored dtype (Info.DType), little-endian and row-major, without
+// converting them. The bytes may alias a memory mapping: do not modify them,
+// and do not use them after Close.
+type RawReader interface {
+	RawBytes(name string) ([]byte, error)
+}
+
 // Cursor walks a Store's key namespace like the module tree of the model and
 // records which keys were used, so that unused (extra) keys can be reported.
 type Cursor struct {

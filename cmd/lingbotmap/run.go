@@ -1,0 +1,657 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"github.com/lingbotmap/lingbotmap/engine/render"
+	"github.com/lingbotmap/lingbotmap/engine/source"
+)
+
+// runOptions are the flags of `lingbotmap run` and the dependencies that tests replace.
+type runOptions struct {
+	input string
+	out   string
+	src   source.Options
+	cfg   engine.Config
+
+	confThreshold float64
+	voxel         float64
+	pixelStride   int
+	saveDepth     bool
+	saveConf      bool
+	depthScale    float64
+	confScale     float64
+	noProgress    bool
+	quiet         bool
+
+	version    string
+	newStream  func(context.Context, engine.Config, *slog.Logger) (engine.Stream, error)
+	openSource func(context.Context, string, source.Options) (source.Source, error)
+	stderr     io.Writer
+}
+
+func defaultRunOptions() *runOptions {
+	return &runOptions{
+		out:           "lingbotmap-run",
+		src:           source.DefaultOptions(),
+		cfg:           engine.DefaultConfig(),
+		confThreshold: 1.5,
+		voxel:         0.02,
+		pixelStride:   1,
+		saveDepth:     true,
+		depthScale:    render.DepthScale,
+		confScale:     100,
+		version:       version,
+		newStream:     engine.New,
+		openSource:    source.Open,
+	}
+}
+
+func newRunCmd() *cobra.Command { return newRunCmdWith(runRun) }
+
+// newRunCmdWith binds the flags and hands the options to runF (tests pass
+// their own to check the parsing).
+func newRunCmdWith(runF func(ctx context.Context, o *runOptions, autoKF bool) error) *cobra.Command {
+	o := defaultRunOptions()
+	cmd := &cobra.Command{
+		Use:   "run INPUT",
+		Short: "Map an image folder, a video or a ROS bag offline",
+		Long: `run feeds every frame of INPUT through the model and writes into --out:
+
+  trajectory.tum  camera poses, "timestamp tx ty tz qx qy qz qw" (camera→world)
+  map.ply         binary PLY, xyz + rgb: depth unprojected with each pose, pixels
+                  with confidence > --conf-threshold, averaged per --voxel cube
+  depth/NNNNNN.png  per-frame depth, 16-bit, value = depth · --depth-scale (0 = none)
+  conf/NNNNNN.png   per-frame confidence, 16-bit, value = conf · --conf-scale (--save-conf)
+  preview.png     the trajectory seen from above over the map's points
+  run.json        every setting, the version, timings and the KV-cache state
+
+INPUT is a folder of .png/.jpg/.JPG images (sorted by name), a .bag file
+(--topic, sensor_msgs/Image or CompressedImage) or a video (decoded by ffmpeg).
+Ctrl-C stops the run and writes what was computed so far.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.input = args[0]
+			o.stderr = cmd.ErrOrStderr()
+			fl := cmd.Flags()
+			// The reference's default: one keyframe in ⌈N/320⌉ for long
+			// streaming runs, unless the user chose.
+			autoKF := !fl.Changed("keyframe-interval") && !fl.Changed("flow-threshold") && !o.cfg.Windowed
+			return runF(cmd.Context(), o, autoKF)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.out, "out", "o", o.out, "output folder (created if missing)")
+	f.StringVar(&o.src.Topic, "topic", "", "image topic of a ROS bag (default: its only image topic)")
+	f.IntVar(&o.src.FirstK, "first-k", 0, "use only the first K input frames (0 = all), before --stride")
+	f.IntVar(&o.src.Stride, "stride", o.src.Stride, "use every Nth input frame")
+	f.Float64Var(&o.src.FPS, "fps", o.src.FPS, "frame rate for stamps of inputs without times (numbered images)")
+
+	c := &o.cfg
+	f.StringVar(&c.Weights, "weights", "", "checkpoint (.safetensors or .pt); empty = random model of --model-size")
+	f.StringVar(&c.ModelSize, "model-size", c.ModelSize, "random model when no --weights: tiny or full")
+	f.Int64Var(&c.Seed, "seed", c.Seed, "seed of the random model")
+	f.StringVar(&c.Device, "device", c.Device, "cpu or cuda")
+	f.IntVar(&c.Threads, "threads", 0, "CPU threads (0 = all cores)")
+	f.IntVar(&c.ImageWidth, "image-width", c.ImageWidth, "model input width (multiple of 14)")
+	f.IntVar(&c.ScaleFrames, "scale-frames", c.ScaleFrames, "frames run together at the start (phase 1)")
+	f.IntVar(&c.SlidingWindow, "sliding-window", c.SlidingWindow, "live keyframes kept in the KV cache")
+	f.IntVar(&c.MaxFrames, "max-frames", c.MaxFrames, "committed frames per cache reset")
+	f.IntVar(&c.CameraIterations, "camera-iterations", c.CameraIterations, "camera head refinement iterations")
+	f.IntVar(&c.KeyframeInterval, "keyframe-interval", c.KeyframeInterval, "every Nth streaming frame is a keyframe; when not given, ⌈N/320⌉ for inputs longer than 320 frames")
+	f.Float64Var(&c.FlowThreshold, "flow-threshold", 0, "choose keyframes by mean flow in pixels instead of the interval (0 = off)")
+	f.IntVar(&c.MaxNonKeyframeGap, "max-gap", c.MaxNonKeyframeGap, "flow mode: force a keyframe after this many frames")
+	f.BoolVar(&c.Windowed, "windowed", false, "restart the cache every --window-size slots and stitch the windows")
+	f.IntVar(&c.WindowSize, "window-size", c.WindowSize, "windowed mode: KV slots (scale frames + keyframes) per window")
+	f.IntVar(&c.OverlapSize, "overlap", c.OverlapSize, "windowed mode: frames shared by consecutive windows")
+
+	f.Float64Var(&o.confThreshold, "conf-threshold", o.confThreshold, "map: keep pixels with confidence above this")
+	f.Float64Var(&o.voxel, "voxel", o.voxel, "map: voxel edge in model units (metres for metric models)")
+	f.IntVar(&o.pixelStride, "pixel-stride", o.pixelStride, "map: unproject every Nth pixel in each direction")
+	f.BoolVar(&o.saveDepth, "save-depth", o.saveDepth, "write per-frame depth PNGs")
+	f.BoolVar(&o.saveConf, "save-conf", false, "write per-frame confidence PNGs")
+	f.Float64Var(&o.depthScale, "depth-scale", o.depthScale, "depth PNG units per model unit (1000 = millimetres)")
+	f.Float64Var(&o.confScale, "conf-scale", o.confScale, "confidence PNG units per confidence unit")
+	f.BoolVar(&o.noProgress, "no-progress", false, "no progress bar, even on a terminal")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "log warnings and errors only")
+	return cmd
+}
+
+// validate checks the options that are not the engine's or the source's.
+func (o *runOptions) validate() error {
+	var errs []error
+	if o.out == "" {
+		errs = append(errs, errors.New("'out' must name a folder"))
+	}
+	if math.IsNaN(o.confThreshold) || math.IsInf(o.confThreshold, 0) {
+		errs = append(errs, fmt.Errorf("'conf-threshold' must be a number, not %g", o.confThreshold))
+	}
+	if !(o.voxel > 0) || math.IsInf(o.voxel, 0) {
+		errs = append(errs, fmt.Errorf("'voxel' must be a positive size, not %g", o.voxel))
+	}
+	if o.pixelStride < 1 {
+		errs = append(errs, fmt.Errorf("'pixel-stride' must be ≥ 1, not %d", o.pixelStride))
+	}
+	if !(o.depthScale > 0) || math.IsInf(o.depthScale, 0) {
+		errs = append(errs, fmt.Errorf("'depth-scale' must be positive, not %g", o.depthScale))
+	}
+	if !(o.confScale > 0) || math.IsInf(o.confScale, 0) {
+		errs = append(errs, fmt.Errorf("'conf-scale' must be positive, not %g", o.confScale))
+	}
+	return errors.Join(errs...)
+}
+
+// runRecord is run.json.
+type runRecord struct {
+	Version     string             `json:"version"`
+	Started     time.Time          `json:"started"`
+	Finished    time.Time          `json:"finished"`
+	Interrupted bool               `json:"interrupted"`
+	Error       string             `json:"error,omitempty"`
+	Input       runInput           `json:"input"`
+	Engine      map[string]any     `json:"engine"`
+	Map         runMap             `json:"map"`
+	Depth       runDepth           `json:"depth"`
+	Frames      runFrames          `json:"frames"`
+	Timings     runTimings         `json:"timings"`
+	Cache       *engine.CacheStats `json:"cache,omitempty"`
+	Outputs     map[string]string  `json:"outputs"`
+}
+
+type runInput struct {
+	Path        string         `json:"path"`
+	Description string         `json:"description"`
+	Options     source.Options `json:"options"`
+	Skipped     int            `json:"skipped_frames,omitempty"` // undecodable bag messages
+	SkipReason  string         `json:"first_skip_reason,omitempty"`
+}
+
+type runMap struct {
+	ConfThreshold float64 `json:"conf_threshold"`
+	VoxelSize     float64 `json:"voxel_size"`
+	PixelStride   int     `json:"pixel_stride"`
+	PointsIn      int64   `json:"points_unprojected"`
+	Points        int     `json:"points"`
+}
+
+type runDepth struct {
+	Saved       bool    `json:"saved"`
+	Scale       float64 `json:"scale"`
+	Unit        string  `json:"unit"`
+	Clipped     int64   `json:"clipped_pixels"`
+	ConfSaved   bool    `json:"conf_saved"`
+	ConfScale   float64 `json:"conf_scale"`
+	ConfClipped int64   `json:"conf_clipped_pixels"`
+}
+
+type runFrames struct {
+	Read         int `json:"read"`
+	Results      int `json:"results"`
+	Scale        int `json:"scale"`
+	Keyframes    int `json:"keyframes"`
+	NonKeyframes int `json:"non_keyframes"`
+	Windows      int `json:"windows"`
+}
+
+type runTimings struct {
+	TotalS        float64 `json:"total_s"`
+	LoadS         float64 `json:"load_s"`
+	DecodeS       float64 `json:"decode_s"`
+	ModelS        float64 `json:"model_s"`
+	OutputS       float64 `json:"output_s"`
+	MsPerFrame    float64 `json:"model_ms_per_frame"`
+	FramesPerS    float64 `json:"frames_per_s"`
+	ModelFramesPS float64 `json:"model_frames_per_s"`
+}
+
+func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
+	if o.stderr == nil {
+		o.stderr = os.Stderr
+	}
+	level := slog.LevelInfo
+	if o.quiet {
+		level = slog.LevelWarn
+	}
+	log := slog.New(slog.NewTextHandler(o.stderr, &slog.HandlerOptions{Level: level}))
+	if err := errors.Join(o.validate(), o.src.Validate()); err != nil {
+		return &exitCodeError{code: exitUsage, err: err}
+	}
+	start := time.Now()
+	src, err := o.openSource(ctx, o.input, o.src)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	if n := src.Len(); autoKF && n > 320 {
+		o.cfg.KeyframeInterval = (n + 319) / 320
+		log.Info("long input: one keyframe every few frames, as the reference", "frames", n, "keyframe_interval", o.cfg.KeyframeInterval)
+	}
+	if err := o.cfg.Validate(); err != nil {
+		return &exitCodeError{code: exitUsage, err: err}
+	}
+	w, err := newRunWriter(o, log)
+	if err != nil {
+		return err
+	}
+	rec := &runRecord{
+		Version: o.version,
+		Started: start.UTC(),
+		Input:   runInput{Path: o.input, Description: src.Describe(), Options: o.src},
+		Engine:  configMap(o.cfg),
+	}
+	log.Info("run", "input", src.Describe(), "out", o.out, "device", o.cfg.Device)
+
+	t0 := time.Now()
+	stream, err := o.newStream(ctx, o.cfg, log)
+	if err != nil {
+		return fmt.Errorf("start the engine: %w", err)
+	}
+	defer stream.Close()
+	rec.Timings.LoadS = time.Since(t0).Seconds()
+
+	prog := newProgress(o, src.Len(), log)
+	var decode, model time.Duration
+	var runErr error
+	for {
+		t := time.Now()
+		fr, err := src.Next(ctx)
+		decode += time.Since(t)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			runErr = err
+			break
+		}
+		rec.Frames.Read++
+		t = time.Now()
+		res, err := stream.Push(ctx, fr)
+		model += time.Since(t)
+		if err != nil {
+			runErr = fmt.Errorf("frame %d: %w", fr.Seq, err)
+			break
+		}
+		if err := w.add(res); err != nil {
+			runErr = err
+			break
+		}
+		prog.add(1)
+	}
+	if runErr == nil && ctx.Err() == nil {
+		t := time.Now()
+		res, err := stream.Flush(ctx)
+		model += time.Since(t)
+		if err != nil {
+			runErr = fmt.Errorf("flush: %w", err)
+		} else if err := w.add(res); err != nil {
+			runErr = err
+		}
+	}
+	prog.finish()
+	if s, ok := src.(interface{ Skipped() (int, error) }); ok {
+		if n, err := s.Skipped(); n > 0 && err != nil {
+			rec.Input.Skipped, rec.Input.SkipReason = n, err.Error()
+			log.Warn("skipped frames that did not decode", "count", n, "first", err)
+		}
+	}
+	interrupted := ctx.Err() != nil
+	if interrupted {
+		log.Warn("interrupted: writing what was computed so far", "frames_read", rec.Frames.Read, "results", w.frames.Results)
+	}
+	stats := stream.Stats()
+	rec.Cache = &stats
+	rec.Interrupted = interrupted
+	if runErr != nil && !interrupted {
+		rec.Error = runErr.Error()
+	}
+	rec.Timings.DecodeS = decode.Seconds()
+	rec.Timings.ModelS = model.Seconds()
+
+	if werr := w.finish(rec, start); werr != nil {
+		return errors.Join(runErr, werr)
+	}
+	log.Info("done", "out", o.out, "poses", len(w.poses), "points", rec.Map.Points,
+		"frames_per_s", fmt.Sprintf("%.2f", rec.Timings.FramesPerS))
+	switch {
+	case interrupted:
+		return fmt.Errorf("interrupted after %d frames; the results so far are in %s: %w", w.frames.Results, o.out, context.Cause(ctx))
+	case runErr != nil:
+		return fmt.Errorf("%w (the results so far are in %s)", runErr, o.out)
+	}
+	return nil
+}
+
+// runWriter turns results into the output files as they arrive: it keeps the
+// poses (small) and a voxel grid of the map (bounded by the explored volume),
+// never the frames' depth maps.
+type runWriter struct {
+	o      *runOptions
+	log    *slog.Logger
+	poses  []mapio.StampedPose
+	grid   *mapio.VoxelGrid
+	buf    []mapio.Point
+	frames runFrames
+	mapRec runMap
+	depth  runDepth
+	output time.Duration
+	window int
+}
+
+func newRunWriter(o *runOptions, log *slog.Logger) (*runWriter, error) {
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return nil, fmt.Errorf("output folder: %w", err)
+	}
+	for _, d := range []struct {
+		on   bool
+		name string
+	}{{o.saveDepth, "depth"}, {o.saveConf, "conf"}} {
+		if d.on {
+			if err := os.MkdirAll(filepath.Join(o.out, d.name), 0o755); err != nil {
+				return nil, fmt.Errorf("output folder: %w", err)
+			}
+		}
+	}
+	return &runWriter{
+		o:      o,
+		log:    log,
+		grid:   mapio.NewVoxelGrid(o.voxel),
+		mapRec: runMap{ConfThreshold: o.confThreshold, VoxelSize: o.voxel, PixelStride: o.pixelStride},
+		depth: runDepth{Saved: o.saveDepth, Scale: o.depthScale, Unit: fmt.Sprintf("1/%g of a model depth unit (metres for metric models)", o.depthScale),
+			ConfSaved: o.saveConf, ConfScale: o.confScale},
+		window: -1,
+	}, nil
+}
+
+func (w *runWriter) add(results []engine.Result) error {
+	t := time.Now()
+	defer func() { w.output += time.Since(t) }()
+	for i := range results {
+		if err := w.addOne(&results[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *runWriter) addOne(r *engine.Result) error {
+	n := r.Width * r.Height
+	if r.Width <= 0 || r.Height <= 0 || len(r.Depth) != n || (r.Conf != nil && len(r.Conf) != n) || (r.RGB != nil && len(r.RGB) != 3*n) {
+		return fmt.Errorf("frame %d: the engine returned %d depth, %d confidence and %d colour values for a %d×%d image",
+			r.Seq, len(r.Depth), len(r.Conf), len(r.RGB), r.Width, r.Height)
+	}
+	w.frames.Results++
+	switch r.Kind {
+	case engine.Scale:
+		w.frames.Scale++
+	case engine.Keyframe:
+		w.frames.Keyframes++
+	case engine.NonKeyframe:
+		w.frames.NonKeyframes++
+	}
+	if r.Window != w.window {
+		w.window = r.Window
+		w.frames.Windows++
+	}
+	w.poses = append(w.poses, mapio.PoseFromMatrix(source.Seconds(r.Stamp), r.CamToWorld))
+
+	name := fmt.Sprintf("%06d.png", r.Seq)
+	if w.o.saveDepth {
+		c, err := writeGray16File(filepath.Join(w.o.out, "depth", name), r.Depth, r.Width, r.Height, w.o.depthScale)
+		if err != nil {
+			return err
+		}
+		w.depth.Clipped += int64(c)
+	}
+	if w.o.saveConf && r.Conf != nil {
+		c, err := writeGray16File(filepath.Join(w.o.out, "conf", name), r.Conf, r.Width, r.Height, w.o.confScale)
+		if err != nil {
+			return err
+		}
+		w.depth.ConfClipped += int64(c)
+	}
+	return w.unproject(r)
+}
+
+// unproject adds the frame's confident pixels to the map.
+func (w *runWriter) unproject(r *engine.Result) error {
+	var err error
+	w.buf, err = unprojectDepth(r, w.o.confThreshold, w.o.pixelStride, w.buf[:0])
+	if err != nil {
+		return err
+	}
+	w.mapRec.PointsIn += int64(len(w.buf))
+	w.grid.Add(w.buf)
+	return nil
+}
+
+// unprojectDepth appends to dst the world points of r's pixels with finite
+// positive depth and confidence above thr, every stride-th pixel in each
+// direction, row by row: pixel (u, v) at depth d is X = ((u−cx)/fx·d,
+// (v−cy)/fy·d, d) in the camera and CamToWorld·X in the world (the reference
+// viewer's unprojection). Colours come from r.RGB, grey without it.
+func unprojectDepth(r *engine.Result, thr float64, stride int, dst []mapio.Point) ([]mapio.Point, error) {
+	fx, fy, cx, cy := r.Intrinsics[0], r.Intrinsics[1], r.Intrinsics[2], r.Intrinsics[3]
+	if !(fx > 0) || !(fy > 0) || math.IsInf(fx, 0) || math.IsInf(fy, 0) || math.IsNaN(cx) || math.IsNaN(cy) {
+		return dst, fmt.Errorf("frame %d: the engine returned unusable intrinsics %v", r.Seq, r.Intrinsics)
+	}
+	m := &r.CamToWorld
+	for v := 0; v < r.Height; v += stride {
+		for u := 0; u < r.Width; u += stride {
+			i := v*r.Width + u
+			d := float64(r.Depth[i])
+			if !(d > 0) || math.IsInf(d, 0) {
+				continue
+			}
+			if r.Conf != nil && !(float64(r.Conf[i]) > thr) {
+				continue
+			}
+			x, y := (float64(u)-cx)/fx*d, (float64(v)-cy)/fy*d
+			p := mapio.Point{
+				X: float32(m[0][0]*x + m[0][1]*y + m[0][2]*d + m[0][3]),
+				Y: float32(m[1][0]*x + m[1][1]*y + m[1][2]*d + m[1][3]),
+				Z: float32(m[2][0]*x + m[2][1]*y + m[2][2]*d + m[2][3]),
+				R: 128, G: 128, B: 128,
+			}
+			if r.RGB != nil {
+				p.R, p.G, p.B = r.RGB[3*i], r.RGB[3*i+1], r.RGB[3*i+2]
+			}
+			dst = append(dst, p)
+		}
+	}
+	return dst, nil
+}
+
+func writeGray16File(path string, vals []float32, width, height int, scale float64) (int, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return 0, fmt.Errorf("write %s: %w", path, err)
+	}
+	c, err := render.WriteGray16(f, vals, width, height, scale)
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("write %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// finish writes the trajectory, the map, the preview and run.json.
+func (w *runWriter) finish(rec *runRecord, start time.Time) error {
+	out := w.o.out
+	pts := w.grid.Points()
+	w.mapRec.Points = len(pts)
+	rec.Map = w.mapRec
+	rec.Depth = w.depth
+	rec.Frames.Results, rec.Frames.Scale, rec.Frames.Keyframes = w.frames.Results, w.frames.Scale, w.frames.Keyframes
+	rec.Frames.NonKeyframes, rec.Frames.Windows = w.frames.NonKeyframes, w.frames.Windows
+	rec.Outputs = map[string]string{"trajectory": "trajectory.tum", "map": "map.ply", "preview": "preview.png"}
+	if w.o.saveDepth {
+		rec.Outputs["depth"] = "depth/"
+	}
+	if w.o.saveConf {
+		rec.Outputs["conf"] = "conf/"
+	}
+	var errs []error
+	errs = append(errs, writeFile(filepath.Join(out, "trajectory.tum"), func(f io.Writer) error {
+		return mapio.WriteTUM(f, w.poses)
+	}))
+	comments := []string{
+		"lingbotmap " + w.o.version,
+		"source " + rec.Input.Path,
+		fmt.Sprintf("frames %d", w.frames.Results),
+		fmt.Sprintf("conf_threshold %g (pixels with confidence > threshold kept)", w.o.confThreshold),
+		fmt.Sprintf("voxel_size %g (one averaged point per voxel)", w.o.voxel),
+		fmt.Sprintf("pixel_stride %d", w.o.pixelStride),
+		"frame world = first camera, OpenCV axes (x right, y down, z forward)",
+	}
+	errs = append(errs, writeFile(filepath.Join(out, "map.ply"), func(f io.Writer) error {
+		return mapio.WritePLY(f, pts, comments...)
+	}))
+	positions := make([][3]float64, len(w.poses))
+	for i, p := range w.poses {
+		positions[i] = p.T
+	}
+	img, err := render.TopView(positions, pts, render.TopViewOptions{
+		Title: fmt.Sprintf("%d poses, %d map points (x right, z forward up)", len(w.poses), len(pts)),
+	})
+	if err == nil {
+		err = writePNGFile(filepath.Join(out, "preview.png"), img)
+	}
+	errs = append(errs, err)
+
+	rec.Finished = time.Now().UTC()
+	total := time.Since(start)
+	rec.Timings.TotalS = total.Seconds()
+	rec.Timings.OutputS = w.output.Seconds()
+	if n := w.frames.Results; n > 0 {
+		rec.Timings.MsPerFrame = rec.Timings.ModelS * 1000 / float64(n)
+		rec.Timings.FramesPerS = float64(n) / total.Seconds()
+		if rec.Timings.ModelS > 0 {
+			rec.Timings.ModelFramesPS = float64(n) / rec.Timings.ModelS
+		}
+	}
+	errs = append(errs, writeFile(filepath.Join(out, "run.json"), func(f io.Writer) error {
+		e := json.NewEncoder(f)
+		e.SetIndent("", "  ")
+		return e.Encode(rec)
+	}))
+	return errors.Join(errs...)
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write output: %w", err)
+	}
+	err = write(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// configMap lists the engine settings under their configuration-file keys,
+// leaving out what is not a setting (hooks tagged "-", functions, channels).
+func configMap(c engine.Config) map[string]any {
+	out := map[string]any{}
+	v := reflect.ValueOf(c)
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		key := f.Tag.Get("mapstructure")
+		switch {
+		case key == "-" || !f.IsExported():
+			continue
+		case f.Type.Kind() == reflect.Func || f.Type.Kind() == reflect.Chan:
+			continue
+		case key == "":
+			key = strings.ToLower(f.Name)
+		}
+		out[key] = v.Field(i).Interface()
+	}
+	return out
+}
+
+// progress reports frames done: a bar on a terminal, log lines otherwise.
+type progress interface {
+	add(n int)
+	finish()
+}
+
+func newProgress(o *runOptions, total int, log *slog.Logger) progress {
+	if f, ok := o.stderr.(*os.File); ok && !o.noProgress && !o.quiet && term.IsTerminal(int(f.Fd())) {
+		bar := progressbar.NewOptions(total,
+			progressbar.OptionSetWriter(f),
+			progressbar.OptionSetDescription("mapping"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionShowIts(),
+			progressbar.OptionSetItsString("frames"),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionThrottle(200*time.Millisecond),
+			progressbar.OptionSetWidth(30),
+		)
+		return barProgress{bar, f}
+	}
+	return &logProgress{log: log, total: total, start: time.Now(), last: time.Now(), every: 5 * time.Second}
+}
+
+type barProgress struct {
+	bar *progressbar.ProgressBar
+	w   io.Writer
+}
+
+func (b barProgress) add(n int) { _ = b.bar.Add(n) }
+func (b barProgress) finish() {
+	_ = b.bar.Finish()
+	fmt.Fprintln(b.w)
+}
+
+// logProgress writes a progress line every few seconds.
+type logProgress struct {
+	log         *slog.Logger
+	total, done int
+	start, last time.Time
+	every       time.Duration
+}
+
+func (p *logProgress) add(n int) {
+	p.done += n
+	if time.Since(p.last) < p.every {
+		return
+	}
+	p.last = time.Now()
+	el := time.Since(p.start).Seconds()
+	fps := float64(p.done) / el
+	args := []any{"frames", p.done, "frames_per_s", fmt.Sprintf("%.2f", fps)}
+	if p.total > 0 {
+		args = append(args, "of", p.total)
+		if fps > 0 {
+			eta := time.Duration(float64(p.total-p.done) / fps * float64(time.Second))
+			args = append(args, "eta", eta.Round(time.Second).String())
+		}
+	}
+	p.log.Info("progress", args...)
+}
+
+func (p *logProgress) finish() {}

@@ -1,0 +1,149 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"slices"
+
+	"gorgonia.org/cu"
+
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+)
+
+// Geometry of the attention kernels: queries per block and keys per tile.
+const (
+	fmaBQ = 128 // kernels/attention.cu: one query per thread, fp32
+	fmaTK = 32
+	mmaBQ = 64 // kernels/attention_mma.cu: 4 warps × 16 queries, bf16 tensor cores
+	mmaTK = 64
+)
+
+// attnKernel is one attention launch configuration.
+type attnKernel struct {
+	module, name string
+	bq, tk       int
+}
+
+// splits chooses how many blocks share one (query tile, head) so that the
+// GPU has a few waves of blocks even for one frame's queries over 72 000 keys,
+// while each split keeps at least a few tiles of keys.
+func (g *gpu) splits(blocks, nk, tk int) int {
+	want := (8*g.info.sms + blocks - 1) / max(blocks, 1)
+	most := max(1, nk/(tk*8))
+	return max(1, min(want, most, 64))
+}
+
+// attend launches one attention kernel and, when the key range is split,
+// the merge of the partial results (owner thread).
+func (g *gpu) attend(k attnKernel, out cu.DevicePtr, batch, nq, h, d, nk int, args func(o, pm, pl cu.DevicePtr) []any) error {
+	qTiles := (nq + k.bq - 1) / k.bq
+	ns := g.splits(qTiles*batch*h, nk, k.tk)
+	grid := [3]int{qTiles, batch * h, ns}
+	block := [3]int{128, 1, 1}
+	if ns == 1 {
+		return g.launch(k.module, k.name, grid, block, 0, args(out, 0, 0)...)
+	}
+	rowsh := int64(batch) * int64(nq) * int64(h)
+	part, err := g.scratch(int64(ns) * rowsh * int64(d+2) * 4)
+	if err != nil {
+		return err
+	}
+	defer g.pool.put(part)
+	po := part.ptr
+	pm := po + cu.DevicePtr(int64(ns)*rowsh*int64(d)*4)
+	pl := pm + cu.DevicePtr(int64(ns)*rowsh*4)
+	if err := g.launch(k.module, k.name, grid, block, 0, args(po, pm, pl)...); err != nil {
+		return err
+	}
+	return g.launch1D("attention+combine", "attn_combine", rowsh*int64(d), out, po, pm, pl, rowsh, d, ns)
+}
+
+// fmaKernel is the exact fp32 kernel variant for a head dim and KV kind.
+func fmaKernel(name string) attnKernel {
+	return attnKernel{module: "attention+" + name, name: name, bq: fmaBQ, tk: fmaTK}
+}
+
+// Attention is dense softmax(q·kᵀ·scale)·v per batch and head. In BF16 mode
+// head dim 64 runs on the tensor cores in bf16 (as the reference's autocast
+// SDPA); other head dims and FP32 mode use the exact fp32 kernel.
+func (g *gpu) Attention(q, k, v backend.Tensor, scale float32) backend.Tensor {
+	qt, kt, vt := g.tensor(q), g.tensor(k), g.tensor(v)
+	if len(qt.shape) != 4 || len(kt.shape) != 4 || !slices.Equal(kt.shape, vt.shape) ||
+		kt.shape[0] != qt.shape[0] || kt.shape[2] != qt.shape[2] || kt.shape[3] != qt.shape[3] {
+		panic(fmt.Sprintf("cuda: Attention wants q [B,Nq,H,D], k and v [B,Nk,H,D]: q %v k %v v %v", qt.shape, kt.shape, vt.shape))
+	}
+	b, nq, h, d := qt.shape[0], qt.shape[1], qt.shape[2], qt.shape[3]
+	nk := kt.shape[1]
+	if d != 32 && d != 64 && d != 128 {
+		panic(fmt.Sprintf("cuda: Attention supports head dims 32, 64 and 128, not %d", d))
+	}
+	return g.output(qt.shape, "Attention", func(out *Tensor) error {
+		if qt.numel() == 0 {
+			return nil
+		}
+		k := fmaKernel(fmt.Sprintf("attn_dense_f32_d%d", d))
+		if g.cfg.Precision == BF16 && d == 64 && !g.cfg.ExactAttention {
+			// Trunk attention (DINO, frame and global blocks; the camera
+			// head's heads are 128 wide and stay fp32 like the reference).
+			k = attnKernel{module: "attention_mma", name: "attn_mma_dense", bq: mmaBQ, tk: mmaTK}
+		}
+		return g.attend(k, out.ptr(), b, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
+			return []any{qt.ptr(), kt.ptr(), vt.ptr(), nq, nk, h, scale, o, pm, pl}
+		})
+	})
+}
+
+// PagedAttention attends q [Nq, H, D] to `pages` of one layer of the KV
+// store in one launch: the kernel reads the page table itself, so pages need
+// not be contiguous and the page size need not be a power of two.
+func (g *gpu) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pages []int32, lastPageLen int, scale float32) backend.Tensor {
+	st := g.kv(s)
+	qt := g.tensor(q)
+	h, d, ps := st.spec.Heads, st.spec.HeadDim, st.spec.PageSize
+	if qt.numel()%(h*d) != 0 || qt.shape[len(qt.shape)-1] != d && qt.shape[len(qt.shape)-1] != h*d {
+		panic(fmt.Sprintf("cuda: PagedAttention q %v for %d heads × %d", qt.shape, h, d))
+	}
+	if layer < 0 || layer >= st.spec.Layers {
+		panic(fmt.Sprintf("cuda: PagedAttention layer %d of %d", layer, st.spec.Layers))
+	}
+	if len(pages) > 0 && (lastPageLen < 0 || lastPageLen > ps) {
+		panic(fmt.Sprintf("cuda: PagedAttention last page holds %d rows, page size is %d", lastPageLen, ps))
+	}
+	for _, p := range pages {
+		if p < 0 || int(p) >= st.spec.Pages {
+			panic(fmt.Sprintf("cuda: PagedAttention page %d out of %d", p, st.spec.Pages))
+		}
+	}
+	nq := qt.numel() / (h * d)
+	nk := 0
+	if len(pages) > 0 {
+		nk = (len(pages)-1)*ps + lastPageLen
+	}
+	return g.output(qt.shape, "PagedAttention", func(out *Tensor) error {
+		if nq == 0 {
+			return nil
+		}
+		if nk == 0 {
+			// Nothing cached yet: the reference returns zeros.
+			return cu.MemsetD32(out.ptr(), 0, int64(qt.numel()))
+		}
+		table, err := st.table(pages)
+		if err != nil {
+			return err
+		}
+		var k attnKernel
+		switch {
+		case st.bf && d == 64 && !g.cfg.ExactAttention:
+			k = attnKernel{module: "attention_mma", name: "attn_mma_paged_bf", bq: mmaBQ, tk: mmaTK}
+		case st.bf:
+			k = fmaKernel(fmt.Sprintf("attn_paged_bf_d%d", d))
+		default:
+			k = fmaKernel(fmt.Sprintf("attn_paged_f32_d%d", d))
+		}
+		kp, vp := st.k[layer].ptr, st.v[layer].ptr
+		return g.attend(k, out.ptr(), 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
+			return []any{qt.ptr(), kp, vp, table, ps, nq, nk, h, scale, o, pm, pl}
+		})
+	})
+}

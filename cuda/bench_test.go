@@ -1,0 +1,99 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+)
+
+// waitGPU waits for the GPU (the benchmark timer must include the device work).
+func waitGPU(b *testing.B, g Backend) {
+	b.Helper()
+	if err := g.(*gpu).Sync(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkLinear times the model's GEMM shapes (bf16, fp32 accumulation,
+// bias epilogue) and reports TFLOP/s.
+func BenchmarkLinear(b *testing.B) {
+	shapes := [][3]int{ // M (rows), N (outputs), K
+		{1005, 3072, 1024}, {1005, 1024, 1024}, {1005, 4096, 1024}, {1005, 1024, 4096}, {8040, 4096, 1024}, {8192, 8192, 8192},
+	}
+	g := fx.bf16
+	p := pairs(b, 20)[1]
+	for _, s := range shapes {
+		m, n, k := s[0], s[1], s[2]
+		b.Run(fmt.Sprintf("M%d_N%d_K%d", m, n, k), func(b *testing.B) {
+			x := g.FromHost(p.randn(m*k, 1), m, k)
+			w := g.Weight("w", p.randn(n*k, 0.03), backend.Trunk, n, k)
+			bias := g.Weight("b", p.randn(n, 0.1), backend.Trunk, n)
+			g.Free(g.Linear(x, w, bias, backend.ActNone))
+			waitGPU(b, g)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				g.Free(g.Linear(x, w, bias, backend.ActNone))
+			}
+			waitGPU(b, g)
+			b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+			g.Free(x)
+			g.Free(w)
+			g.Free(bias)
+		})
+	}
+}
+
+// BenchmarkPagedAttention: one frame's 1005 queries over the full visible set
+// of the released model (72 pages of 999 patch rows + 432 special rows =
+// 72 360 keys), 16 heads × 64, bf16 KV.
+func BenchmarkPagedAttention(b *testing.B) {
+	const ps, frames, specials, h, d, nq = 999, 72, 432, 16, 64, 1005
+	g := fx.bf16
+	p := pairs(b, 21)[1]
+	st, err := g.NewKVStore(backend.KVSpec{Layers: 1, Pages: frames + 1, PageSize: ps, Heads: h, HeadDim: d})
+	if err != nil {
+		b.Fatal(err)
+	}
+	k := g.FromHost(p.randn(ps*h*d, 1), ps, h, d)
+	v := g.FromHost(p.randn(ps*h*d, 1), ps, h, d)
+	table := make([]int32, 0, frames+1)
+	for f := 0; f <= frames; f++ {
+		pg := int32((f * 7) % (frames + 1))
+		g.WriteKV(st, 0, int(pg), 0, k, v, 0, ps)
+		table = append(table, pg)
+	}
+	q := g.FromHost(p.randn(nq*h*d, 1), nq, h, d)
+	g.Free(g.PagedAttention(q, st, 0, table, specials, 0.125))
+	waitGPU(b, g)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		g.Free(g.PagedAttention(q, st, 0, table, specials, 0.125))
+	}
+	waitGPU(b, g)
+	keys := float64(frames*ps + specials)
+	b.ReportMetric(4*nq*keys*h*d*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+}
+
+// BenchmarkFrameAttention: dense attention inside one frame (1005 × 1005,
+// 16 × 64): bf16 tensor cores in BF16 mode, the exact fp32 kernel in FP32 mode.
+func BenchmarkFrameAttention(b *testing.B) {
+	const n, h, d = 1005, 16, 64
+	for _, g := range []Backend{fx.bf16, fx.fp32} {
+		b.Run(g.(*gpu).cfg.Precision.String(), func(b *testing.B) {
+			p := pairs(b, 22)[1]
+			q := g.FromHost(p.randn(n*h*d, 1), 1, n, h, d)
+			g.Free(g.Attention(q, q, q, 0.125))
+			waitGPU(b, g)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				g.Free(g.Attention(q, q, q, 0.125))
+			}
+			waitGPU(b, g)
+			b.ReportMetric(4*n*n*h*d*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+			g.Free(q)
+		})
+	}
+}

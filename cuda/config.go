@@ -1,0 +1,58 @@
+package cuda
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+)
+
+// Precision chooses how the backend stores trunk weights and the KV cache.
+type Precision int
+
+const (
+	// BF16 follows the reference's production path: trunk weights and the KV
+	// cache in bf16, GEMMs in bf16 with fp32 accumulation, residual stream,
+	// LayerNorm statistics and heads in fp32.
+	BF16 Precision = iota
+	// FP32 keeps everything in float32 with TF32 off, for exact golden checks.
+	FP32
+)
+
+func (p Precision) String() string {
+	if p == FP32 {
+		return "fp32"
+	}
+	return "bf16"
+}
+
+// Config sets up the CUDA backend. Start from DefaultConfig.
+type Config struct {
+	// Device is the CUDA device ordinal.
+	Device int
+	// Precision of trunk weights, trunk GEMMs and the KV cache.
+	Precision Precision
+	// CacheDir keeps compiled kernels between runs; empty means
+	// os.UserCacheDir()/lingbotmap/cuda, and "-" turns the disk cache off.
+	CacheDir string
+	// ExactAttention runs attention with the fp32 kernels even in BF16 mode
+	// (slower; for checking the bf16 tensor-core kernels). DefaultConfig sets
+	// it when LINGBOTMAP_CUDA_EXACT_ATTENTION=1.
+	ExactAttention bool
+	// Logger receives compile and memory events; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig is device 0 in bf16.
+func DefaultConfig() Config {
+	return Config{Device: 0, Precision: BF16, ExactAttention: os.Getenv("LINGBOTMAP_CUDA_EXACT_ATTENTION") == "1"}
+}
+
+// Backend is a backend.Backend on a GPU. Device failures (out of memory, a
+// failed launch) are sticky: the first one is kept and returned by Err, and
+// later operations do nothing. Close releases the context and all memory.
+type Backend interface {
+	backend.Backend
+	Err() error
+	Close() error
+}

@@ -1,0 +1,127 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+
+	"gorgonia.org/cu"
+
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+)
+
+// Unary applies an elementwise function (numbered as backend.UnaryOp in the kernel).
+func (g *gpu) Unary(op backend.UnaryOp, x backend.Tensor) backend.Tensor {
+	xt := g.tensor(x)
+	if op < backend.OpGELU || op > backend.OpInvLog {
+		panic(fmt.Sprintf("cuda: unknown unary op %d", op))
+	}
+	n := int64(xt.numel())
+	return g.output(xt.shape, "Unary", func(out *Tensor) error {
+		return g.launch1D("elementwise", "unary_f32", n, out.ptr(), xt.ptr(), n, int(op))
+	})
+}
+
+func (g *gpu) binary(name string, op int, a, b backend.Tensor) backend.Tensor {
+	at, bt := g.tensor(a), g.tensor(b)
+	suffixCheck(name, at.shape, bt.shape)
+	n := int64(at.numel())
+	return g.output(at.shape, name, func(out *Tensor) error {
+		return g.launch1D("elementwise", "binary_f32", n, out.ptr(), at.ptr(), bt.ptr(), n, int64(bt.numel()), op)
+	})
+}
+
+// suffixCheck panics unless b's shape is a non-empty suffix of a's.
+func suffixCheck(name string, a, b []int) {
+	if len(b) > len(a) || backend.Numel(b) == 0 {
+		panic(fmt.Sprintf("cuda: %s %v with %v", name, a, b))
+	}
+	off := len(a) - len(b)
+	for i, d := range b {
+		if a[off+i] != d {
+			panic(fmt.Sprintf("cuda: %s %v with %v: not a suffix", name, a, b))
+		}
+	}
+}
+
+// Add is a+b with b broadcast over a's leading dimensions.
+func (g *gpu) Add(a, b backend.Tensor) backend.Tensor { return g.binary("Add", 0, a, b) }
+
+// Mul is a⊙b with the same broadcasting as Add.
+func (g *gpu) Mul(a, b backend.Tensor) backend.Tensor { return g.binary("Mul", 1, a, b) }
+
+// ScaleShift is x·s + c.
+func (g *gpu) ScaleShift(x backend.Tensor, s, c float32) backend.Tensor {
+	xt := g.tensor(x)
+	n := int64(xt.numel())
+	return g.output(xt.shape, "ScaleShift", func(out *Tensor) error {
+		return g.launch1D("elementwise", "scale_shift_f32", n, out.ptr(), xt.ptr(), n, s, c)
+	})
+}
+
+// AddScaled is x + gamma⊙y (LayerScale residual).
+func (g *gpu) AddScaled(x, y, gamma backend.Tensor) backend.Tensor {
+	xt, yt, gt := g.tensor(x), g.tensor(y), g.tensor(gamma)
+	_, c := rowsCols(xt.shape)
+	if xt.numel() != yt.numel() || gt.numel() != c {
+		panic(fmt.Sprintf("cuda: AddScaled x %v y %v gamma %v", xt.shape, yt.shape, gt.shape))
+	}
+	n := int64(xt.numel())
+	return g.output(xt.shape, "AddScaled", func(out *Tensor) error {
+		return g.launch1D("elementwise", "add_scaled_f32", n, out.ptr(), xt.ptr(), yt.ptr(), gt.ptr(), n, c)
+	})
+}
+
+// LayerNorm over the last dimension; w and b may be nil.
+func (g *gpu) LayerNorm(x, w, b backend.Tensor, eps float32) backend.Tensor {
+	xt, wt, bt := g.tensor(x), g.tensor(w), g.tensor(b)
+	rows, c := rowsCols(xt.shape)
+	if (wt != nil && wt.numel() != c) || (bt != nil && bt.numel() != c) {
+		panic(fmt.Sprintf("cuda: LayerNorm x %v with affine %v / %v", xt.shape, shapeOf(wt), shapeOf(bt)))
+	}
+	return g.output(xt.shape, "LayerNorm", func(out *Tensor) error {
+		if rows == 0 {
+			return nil
+		}
+		threads := 256
+		if c <= 128 {
+			threads = 64
+		}
+		return g.launch("layernorm", "layernorm_f32", [3]int{rows, 1, 1}, [3]int{threads, 1, 1}, 0,
+			out.ptr(), xt.ptr(), ptrOf(wt), ptrOf(bt), c, eps)
+	})
+}
+
+// RoPE rotates x [..., N, H, D] with tables cos, sin [N, D/2].
+func (g *gpu) RoPE(x, cos, sin backend.Tensor, pairing backend.RoPEPairing) backend.Tensor {
+	xt, ct, st := g.tensor(x), g.tensor(cos), g.tensor(sin)
+	if len(xt.shape) < 3 || len(ct.shape) != 2 {
+		panic(fmt.Sprintf("cuda: RoPE x %v cos %v", xt.shape, ct.shape))
+	}
+	r := len(xt.shape)
+	n, h, d := xt.shape[r-3], xt.shape[r-2], xt.shape[r-1]
+	if d%4 != 0 || ct.shape[0] != n || ct.shape[1] != d/2 || st.numel() != ct.numel() {
+		panic(fmt.Sprintf("cuda: RoPE x %v with tables %v %v", xt.shape, ct.shape, st.shape))
+	}
+	if pairing != backend.RoPEHalves2D && pairing != backend.RoPEInterleaved {
+		panic(fmt.Sprintf("cuda: unknown RoPE pairing %d", pairing))
+	}
+	rows := int64(xt.numel() / (h * d))
+	return g.output(xt.shape, "RoPE", func(out *Tensor) error {
+		return g.launch1D("rope", "rope_f32", rows*int64(h*d/2), out.ptr(), xt.ptr(), ct.ptr(), st.ptr(), rows, n, h, d, int(pairing))
+	})
+}
+
+func ptrOf(t *Tensor) cu.DevicePtr {
+	if t == nil {
+		return 0
+	}
+	return t.ptr()
+}
+
+func shapeOf(t *Tensor) []int {
+	if t == nil {
+		return nil
+	}
+	return t.shape
+}

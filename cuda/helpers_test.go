@@ -1,0 +1,129 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+	"github.com/lingbotmap/lingbotmap/engine/cpu"
+)
+
+// The GPU backends are created once for the package: a context costs a few
+// hundred milliseconds and every test compares against the same CPU oracle.
+type fixtures struct {
+	cpu        *cpu.Backend
+	fp32, bf16 Backend
+}
+
+var fx fixtures
+
+func TestMain(m *testing.M) {
+	var err error
+	fx.cpu = cpu.New(cpu.Config{})
+	cfg := DefaultConfig()
+	cfg.CacheDir = os.Getenv("LINGBOTMAP_CUDA_CACHE")
+	cfg.Precision = FP32
+	if fx.fp32, err = New(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "cuda tests need a GPU:", err)
+		os.Exit(1)
+	}
+	cfg.Precision = BF16
+	if fx.bf16, err = New(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "cuda tests need a GPU:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	fx.fp32.Close()
+	fx.bf16.Close()
+	os.Exit(code)
+}
+
+// Tolerances on ‖got−want‖/‖want‖ by precision.
+const (
+	tolFP32 = 2e-5
+	tolBF16 = 1e-2
+)
+
+// pair runs one operation on the CPU oracle and on a GPU backend.
+type pair struct {
+	t   testing.TB
+	gpu Backend
+	tol float64
+	rng *rand.Rand
+}
+
+func pairs(t testing.TB, seed uint64) []pair {
+	return []pair{
+		{t: t, gpu: fx.fp32, tol: tolFP32, rng: rand.New(rand.NewPCG(seed, 1))},
+		{t: t, gpu: fx.bf16, tol: tolBF16, rng: rand.New(rand.NewPCG(seed, 2))},
+	}
+}
+
+func (p pair) name() string {
+	if p.gpu == fx.fp32 {
+		return "fp32"
+	}
+	return "bf16"
+}
+
+func (p pair) randn(n int, scale float64) []float32 {
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = float32(p.rng.NormFloat64() * scale)
+	}
+	return out
+}
+
+// in uploads the same values to both backends.
+func (p pair) in(data []float32, shape ...int) (backend.Tensor, backend.Tensor) {
+	return fx.cpu.FromHost(data, shape...), p.gpu.FromHost(data, shape...)
+}
+
+func (p pair) weight(data []float32, prec backend.Precision, shape ...int) (backend.Tensor, backend.Tensor) {
+	return fx.cpu.Weight("w", data, prec, shape...), p.gpu.Weight("w", data, prec, shape...)
+}
+
+// check compares shapes and values (relative L2 error, NaN never passes).
+func (p pair) check(what string, got, want backend.Tensor, tol float64) {
+	p.t.Helper()
+	if err := p.gpu.Err(); err != nil {
+		p.t.Fatalf("%s (%s): device error: %v", what, p.name(), err)
+	}
+	gs, ws := got.Shape(), want.Shape()
+	if fmt.Sprint(gs) != fmt.Sprint(ws) {
+		p.t.Fatalf("%s (%s): shape %v, want %v", what, p.name(), gs, ws)
+	}
+	g, w := p.gpu.ToHost(got), fx.cpu.ToHost(want)
+	rel, worst := relErr(g, w)
+	if !(rel <= tol) {
+		p.t.Errorf("%s (%s): relative error %.3g > %.3g (worst element %d: got %g want %g)", what, p.name(), rel, tol, worst, g[worst], w[worst])
+	}
+	p.gpu.Free(got)
+	fx.cpu.Free(want)
+}
+
+// relErr is ‖g−w‖/‖w‖ and the index of the largest difference.
+func relErr(g, w []float32) (float64, int) {
+	var num, den, big float64
+	worst := 0
+	for i := range w {
+		d := float64(g[i]) - float64(w[i])
+		if math.IsNaN(d) {
+			return math.NaN(), i
+		}
+		num += d * d
+		den += float64(w[i]) * float64(w[i])
+		if math.Abs(d) > big {
+			big, worst = math.Abs(d), i
+		}
+	}
+	if den == 0 {
+		return math.Sqrt(num), worst
+	}
+	return math.Sqrt(num / den), worst
+}

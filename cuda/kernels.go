@@ -1,0 +1,184 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gorgonia.org/cu"
+	"gorgonia.org/cu/nvrtc"
+)
+
+// The kernels are CUDA C sources compiled at first use for the exact GPU.
+//
+//go:embed kernels/*.cu kernels/*.cuh
+var kernelFS embed.FS
+
+// kernelCache compiles each kernels/<module>.cu once per process (and once
+// per machine, through the on-disk PTX cache) and looks functions up. A
+// module "file+NAME" is file.cu compiled with -DWANT_NAME, for sources whose
+// variants are compiled one at a time.
+// Used only on the owner thread.
+type kernelCache struct {
+	dir     string // "" when the disk cache is off
+	arch    string
+	driver  int
+	log     *slog.Logger
+	modules map[string]cu.Module
+	funcs   map[string]cu.Function
+}
+
+func newKernelCache(dir string, info deviceInfo, log *slog.Logger) *kernelCache {
+	switch dir {
+	case "-":
+		dir = ""
+	case "":
+		if base, err := os.UserCacheDir(); err == nil {
+			dir = filepath.Join(base, "lingbotmap", "cuda")
+		}
+	}
+	arch := fmt.Sprintf("compute_%d%d", info.major, info.minor)
+	if info.major == 9 && info.minor == 0 {
+		arch = "compute_90a" // Hopper: allow the arch-specific instructions
+	}
+	return &kernelCache{dir: dir, arch: arch, driver: info.driver, log: log,
+		modules: map[string]cu.Module{}, funcs: map[string]cu.Function{}}
+}
+
+func (k *kernelCache) function(module, name string) (cu.Function, error) {
+	key := module + "." + name
+	if fn, ok := k.funcs[key]; ok {
+		return fn, nil
+	}
+	mod, err := k.module(module)
+	if err != nil {
+		return cu.Function{}, err
+	}
+	fn, err := mod.Function(name)
+	if err != nil {
+		return cu.Function{}, fmt.Errorf("kernel %s not found in kernel module %s: %w", name, module, err)
+	}
+	k.funcs[key] = fn
+	return fn, nil
+}
+
+func (k *kernelCache) options(module string) []string {
+	opts := []string{"--gpu-architecture=" + k.arch, "--std=c++17", "--fmad=true"}
+	if _, variant, ok := strings.Cut(module, "+"); ok {
+		opts = append(opts, "-DWANT_"+variant)
+	}
+	return opts
+}
+
+// source is the module's text with the shared header in front.
+func (k *kernelCache) source(module string) (string, error) {
+	common, err := kernelFS.ReadFile("kernels/common.cuh")
+	if err != nil {
+		return "", err
+	}
+	file, _, _ := strings.Cut(module, "+")
+	body, err := kernelFS.ReadFile("kernels/" + file + ".cu")
+	if err != nil {
+		return "", fmt.Errorf("no kernel module %q: %w", module, err)
+	}
+	return string(common) + "\n#line 1 \"" + file + ".cu\"\n" + string(body), nil
+}
+
+func (k *kernelCache) module(module string) (cu.Module, error) {
+	if m, ok := k.modules[module]; ok {
+		return m, nil
+	}
+	start := time.Now()
+	src, err := k.source(module)
+	if err != nil {
+		return cu.Module{}, err
+	}
+	ptx, err := k.ptx(module, src)
+	if err != nil {
+		return cu.Module{}, err
+	}
+	m, err := cu.LoadData(ptx)
+	if err != nil {
+		return cu.Module{}, fmt.Errorf("loading compiled kernels/%s.cu for %s: %w", module, k.arch, err)
+	}
+	k.modules[module] = m
+	k.log.Debug("loaded CUDA kernels", "module", module, "arch", k.arch, "took", time.Since(start).Round(time.Millisecond))
+	return m, nil
+}
+
+// ptx returns the module's PTX from the disk cache or from NVRTC. The cache
+// key is the source and options hash, the architecture, the NVRTC and driver
+// versions.
+func (k *kernelCache) ptx(module, src string) (string, error) {
+	maj, min, err := nvrtc.Version()
+	if err != nil {
+		return "", fmt.Errorf("NVRTC is not usable: %w", err)
+	}
+	h := sha256.New()
+	opts := k.options(module)
+	fmt.Fprintf(h, "%s\x00%s\x00nvrtc %d.%d\x00", src, strings.Join(opts, " "), maj, min)
+	sum := hex.EncodeToString(h.Sum(nil))[:24]
+	path := ""
+	if k.dir != "" {
+		path = filepath.Join(k.dir, fmt.Sprintf("%s-%s-drv%d-%s.ptx", module, k.arch, k.driver, sum))
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+			return string(b), nil
+		}
+	}
+	start := time.Now()
+	ptx, err := compile(module, src, opts)
+	if err != nil {
+		return "", err
+	}
+	k.log.Info("compiled CUDA kernels", "module", module, "arch", k.arch, "took", time.Since(start).Round(time.Millisecond))
+	if path != "" {
+		if err := writeAtomic(path, []byte(ptx)); err != nil {
+			k.log.Warn("cannot cache compiled kernels", "path", path, "err", err)
+		}
+	}
+	return ptx, nil
+}
+
+// compile runs NVRTC; on failure the error carries the compiler's log.
+func compile(module, src string, opts []string) (string, error) {
+	prog, err := nvrtc.CreateProgram(src, module+".cu")
+	if err != nil {
+		return "", fmt.Errorf("NVRTC cannot create program %s.cu: %w", module, err)
+	}
+	defer prog.Destroy()
+	if cerr := prog.Compile(opts...); cerr != nil {
+		log, _ := prog.GetLog()
+		return "", fmt.Errorf("compiling kernels/%s.cu with NVRTC (%s) failed: %w\n%s", module, strings.Join(opts, " "), cerr, log)
+	}
+	ptx, err := prog.GetPTX()
+	if err != nil {
+		return "", fmt.Errorf("reading PTX of kernels/%s.cu: %w", module, err)
+	}
+	return ptx, nil
+}
+
+func writeAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, werr := tmp.Write(data)
+	cerr := tmp.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,64 @@
+// Elementwise operations. Grid-stride loops over 64-bit indices.
+#define GRID_LOOP(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
+
+// Ops numbered as backend.UnaryOp.
+__device__ __forceinline__ float unary_apply(int op, float x) {
+    switch (op) {
+    case 0: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); // exact GELU
+    case 1: return x / (1.0f + expf(-x));                               // SiLU
+    case 2: return fmaxf(x, 0.0f);                                      // ReLU
+    case 3: return expf(x);
+    case 4: return 1.0f + expf(x);
+    case 5: { float y = expm1f(fabsf(x)); return x < 0.0f ? -y : (x == 0.0f ? 0.0f : y); }
+    }
+    return x;
+}
+
+extern "C" __global__ void unary_f32(float* y, const float* x, i64 n, int op) {
+    GRID_LOOP(i, n) y[i] = unary_apply(op, x[i]);
+}
+
+// op 0: a+b, op 1: a*b; b repeats every bn elements (suffix broadcast).
+extern "C" __global__ void binary_f32(float* y, const float* a, const float* b, i64 n, i64 bn, int op) {
+    GRID_LOOP(i, n) {
+        float bv = b[bn == n ? i : i % bn];
+        y[i] = op == 0 ? a[i] + bv : a[i] * bv;
+    }
+}
+
+extern "C" __global__ void scale_shift_f32(float* y, const float* x, i64 n, float s, float c) {
+    GRID_LOOP(i, n) y[i] = x[i] * s + c;
+}
+
+// LayerScale residual: y = x + gamma ⊙ r, gamma over the last dim (c).
+extern "C" __global__ void add_scaled_f32(float* y, const float* x, const float* r, const float* gamma, i64 n, int c) {
+    GRID_LOOP(i, n) y[i] = x[i] + gamma[i % c] * r[i];
+}
+
+extern "C" __global__ void f32_to_bf16_k(bf16_t* y, const float* x, i64 n) {
+    GRID_LOOP(i, n) y[i] = f32_to_bf16(x[i]);
+}
+
+// In place: round fp32 values to the nearest bf16 (trunk weights in BF16 mode).
+extern "C" __global__ void round_bf16(float* y, i64 n) {
+    GRID_LOOP(i, n) y[i] = bf16_to_f32(f32_to_bf16(y[i]));
+}
+
+extern "C" __global__ void bf16_to_f32_k(float* y, const bf16_t* x, i64 n) {
+    GRID_LOOP(i, n) y[i] = bf16_to_f32(x[i]);
+}
+
+// In place on y [rows, cols]: y += bias[col] (if bias) then the activation (0 none, 1 GELU).
+extern "C" __global__ void bias_act_f32(float* y, const float* bias, i64 rows, int cols, int act) {
+    GRID_LOOP(i, rows * cols) {
+        float v = y[i];
+        if (bias) v += bias[i % cols];
+        if (act == 1) v = unary_apply(0, v);
+        y[i] = v;
+    }
+}
+
+// Per-channel bias on NCHW: y[n, c, hw] += bias[c].
+extern "C" __global__ void bias_nchw_f32(float* y, const float* bias, i64 n, int c, int hw) {
+    GRID_LOOP(i, n) y[i] += bias[(i / hw) % c];
+}

@@ -1,0 +1,315 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"unsafe"
+
+	"gorgonia.org/cu"
+
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+)
+
+// buffer is one allocation from the pool; views (Reshape) share it.
+type buffer struct {
+	ptr  cu.DevicePtr
+	size int64 // rounded size class
+	live bool
+	// trunk marks a parameter the reference keeps in bf16; in BF16 mode its
+	// values are rounded to bf16 and GEMMs read the bf16 copy in bf.
+	trunk bool
+	bf    *buffer
+}
+
+// Tensor is fp32 device memory with a shape. Trunk weights additionally get
+// a bf16 copy the first time a GEMM reads them (see Config.Precision).
+type Tensor struct {
+	buf   *buffer
+	shape []int
+}
+
+// Shape returns the dimensions.
+func (t *Tensor) Shape() []int { return t.shape }
+
+func (t *Tensor) String() string { return fmt.Sprintf("cuda.Tensor%v", t.shape) }
+
+func (t *Tensor) numel() int { return backend.Numel(t.shape) }
+
+func (t *Tensor) ptr() cu.DevicePtr { return t.buf.ptr }
+
+// pool is a caching allocator keyed by size class: a stream repeats the same
+// shapes every frame, so after the first frame cuMemAlloc is not called at
+// all. It is used only on the owner thread.
+type pool struct {
+	free     map[int64][]cu.DevicePtr
+	cached   int64 // bytes held in free lists
+	inUse    int64
+	peak     int64 // largest inUse seen
+	mallocs  int64 // cuMemAlloc calls so far
+	reserved int64 // bytes obtained from the driver
+}
+
+// sizeClass rounds small sizes to 512 B and large ones to 2 MiB so that
+// nearby sizes share buffers.
+func sizeClass(n int64) int64 {
+	const small, large = 512, 2 << 20
+	if n <= 0 {
+		n = 1
+	}
+	if n < 4*large {
+		return (n + small - 1) / small * small
+	}
+	return (n + large - 1) / large * large
+}
+
+func (p *pool) get(bytes int64) (*buffer, error) {
+	sz := sizeClass(bytes)
+	if l := p.free[sz]; len(l) > 0 {
+		ptr := l[len(l)-1]
+		p.free[sz] = l[:len(l)-1]
+		p.cached -= sz
+		p.use(sz)
+		return &buffer{ptr: ptr, size: sz, live: true}, nil
+	}
+	ptr, err := cu.MemAlloc(sz)
+	if err != nil && p.cached > 0 {
+		// Give the cached buffers back to the driver and try once more.
+		p.trim()
+		ptr, err = cu.MemAlloc(sz)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("allocating %s on the GPU (%s in use by this backend): %w", human(sz), human(p.inUse), err)
+	}
+	p.mallocs++
+	p.reserved += sz
+	p.use(sz)
+	return &buffer{ptr: ptr, size: sz, live: true}, nil
+}
+
+func (p *pool) use(sz int64) {
+	p.inUse += sz
+	p.peak = max(p.peak, p.inUse)
+}
+
+func (p *pool) put(b *buffer) {
+	if b == nil || !b.live {
+		return
+	}
+	b.live = false
+	if p.free == nil {
+		p.free = map[int64][]cu.DevicePtr{}
+	}
+	p.free[b.size] = append(p.free[b.size], b.ptr)
+	p.cached += b.size
+	p.inUse -= b.size
+}
+
+// trim frees every cached buffer.
+func (p *pool) trim() {
+	for sz, l := range p.free {
+		for _, ptr := range l {
+			_ = cu.MemFree(ptr)
+			p.reserved -= sz
+		}
+	}
+	p.free = map[int64][]cu.DevicePtr{}
+	p.cached = 0
+}
+
+func human(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	default:
+		return fmt.Sprintf("%d B", n)
+	}
+}
+
+// newTensor allocates an uninitialised tensor (owner thread only).
+func (g *gpu) newTensor(shape []int) (*Tensor, error) {
+	for _, d := range shape {
+		if d < 0 {
+			return nil, fmt.Errorf("negative dimension in shape %v", shape)
+		}
+	}
+	buf, err := g.pool.get(int64(backend.Numel(shape)) * 4)
+	if err != nil {
+		return nil, err
+	}
+	return &Tensor{buf: buf, shape: append([]int(nil), shape...)}, nil
+}
+
+// scratch is a temporary buffer released by the caller (owner thread only).
+func (g *gpu) scratch(bytes int64) (*buffer, error) { return g.pool.get(bytes) }
+
+func (g *gpu) tensor(t backend.Tensor) *Tensor {
+	if t == nil {
+		return nil
+	}
+	c, ok := t.(*Tensor)
+	if !ok {
+		panic(fmt.Sprintf("cuda: tensor %T is not a CUDA tensor", t))
+	}
+	if c.buf == nil || !c.buf.live {
+		panic(fmt.Sprintf("cuda: tensor %v used after Free", c.shape))
+	}
+	return c
+}
+
+// placeholder is returned by operations after a device error: it has the
+// right shape and no memory, and operations on it are skipped.
+func placeholder(shape []int) *Tensor {
+	return &Tensor{buf: &buffer{live: true}, shape: append([]int(nil), shape...)}
+}
+
+// FromHost copies data into a new tensor.
+func (g *gpu) FromHost(data []float32, shape ...int) backend.Tensor {
+	if backend.Numel(shape) != len(data) {
+		panic(fmt.Sprintf("cuda: FromHost: %d values for shape %v", len(data), shape))
+	}
+	return g.upload(data, shape, false)
+}
+
+// Weight stores a parameter. In BF16 mode a trunk parameter is rounded to
+// bf16 (as the reference stores it); matrices also get a bf16 copy for the
+// tensor cores when a GEMM first reads them.
+func (g *gpu) Weight(name string, data []float32, prec backend.Precision, shape ...int) backend.Tensor {
+	if backend.Numel(shape) != len(data) {
+		panic(fmt.Sprintf("cuda: Weight %s: %d values for shape %v", name, len(data), shape))
+	}
+	return g.upload(data, shape, prec == backend.Trunk && g.cfg.Precision == BF16)
+}
+
+func (g *gpu) upload(data []float32, shape []int, trunk bool) backend.Tensor {
+	return g.output(shape, "upload", func(t *Tensor) error {
+		t.buf.trunk = trunk
+		if len(data) == 0 {
+			return nil
+		}
+		if err := cu.MemcpyHtoD(t.ptr(), unsafe.Pointer(&data[0]), int64(len(data))*4); err != nil {
+			return err
+		}
+		if trunk {
+			return g.launch1D("elementwise", "round_bf16", int64(len(data)), t.ptr(), int64(len(data)))
+		}
+		return nil
+	})
+}
+
+// bf16 returns the bf16 copy of a trunk weight, making it on first use
+// (owner thread only).
+func (g *gpu) bf16(t *Tensor) (cu.DevicePtr, error) {
+	if t.buf.bf != nil {
+		return t.buf.bf.ptr, nil
+	}
+	n := int64(t.numel())
+	b, err := g.pool.get(n * 2)
+	if err != nil {
+		return 0, err
+	}
+	if err := g.launch1D("elementwise", "f32_to_bf16_k", n, b.ptr, t.ptr(), n); err != nil {
+		g.pool.put(b)
+		return 0, err
+	}
+	t.buf.bf = b
+	return b.ptr, nil
+}
+
+// ToHost copies a tensor out (waits for pending work).
+func (g *gpu) ToHost(t backend.Tensor) []float32 {
+	c := g.tensor(t)
+	out := make([]float32, c.numel())
+	if len(out) == 0 || c.buf.ptr == 0 {
+		return out
+	}
+	g.run("ToHost", func() error {
+		return cu.MemcpyDtoH(unsafe.Pointer(&out[0]), c.ptr(), int64(len(out))*4)
+	})
+	return out
+}
+
+// Zeros is a new zero-filled fp32 tensor.
+func (g *gpu) Zeros(shape ...int) backend.Tensor {
+	return g.output(shape, "Zeros", func(t *Tensor) error {
+		if n := t.numel(); n > 0 {
+			return cu.MemsetD32(t.ptr(), 0, int64(n))
+		}
+		return nil
+	})
+}
+
+// Reshape is a view of t with another shape.
+func (g *gpu) Reshape(t backend.Tensor, shape ...int) backend.Tensor {
+	c := g.tensor(t)
+	if backend.Numel(shape) != c.numel() {
+		panic(fmt.Sprintf("cuda: Reshape %v to %v", c.shape, shape))
+	}
+	return &Tensor{buf: c.buf, shape: append([]int(nil), shape...)}
+}
+
+// Free returns t's memory to the pool.
+func (g *gpu) Free(t backend.Tensor) {
+	if t == nil {
+		return
+	}
+	c, ok := t.(*Tensor)
+	if !ok || c.buf == nil || !c.buf.live || c.buf.ptr == 0 {
+		return
+	}
+	_ = g.own.do(func() error {
+		g.pool.put(c.buf.bf)
+		g.pool.put(c.buf)
+		return nil
+	})
+}
+
+// output allocates a tensor and fills it with fn on the owner thread; after
+// a device error it returns a placeholder.
+func (g *gpu) output(shape []int, op string, fn func(out *Tensor) error) *Tensor {
+	var out *Tensor
+	g.run(op, func() error {
+		t, err := g.newTensor(shape)
+		if err != nil {
+			return err
+		}
+		if err := fn(t); err != nil {
+			g.pool.put(t.buf)
+			return err
+		}
+		out = t
+		return nil
+	})
+	if out == nil {
+		return placeholder(shape)
+	}
+	return out
+}
+
+// MemStats describes the allocator.
+type MemStats struct {
+	Mallocs  int64 // cuMemAlloc calls so far
+	Reserved int64 // bytes obtained from the driver
+	InUse    int64 // bytes in live tensors and KV stores
+	Peak     int64 // largest InUse so far
+	Cached   int64 // bytes kept for reuse
+}
+
+// MemoryUsage is the device memory held by live tensors, KV stores and
+// scratch (current and peak bytes); cached free buffers are not counted.
+func (g *gpu) MemoryUsage() (current, peak int64) {
+	s := g.MemStats()
+	return s.InUse, s.Peak
+}
+
+// MemStats reports the allocator's counters.
+func (g *gpu) MemStats() MemStats {
+	var s MemStats
+	_ = g.own.do(func() error {
+		s = MemStats{Mallocs: g.pool.mallocs, Reserved: g.pool.reserved, InUse: g.pool.inUse, Peak: g.pool.peak, Cached: g.pool.cached}
+		return nil
+	})
+	return s
+}

@@ -1,0 +1,300 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+)
+
+func TestLinear(t *testing.T) {
+	shapes := [][3]int{{1, 1, 1}, {7, 33, 65}, {2 * 37, 128, 384}, {1005, 1024, 3072}}
+	for _, p := range pairs(t, 1) {
+		for _, s := range shapes {
+			rows, k, m := s[0], s[1], s[2]
+			x := p.randn(rows*k, 1)
+			w := p.randn(m*k, 1/math.Sqrt(float64(k)))
+			b := p.randn(m, 0.5)
+			cx, gx := p.in(x, rows, k)
+			for _, prec := range []backend.Precision{backend.Trunk, backend.Head} {
+				cw, gw := p.weight(w, prec, m, k)
+				cb, gb := p.weight(b, prec, m)
+				tol := p.tol
+				if prec == backend.Head {
+					tol = tolFP32 // heads stay fp32 in both modes
+				}
+				for _, act := range []backend.Activation{backend.ActNone, backend.ActGELU} {
+					what := fmt.Sprintf("Linear %dx%dx%d prec %d act %d", rows, k, m, prec, act)
+					p.check(what, p.gpu.Linear(gx, gw, gb, act), fx.cpu.Linear(cx, cw, cb, act), tol)
+				}
+				p.check("Linear without bias", p.gpu.Linear(gx, gw, nil, backend.ActNone), fx.cpu.Linear(cx, cw, nil, backend.ActNone), tol)
+			}
+		}
+	}
+}
+
+// Linear on a [B, N, C] input keeps the leading dims.
+func TestLinearBatchedShape(t *testing.T) {
+	p := pairs(t, 2)[0]
+	cx, gx := p.in(p.randn(3*5*16, 1), 3, 5, 16)
+	cw, gw := p.weight(p.randn(8*16, 0.3), backend.Head, 8, 16)
+	p.check("Linear [3,5,16]", p.gpu.Linear(gx, gw, nil, backend.ActNone), fx.cpu.Linear(cx, cw, nil, backend.ActNone), tolFP32)
+}
+
+func TestLayerNorm(t *testing.T) {
+	for _, p := range pairs(t, 3) {
+		for _, s := range [][2]int{{5, 64}, {1005, 1024}, {3, 2048}, {4, 7}} {
+			rows, c := s[0], s[1]
+			x := p.randn(rows*c, 3)
+			for i := range x {
+				x[i] += 1.5 // a mean far from zero tests the two-pass variance
+			}
+			cx, gx := p.in(x, rows, c)
+			cw, gw := p.weight(p.randn(c, 1), backend.Head, c)
+			cb, gb := p.weight(p.randn(c, 1), backend.Head, c)
+			p.check(fmt.Sprintf("LayerNorm %dx%d", rows, c), p.gpu.LayerNorm(gx, gw, gb, 1e-5), fx.cpu.LayerNorm(cx, cw, cb, 1e-5), tolFP32)
+			p.check(fmt.Sprintf("LayerNorm %dx%d no affine", rows, c), p.gpu.LayerNorm(gx, nil, nil, 1e-6), fx.cpu.LayerNorm(cx, nil, nil, 1e-6), tolFP32)
+		}
+	}
+}
+
+func TestUnary(t *testing.T) {
+	p := pairs(t, 4)[0]
+	x := p.randn(10007, 2)
+	x[0], x[1] = 0, -0
+	cx, gx := p.in(x, 10007)
+	for op := backend.OpGELU; op <= backend.OpInvLog; op++ {
+		p.check(fmt.Sprintf("Unary %d", op), p.gpu.Unary(op, gx), fx.cpu.Unary(op, cx), tolFP32)
+	}
+}
+
+func TestElementwise(t *testing.T) {
+	p := pairs(t, 5)[1] // BF16 mode must still be exact fp32 for activations
+	a := p.randn(4*9*33, 1)
+	ca, ga := p.in(a, 4, 9, 33)
+	for _, bs := range [][]int{{4, 9, 33}, {9, 33}, {33}} {
+		cb, gb := p.in(p.randn(backend.Numel(bs), 1), bs...)
+		p.check(fmt.Sprintf("Add %v", bs), p.gpu.Add(ga, gb), fx.cpu.Add(ca, cb), tolFP32)
+		p.check(fmt.Sprintf("Mul %v", bs), p.gpu.Mul(ga, gb), fx.cpu.Mul(ca, cb), tolFP32)
+	}
+	p.check("ScaleShift", p.gpu.ScaleShift(ga, 0.37, -2.5), fx.cpu.ScaleShift(ca, 0.37, -2.5), tolFP32)
+	cy, gy := p.in(p.randn(len(a), 1), 4, 9, 33)
+	cg, gg := p.in(p.randn(33, 0.1), 33)
+	p.check("AddScaled", p.gpu.AddScaled(ga, gy, gg), fx.cpu.AddScaled(ca, cy, cg), tolFP32)
+}
+
+func TestMovement(t *testing.T) {
+	p := pairs(t, 6)[0]
+	x := p.randn(7*5*33, 1)
+	cx, gx := p.in(x, 7, 5, 33)
+	p.check("SliceRows", p.gpu.SliceRows(gx, 2, 4), fx.cpu.SliceRows(cx, 2, 4), 0)
+	p.check("SliceCols", p.gpu.SliceCols(gx, 3, 17), fx.cpu.SliceCols(cx, 3, 17), 0)
+	p.check("Transpose", p.gpu.Transpose(gx), fx.cpu.Transpose(cx), 0)
+	cy, gy := p.in(p.randn(3*5*33, 1), 3, 5, 33)
+	p.check("ConcatRows", p.gpu.ConcatRows(gx, gy, gx), fx.cpu.ConcatRows(cx, cy, cx), 0)
+	cz, gz := p.in(p.randn(7*5*6, 1), 7, 5, 6)
+	p.check("ConcatCols", p.gpu.ConcatCols(gx, gz), fx.cpu.ConcatCols(cx, cz), 0)
+	cr, gr := fx.cpu.Reshape(cx, 35, 33), p.gpu.Reshape(gx, 35, 33)
+	p.check("Transpose big", p.gpu.Transpose(p.gpu.ConcatRows(gr, gr, gr)), fx.cpu.Transpose(fx.cpu.ConcatRows(cr, cr, cr)), 0)
+	p.check("Zeros", p.gpu.Zeros(3, 4), fx.cpu.Zeros(3, 4), 0)
+}
+
+func TestRoPE(t *testing.T) {
+	p := pairs(t, 7)[0]
+	const b, n, h, d = 2, 37, 4, 64
+	cx, gx := p.in(p.randn(b*n*h*d, 1), b, n, h, d)
+	ang := make([]float32, n*d/2)
+	for i := range ang {
+		ang[i] = float32(p.rng.Float64() * 6.3)
+	}
+	cs, sn := make([]float32, len(ang)), make([]float32, len(ang))
+	for i, a := range ang {
+		cs[i], sn[i] = float32(math.Cos(float64(a))), float32(math.Sin(float64(a)))
+	}
+	cc, gc := p.in(cs, n, d/2)
+	csn, gsn := p.in(sn, n, d/2)
+	for _, pr := range []backend.RoPEPairing{backend.RoPEHalves2D, backend.RoPEInterleaved} {
+		p.check(fmt.Sprintf("RoPE pairing %d", pr), p.gpu.RoPE(gx, gc, gsn, pr), fx.cpu.RoPE(cx, cc, csn, pr), tolFP32)
+	}
+}
+
+// TestAttention covers the fp32 kernel (FP32 mode, and head dims other than
+// 64 in BF16 mode) and the bf16 tensor-core kernel (head dim 64 in BF16 mode).
+func TestAttention(t *testing.T) {
+	cases := []struct{ b, nq, nk, h, d int }{
+		{2, 37, 53, 3, 64}, {1, 300, 1005, 2, 64}, {3, 5, 9000, 2, 64}, {2, 17, 40, 2, 128}, {1, 129, 131, 1, 32}, {1, 1005, 1005, 16, 64},
+	}
+	for _, p := range pairs(t, 8) {
+		for _, c := range cases {
+			tol := tolFP32
+			if p.gpu == fx.bf16 && c.d == 64 {
+				tol = p.tol
+			}
+			cq, gq := p.in(p.randn(c.b*c.nq*c.h*c.d, 1), c.b, c.nq, c.h, c.d)
+			ck, gk := p.in(p.randn(c.b*c.nk*c.h*c.d, 1), c.b, c.nk, c.h, c.d)
+			cv, gv := p.in(p.randn(c.b*c.nk*c.h*c.d, 1), c.b, c.nk, c.h, c.d)
+			scale := float32(1 / math.Sqrt(float64(c.d)))
+			p.check(fmt.Sprintf("Attention %+v", c), p.gpu.Attention(gq, gk, gv, scale), fx.cpu.Attention(cq, ck, cv, scale), tol)
+		}
+	}
+}
+
+// TestPagedAttention writes frames into pages in a scrambled order with a
+// page size that is not a power of two, packs "special" rows into a partial
+// last page, and compares against the CPU store fed the same writes.
+func TestPagedAttention(t *testing.T) {
+	cases := []struct{ ps, frames, specials, nq, h, d int }{
+		{999, 5, 6, 1005, 2, 64}, {7, 11, 3, 10, 2, 64}, {13, 3, 13, 20, 1, 128},
+	}
+	for _, p := range pairs(t, 9) {
+		for _, c := range cases {
+			spec := backend.KVSpec{Layers: 2, Pages: c.frames + 4, PageSize: c.ps, Heads: c.h, HeadDim: c.d}
+			cs, err := fx.cpu.NewKVStore(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gs, err := p.gpu.NewKVStore(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ld := c.h * c.d
+			var table []int32
+			specialPage := int32(c.frames + 2)
+			for f := 0; f < c.frames; f++ {
+				page := int32((f*3 + 1) % (c.frames + 2)) // scrambled, never the special page
+				rows := c.ps + 2                          // two "special" rows first, like a frame's tokens
+				ck, gk := p.in(p.randn(rows*ld, 1), rows, c.h, c.d)
+				cv, gv := p.in(p.randn(rows*ld, 1), rows, c.h, c.d)
+				fx.cpu.WriteKV(cs, 1, int(page), 0, ck, cv, 2, c.ps)
+				p.gpu.WriteKV(gs, 1, int(page), 0, gk, gv, 2, c.ps)
+				table = append(table, page)
+			}
+			// The specials: written in two pieces into the last page.
+			ck, gk := p.in(p.randn(c.specials*ld, 1), c.specials, ld)
+			cv, gv := p.in(p.randn(c.specials*ld, 1), c.specials, ld)
+			half := c.specials / 2
+			fx.cpu.WriteKV(cs, 1, int(specialPage), 0, ck, cv, 0, half)
+			p.gpu.WriteKV(gs, 1, int(specialPage), 0, gk, gv, 0, half)
+			fx.cpu.WriteKV(cs, 1, int(specialPage), half, ck, cv, half, c.specials-half)
+			p.gpu.WriteKV(gs, 1, int(specialPage), half, gk, gv, half, c.specials-half)
+			table = append(table, specialPage)
+
+			cq, gq := p.in(p.randn(c.nq*ld, 1), c.nq, c.h, c.d)
+			scale := float32(1 / math.Sqrt(float64(c.d)))
+			what := fmt.Sprintf("PagedAttention %+v", c)
+			p.check(what, p.gpu.PagedAttention(gq, gs, 1, table, c.specials, scale), fx.cpu.PagedAttention(cq, cs, 1, table, c.specials, scale), p.tol)
+			// A shorter table (same device buffer, re-uploaded) and full last page.
+			p.check(what+" prefix", p.gpu.PagedAttention(gq, gs, 1, table[:2], c.ps, scale), fx.cpu.PagedAttention(cq, cs, 1, table[:2], c.ps, scale), p.tol)
+			// Nothing cached: zeros, as the reference.
+			z := p.gpu.ToHost(p.gpu.PagedAttention(gq, gs, 0, nil, 0, scale))
+			for i, v := range z {
+				if v != 0 {
+					t.Fatalf("%s: empty table gave %g at %d, want 0", what, v, i)
+				}
+			}
+		}
+	}
+}
+
+func TestConv2D(t *testing.T) {
+	for _, p := range pairs(t, 10) {
+		cases := []struct{ n, c, h, w, o, k, stride, pad int }{
+			{2, 3, 28, 42, 16, 14, 14, 0}, // patch embedding
+			{1, 16, 15, 20, 8, 3, 1, 1},
+			{2, 8, 9, 11, 5, 1, 1, 0},
+			{1, 4, 10, 9, 6, 3, 2, 1},
+		}
+		for _, c := range cases {
+			cx, gx := p.in(p.randn(c.n*c.c*c.h*c.w, 1), c.n, c.c, c.h, c.w)
+			for _, prec := range []backend.Precision{backend.Trunk, backend.Head} {
+				cw, gw := p.weight(p.randn(c.o*c.c*c.k*c.k, 0.2), prec, c.o, c.c, c.k, c.k)
+				cb, gb := p.weight(p.randn(c.o, 1), prec, c.o)
+				tol := p.tol
+				if prec == backend.Head {
+					tol = tolFP32
+				}
+				what := fmt.Sprintf("Conv2D %+v prec %d", c, prec)
+				p.check(what, p.gpu.Conv2D(gx, gw, gb, c.stride, c.pad), fx.cpu.Conv2D(cx, cw, cb, c.stride, c.pad), tol)
+				p.check(what+" no bias", p.gpu.Conv2D(gx, gw, nil, c.stride, c.pad), fx.cpu.Conv2D(cx, cw, nil, c.stride, c.pad), tol)
+			}
+		}
+	}
+}
+
+func TestConvTranspose2D(t *testing.T) {
+	p := pairs(t, 11)[0]
+	for _, c := range []struct{ n, c, h, w, o, k int }{{2, 8, 5, 7, 6, 2}, {1, 16, 3, 4, 4, 4}} {
+		cx, gx := p.in(p.randn(c.n*c.c*c.h*c.w, 1), c.n, c.c, c.h, c.w)
+		cw, gw := p.weight(p.randn(c.c*c.o*c.k*c.k, 0.3), backend.Head, c.c, c.o, c.k, c.k)
+		cb, gb := p.weight(p.randn(c.o, 1), backend.Head, c.o)
+		p.check(fmt.Sprintf("ConvTranspose2D %+v", c), p.gpu.ConvTranspose2D(gx, gw, gb, c.k), fx.cpu.ConvTranspose2D(cx, cw, cb, c.k), tolFP32)
+	}
+}
+
+func TestResizeBilinear(t *testing.T) {
+	p := pairs(t, 12)[0]
+	cx, gx := p.in(p.randn(2*3*9*13, 1), 2, 3, 9, 13)
+	for _, s := range [][2]int{{18, 26}, {37, 53}, {4, 5}, {1, 1}} {
+		for _, align := range []bool{false, true} {
+			p.check(fmt.Sprintf("Resize to %v align %v", s, align), p.gpu.ResizeBilinear(gx, s[0], s[1], align), fx.cpu.ResizeBilinear(cx, s[0], s[1], align), tolFP32)
+		}
+	}
+}
+
+// After one warm-up pass, repeating the same work with Free must not call
+// cuMemAlloc again.
+func TestSteadyStateAllocatesNothing(t *testing.T) {
+	g := fx.bf16.(*gpu)
+	p := pairs(t, 13)[1]
+	x := g.FromHost(p.randn(1005*256, 1), 1005, 256)
+	w := g.Weight("w", p.randn(512*256, 0.1), backend.Trunk, 512, 256)
+	step := func() {
+		h := g.Linear(x, w, nil, backend.ActGELU)
+		n := g.LayerNorm(h, nil, nil, 1e-5)
+		q := g.Reshape(g.SliceCols(n, 0, 256), 1, 1005, 4, 64)
+		a := g.Attention(q, q, q, 0.125)
+		for _, t := range []backend.Tensor{h, n, q, a} {
+			g.Free(t)
+		}
+	}
+	step()
+	before := g.MemStats()
+	for i := 0; i < 3; i++ {
+		step()
+	}
+	after := g.MemStats()
+	if err := g.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if after.Mallocs != before.Mallocs {
+		t.Errorf("steady state called cuMemAlloc %d times (stats before %+v, after %+v)", after.Mallocs-before.Mallocs, before, after)
+	}
+}
+
+func TestKVStoreTooLarge(t *testing.T) {
+	spec := backend.KVSpec{Layers: 24, Pages: 100000, PageSize: 999, Heads: 16, HeadDim: 64}
+	_, err := fx.bf16.NewKVStore(spec)
+	if err == nil {
+		t.Fatalf("a %d GB KV store was accepted", spec.Bytes(2)>>30)
+	}
+	if !strings.Contains(err.Error(), "GiB") || !strings.Contains(err.Error(), "999 rows") {
+		t.Errorf("error does not name the sizes: %v", err)
+	}
+	if fx.bf16.Err() != nil {
+		t.Errorf("a refused KV store must not poison the backend: %v", fx.bf16.Err())
+	}
+}
+
+func TestCompileErrorShowsLog(t *testing.T) {
+	_, err := compile("broken", "extern \"C\" __global__ void k(float* x) { x[0] = undefined_name; }", []string{"--gpu-architecture=compute_90"})
+	if err == nil {
+		t.Fatal("a kernel with an undefined name compiled")
+	}
+	if !strings.Contains(err.Error(), "undefined_name") {
+		t.Errorf("error lacks the NVRTC log: %v", err)
+	}
+}

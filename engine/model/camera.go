@@ -1,0 +1,219 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+	"github.com/lingbotmap/lingbotmap/engine/weights"
+)
+
+// The camera head (reference-model.md §9) refines a 9-D pose encoding over a
+// few iterations from the camera token of the last selected aggregator layer.
+// Each iteration modulates the normalised token (adaLN: shift, scale, gate from
+// the embedded current encoding), runs a small causal transformer whose blocks
+// attend to the camera tokens of all committed frames (one cache per iteration
+// and block, never evicted), and adds a delta to the pre-activation encoding.
+
+const (
+	camHeadDim = 128
+	poseDim    = 9
+	adaLNEps   = 1e-6
+)
+
+type cameraHead struct {
+	dim                   int
+	tokenNorm, trunkNorm  layerNorm
+	emptyPose             backend.Tensor // [1, 9]
+	embedPose, modulation linear
+	fc1, fc2              linear
+	trunk                 []*block
+
+	// kv[i][j] are the cached keys and values of iteration i, block j:
+	// [frames, H, D] each, nil while empty.
+	k, v   [][]backend.Tensor
+	frames int
+}
+
+func loadCameraHead(be backend.Backend, c *weights.Cursor, dim, iterations int) (*cameraHead, error) {
+	h := &cameraHead{dim: dim}
+	var err error
+	if h.tokenNorm, err = loadLayerNorm(be, c, "token_norm", dim, 1e-5, backend.Head); err != nil {
+		return nil, err
+	}
+	if h.trunkNorm, err = loadLayerNorm(be, c, "trunk_norm", dim, 1e-5, backend.Head); err != nil {
+		return nil, err
+	}
+	ep, err := c.Get("empty_pose_tokens", 1, 1, poseDim)
+	if err != nil {
+		return nil, err
+	}
+	h.emptyPose = be.Weight(c.Key("empty_pose_tokens"), ep, backend.Head, 1, poseDim)
+	if h.embedPose, err = loadLinear(be, c, "embed_pose", dim, poseDim, backend.Head); err != nil {
+		return nil, err
+	}
+	if h.modulation, err = loadLinear(be, c.Sub("poseLN_modulation"), "1", 3*dim, dim, backend.Head); err != nil {
+		return nil, err
+	}
+	pb := c.Sub("pose_branch")
+	if h.fc1, err = loadLinear(be, pb, "fc1", -1, dim, backend.Head); err != nil {
+		return nil, err
+	}
+	if h.fc2, err = loadLinear(be, pb, "fc2", poseDim, h.fc1.out, backend.Head); err != nil {
+		return nil, err
+	}
+	tc := c.Sub("trunk")
+	n := countBlocks(tc, "norm1.weight")
+	if n == 0 {
+		return nil, fmt.Errorf("weights: no camera trunk blocks under %q", tc.Key("0"))
+	}
+	cfg := blockConfig{dim: dim, headDim: camHeadDim, normEps: 1e-5, prec: backend.Head}
+	for i := 0; i < n; i++ {
+		blk, err := loadBlock(be, tc.Sub(fmt.Sprint(i)), cfg)
+		if err != nil {
+			return nil, err
+		}
+		h.trunk = append(h.trunk, blk)
+	}
+	h.k = make([][]backend.Tensor, iterations)
+	h.v = make([][]backend.Tensor, iterations)
+	for i := range h.k {
+		h.k[i] = make([]backend.Tensor, n)
+		h.v[i] = make([]backend.Tensor, n)
+	}
+	return h, nil
+}
+
+func (h *cameraHead) reset(be backend.Backend) {
+	for i := range h.k {
+		for j := range h.k[i] {
+			be.Free(h.k[i][j])
+			be.Free(h.v[i][j])
+			h.k[i][j], h.v[i][j] = nil, nil
+		}
+	}
+	h.frames = 0
+}
+
+// forward takes the last selected aggregator layer [S, P, dim] and returns the
+// activated encoding of every iteration, [iters][S][9]. With store the frames'
+// camera tokens join the caches; without (non-keyframes) they only attend.
+func (h *cameraHead) forward(be backend.Backend, last backend.Tensor, store bool) [][][poseDim]float32 {
+	sh := last.Shape()
+	s := sh[0]
+	tok := be.SliceCols(be.Reshape(last, s, sh[1]*sh[2]), 0, h.dim) // camera token, index 0
+	c := h.tokenNorm.forward(be, tok)
+	be.Free(tok)
+	cn := be.LayerNorm(c, nil, nil, adaLNEps)
+	defer be.Free(c)
+	defer be.Free(cn)
+
+	iters := len(h.k)
+	out := make([][][poseDim]float32, iters)
+	var pred backend.Tensor // pre-activation accumulated encoding [S, 9]
+	for i := 0; i < iters; i++ {
+		var u backend.Tensor
+		if pred == nil {
+			// [dim], broadcast over the frames.
+			u = be.Reshape(h.embedPose.forward(be, h.emptyPose, backend.ActNone), h.dim)
+		} else {
+			u = h.embedPose.forward(be, pred, backend.ActNone) // [S, dim]
+		}
+		su := be.Unary(backend.OpSiLU, u)
+		be.Free(u)
+		mod := h.modulation.forward(be, su, backend.ActNone)
+		be.Free(su)
+		shift := be.SliceCols(mod, 0, h.dim)
+		scale := be.SliceCols(mod, h.dim, h.dim)
+		gate := be.SliceCols(mod, 2*h.dim, h.dim)
+		be.Free(mod)
+		scale1 := be.ScaleShift(scale, 1, 1)
+		be.Free(scale)
+		// x = gate ⊙ (LN(c) ⊙ (1 + scale) + shift) + c, with scale/shift/gate
+		// broadcast over the frames in the first iteration.
+		m1 := be.Mul(cn, scale1)
+		m2 := be.Add(m1, shift)
+		gated := mulBroadcast(be, m2, gate)
+		x := be.Add(gated, c)
+		for _, t := range []backend.Tensor{scale1, m1, m2, shift, gate, gated} {
+			be.Free(t)
+		}
+
+		for j, blk := range h.trunk {
+			xb := be.Reshape(x, 1, s, h.dim)
+			q, k, v := blk.qkvHeads(be, xb)
+			k3 := be.Reshape(k, s, blk.heads, blk.hd)
+			v3 := be.Reshape(v, s, blk.heads, blk.hd)
+			keys, vals := k3, v3
+			if h.k[i][j] != nil {
+				keys = be.ConcatRows(h.k[i][j], k3)
+				vals = be.ConcatRows(h.v[i][j], v3)
+			}
+			nk := keys.Shape()[0]
+			att := be.Attention(q, be.Reshape(keys, 1, nk, blk.heads, blk.hd), be.Reshape(vals, 1, nk, blk.heads, blk.hd), blk.scale())
+			be.Free(q)
+			switch {
+			case store && h.k[i][j] != nil:
+				be.Free(h.k[i][j])
+				be.Free(h.v[i][j])
+				be.Free(k3)
+				be.Free(v3)
+				h.k[i][j], h.v[i][j] = keys, vals
+			case store:
+				h.k[i][j], h.v[i][j] = k3, v3
+			case h.k[i][j] != nil:
+				be.Free(keys)
+				be.Free(vals)
+				be.Free(k3)
+				be.Free(v3)
+			default:
+				be.Free(k3)
+				be.Free(v3)
+			}
+			nx := blk.finish(be, xb, att)
+			be.Free(x)
+			x = be.Reshape(nx, s, h.dim)
+		}
+		tn := h.trunkNorm.forward(be, x)
+		be.Free(x)
+		hid := h.fc1.forward(be, tn, backend.ActGELU)
+		be.Free(tn)
+		delta := h.fc2.forward(be, hid, backend.ActNone)
+		be.Free(hid)
+		if pred == nil {
+			pred = delta
+		} else {
+			np := be.Add(pred, delta)
+			be.Free(pred)
+			be.Free(delta)
+			pred = np
+		}
+		out[i] = activatePose(be.ToHost(pred), s)
+	}
+	be.Free(pred)
+	if store {
+		h.frames += s
+	}
+	return out
+}
+
+// mulBroadcast multiplies x [S, C] by g, which is [S, C] or [1, C].
+func mulBroadcast(be backend.Backend, x, g backend.Tensor) backend.Tensor {
+	gs := g.Shape()
+	if len(gs) == 2 && gs[0] == 1 && x.Shape()[0] != 1 {
+		return be.Mul(x, be.Reshape(g, gs[1]))
+	}
+	return be.Mul(x, g)
+}
+
+// activatePose applies the pose activations to S pre-activation encodings:
+// translation and quaternion linear, field of view ReLU.
+func activatePose(raw []float32, s int) [][poseDim]float32 {
+	out := make([][poseDim]float32, s)
+	for f := range out {
+		copy(out[f][:], raw[f*poseDim:(f+1)*poseDim])
+		for k := 7; k < poseDim; k++ {
+			out[f][k] = max(out[f][k], 0)
+		}
+	}
+	return out
+}

@@ -1,0 +1,387 @@
+package model
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/lingbotmap/lingbotmap/engine/cpu"
+	"github.com/lingbotmap/lingbotmap/engine/kvcache"
+	"github.com/lingbotmap/lingbotmap/engine/weights"
+	"github.com/lingbotmap/lingbotmap/internal/shared"
+)
+
+// The golden tests run the tiny reference model (../shared/golden) through the
+// CPU backend and compare with what the official PyTorch code produced.
+//
+// Tolerance: the reference ran in float32, so only the order of summation
+// differs. An element passes when |got − want| ≤ 1e-4 · max(|want|, rms(want)):
+// relative for ordinary values, and relative to the tensor's typical size for
+// values near zero, whose relative error is meaningless.
+const goldenTol = 1e-4
+
+type manifest struct {
+	Config struct {
+		SelectedIdx      []int `json:"selected_idx"`
+		ScaleFrames      int   `json:"scale_frames"`
+		SlidingWindow    int   `json:"sliding_window"`
+		MaxFrameNum      int   `json:"max_frame_num"`
+		CameraIterations int   `json:"camera_iterations"`
+		ImgH             int   `json:"img_h"`
+		ImgW             int   `json:"img_w"`
+	} `json:"config"`
+	Settings struct {
+		NumScaleFrames   int `json:"num_scale_frames"`
+		KeyframeInterval int `json:"keyframe_interval"`
+	} `json:"settings"`
+	FrameType []int `json:"frame_type"`
+	PerCall   []struct {
+		FramesIn          int  `json:"frames_in"`
+		SkipAppend        bool `json:"skip_append"`
+		CameraCacheFrames int  `json:"camera_cache_frames"`
+		FIAfter           struct {
+			FrameCount    int `json:"frame_count"`
+			ScalePages    int `json:"scale_pages"`
+			LivePages     int `json:"live_pages"`
+			FreePages     int `json:"free_pages"`
+			SpecialTokens int `json:"special_tokens"`
+			VisiblePages  int `json:"visible_pages"`
+			LastPageLen   int `json:"last_page_len"`
+			PageSize      int `json:"page_size"`
+		} `json:"fi_after"`
+	} `json:"per_call"`
+}
+
+type goldenCase struct {
+	m       manifest
+	images  [][]float32
+	h, w    int
+	outputs *weights.SafeTensors
+	inter   *weights.SafeTensors // nil when the case has none
+}
+
+func sharedPath(t testing.TB, elem ...string) string {
+	t.Helper()
+	p, err := shared.Path(elem...)
+	if err != nil {
+		t.Fatalf("golden data: %v", err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("golden data missing: %v", err)
+	}
+	return p
+}
+
+func openST(t testing.TB, path string) *weights.SafeTensors {
+	t.Helper()
+	st, err := weights.OpenSafeTensors(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func readTensor(t testing.TB, st *weights.SafeTensors, name string) ([]float32, []int) {
+	t.Helper()
+	inf, ok := st.Info(name)
+	if !ok {
+		t.Fatalf("golden tensor %q missing", name)
+	}
+	v, err := st.Float32(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, inf.Shape
+}
+
+func loadCase(t testing.TB, name string) *goldenCase {
+	t.Helper()
+	gc := &goldenCase{}
+	raw, err := os.ReadFile(sharedPath(t, "golden", name, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &gc.m); err != nil {
+		t.Fatalf("%s manifest: %v", name, err)
+	}
+	in := openST(t, sharedPath(t, "golden", name, "inputs.safetensors"))
+	imgs, shape := readTensor(t, in, "images")
+	n, per := shape[0], shape[1]*shape[2]*shape[3]
+	gc.h, gc.w = shape[2], shape[3]
+	for i := 0; i < n; i++ {
+		gc.images = append(gc.images, imgs[i*per:(i+1)*per])
+	}
+	gc.outputs = openST(t, sharedPath(t, "golden", name, "outputs.safetensors"))
+	if p, err := shared.Path("golden", name, "intermediates.safetensors"); err == nil {
+		if _, err := os.Stat(p); err == nil {
+			gc.inter = openST(t, p)
+		}
+	}
+	return gc
+}
+
+func loadTiny(t testing.TB, m manifest, keep bool) *Model {
+	t.Helper()
+	st := openST(t, sharedPath(t, "golden", "weights.safetensors"))
+	mdl, err := Load(cpu.New(cpu.Config{}), st, Options{
+		ScaleFrames:       m.Config.ScaleFrames,
+		SlidingWindow:     m.Config.SlidingWindow,
+		MaxFrames:         m.Config.MaxFrameNum,
+		CameraIterations:  m.Config.CameraIterations,
+		SelectedLayers:    m.Config.SelectedIdx,
+		KeepIntermediates: keep,
+	})
+	if err != nil {
+		t.Fatalf("loading the tiny golden model: %v", err)
+	}
+	t.Cleanup(mdl.Close)
+	return mdl
+}
+
+// compare checks got against want element by element and logs the errors.
+func compare(t *testing.T, name string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: %d values, want %d", name, len(got), len(want))
+		return
+	}
+	var ss float64
+	for _, v := range want {
+		ss += float64(v) * float64(v)
+	}
+	rms := math.Sqrt(ss / float64(len(want)))
+	var maxAbs, maxRel float64
+	worst := -1
+	for i := range want {
+		d := math.Abs(float64(got[i]) - float64(want[i]))
+		if math.IsNaN(d) {
+			t.Errorf("%s[%d]: got %v, want %v", name, i, got[i], want[i])
+			return
+		}
+		r := d / math.Max(math.Abs(float64(want[i])), rms)
+		if d > maxAbs {
+			maxAbs = d
+		}
+		if r > maxRel {
+			maxRel, worst = r, i
+		}
+	}
+	t.Logf("%-22s n=%-7d max abs %.3g  max rel %.3g", name, len(want), maxAbs, maxRel)
+	if maxRel > goldenTol {
+		t.Errorf("%s: max relative error %.3g > %g at %d (got %v, want %v)", name, maxRel, goldenTol, worst, got[worst], want[worst])
+	}
+}
+
+type frameKind int
+
+const (
+	kindKey frameKind = iota
+	kindSkip
+	kindDeferKeep
+	kindDeferDrop
+)
+
+// streamResult is everything a streaming run produced, frame by frame.
+type streamResult struct {
+	pose      []float32 // [N, 9]
+	poseIters []float32 // [iters, N, 9]
+	dino      []float32 // [N, NP, E]
+	agg       [][]float32
+	stats     []kvcache.Stats
+	camFrames []int
+	// dense maps, frames concatenated
+	depth, depthConf, points, pointsConf []float32
+}
+
+// runStream is a simple streaming driver: phase 1 on the scale frames, then one
+// frame at a time of the given kinds.
+func runStream(t *testing.T, mdl *Model, gc *goldenCase, kinds []frameKind) streamResult {
+	t.Helper()
+	ctx := context.Background()
+	scale := gc.m.Settings.NumScaleFrames
+	n := len(gc.images)
+	var res streamResult
+	iters := make([][]float32, mdl.Options().CameraIterations)
+	record := func(out *Output) {
+		for _, p := range out.PoseEnc {
+			res.pose = append(res.pose, p[:]...)
+		}
+		for i, it := range out.PoseIters {
+			for _, p := range it {
+				iters[i] = append(iters[i], p[:]...)
+			}
+		}
+		for _, d := range out.DinoTokens {
+			res.dino = append(res.dino, d...)
+		}
+		if res.agg == nil {
+			res.agg = make([][]float32, len(out.AggLayers))
+		}
+		for l, a := range out.AggLayers {
+			res.agg[l] = append(res.agg[l], a...)
+		}
+		for f := range out.PoseEnc {
+			if len(out.Depth) > f {
+				res.depth = append(res.depth, out.Depth[f]...)
+				res.depthConf = append(res.depthConf, out.DepthConf[f]...)
+			}
+			if len(out.Points) > f {
+				res.points = append(res.points, out.Points[f]...)
+				res.pointsConf = append(res.pointsConf, out.PointsConf[f]...)
+			}
+		}
+	}
+	start := time.Now()
+	out, err := mdl.Forward(ctx, gc.images[:scale], gc.h, gc.w, Step{})
+	if err != nil {
+		t.Fatalf("phase 1: %v", err)
+	}
+	phase1 := time.Since(start)
+	record(out)
+	res.stats = append(res.stats, mdl.Stats())
+	res.camFrames = append(res.camFrames, mdl.CameraFrames())
+	start = time.Now()
+	for i := scale; i < n; i++ {
+		k := kinds[i-scale]
+		step := Step{SkipAppend: k == kindSkip, DeferEviction: k == kindDeferKeep || k == kindDeferDrop}
+		out, err := mdl.Forward(ctx, gc.images[i:i+1], gc.h, gc.w, step)
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		record(out)
+		res.stats = append(res.stats, mdl.Stats())
+		res.camFrames = append(res.camFrames, mdl.CameraFrames())
+		switch k {
+		case kindDeferKeep:
+			mdl.Commit()
+		case kindDeferDrop:
+			if err := mdl.Rollback(); err != nil {
+				t.Fatalf("frame %d: %v", i, err)
+			}
+		}
+	}
+	t.Logf("tiny model on %d×%d: phase 1 (%d frames) %v, then %v per frame", gc.w, gc.h, scale, phase1.Round(time.Millisecond), (time.Since(start) / time.Duration(n-scale)).Round(time.Microsecond))
+	for _, it := range iters {
+		res.poseIters = append(res.poseIters, it...)
+	}
+	return res
+}
+
+// checkDense compares the DPT heads' activated outputs.
+func checkDense(t *testing.T, gc *goldenCase, res streamResult) {
+	t.Helper()
+	for _, c := range []struct {
+		name string
+		got  []float32
+	}{{"depth", res.depth}, {"depth_conf", res.depthConf}, {"world_points", res.points}, {"world_points_conf", res.pointsConf}} {
+		want, _ := readTensor(t, gc.outputs, c.name)
+		compare(t, c.name, c.got, want)
+	}
+}
+
+func checkStats(t *testing.T, gc *goldenCase, res streamResult) {
+	t.Helper()
+	if len(res.stats) != len(gc.m.PerCall) {
+		t.Fatalf("%d calls, the manifest lists %d", len(res.stats), len(gc.m.PerCall))
+	}
+	for i, pc := range gc.m.PerCall {
+		w := pc.FIAfter
+		want := kvcache.Stats{FrameCount: w.FrameCount, ScalePages: w.ScalePages, LivePages: w.LivePages, FreePages: w.FreePages,
+			SpecialTokens: w.SpecialTokens, VisiblePages: w.VisiblePages, LastPageLen: w.LastPageLen, PageSize: w.PageSize}
+		if res.stats[i] != want {
+			t.Errorf("call %d: KV stats %+v, want %+v", i, res.stats[i], want)
+		}
+		if res.camFrames[i] != pc.CameraCacheFrames {
+			t.Errorf("call %d: camera cache holds %d frames, want %d", i, res.camFrames[i], pc.CameraCacheFrames)
+		}
+	}
+}
+
+func kindsFromFrameTypes(t *testing.T, m manifest, deferred bool) []frameKind {
+	t.Helper()
+	var kinds []frameKind
+	for i, ft := range m.FrameType[m.Settings.NumScaleFrames:] {
+		switch {
+		case ft == 1 && deferred:
+			kinds = append(kinds, kindDeferKeep)
+		case ft == 1:
+			kinds = append(kinds, kindKey)
+		case ft == 2 && deferred:
+			kinds = append(kinds, kindDeferDrop)
+		case ft == 2:
+			kinds = append(kinds, kindSkip)
+		default:
+			t.Fatalf("frame %d after the scale frames has type %d", i, ft)
+		}
+	}
+	return kinds
+}
+
+func TestGoldenPosEmbedInterp(t *testing.T) {
+	gc := loadCase(t, "stream_kf1")
+	mdl := loadTiny(t, gc.m, false)
+	ps := mdl.Sizes().PatchSize
+	mdl.dino.prepare(mdl.be, gc.h/ps, gc.w/ps)
+	want, _ := readTensor(t, gc.inter, "dino_pos_embed_interp")
+	compare(t, "dino_pos_embed_interp", mdl.dino.posHost, want)
+}
+
+func TestGoldenStreamKF1(t *testing.T) {
+	gc := loadCase(t, "stream_kf1")
+	mdl := loadTiny(t, gc.m, true)
+	kinds := kindsFromFrameTypes(t, gc.m, false)
+	res := runStream(t, mdl, gc, kinds)
+
+	want, _ := readTensor(t, gc.inter, "dino_patch_tokens")
+	compare(t, "dino_patch_tokens", res.dino, want)
+	for l, layer := range gc.m.Config.SelectedIdx {
+		name := fmt.Sprintf("agg_layer%02d", layer)
+		want, _ := readTensor(t, gc.inter, name)
+		compare(t, name, res.agg[l], want)
+	}
+	want, _ = readTensor(t, gc.inter, "pose_enc_iters")
+	compare(t, "pose_enc_iters", res.poseIters, want)
+	want, _ = readTensor(t, gc.outputs, "pose_enc")
+	compare(t, "pose_enc", res.pose, want)
+	checkDense(t, gc, res)
+	checkStats(t, gc, res)
+}
+
+func TestGoldenStreamKF2(t *testing.T) {
+	gc := loadCase(t, "stream_kf2")
+	mdl := loadTiny(t, gc.m, false)
+	res := runStream(t, mdl, gc, kindsFromFrameTypes(t, gc.m, false))
+	want, _ := readTensor(t, gc.outputs, "pose_enc")
+	compare(t, "pose_enc", res.pose, want)
+	checkDense(t, gc, res)
+	checkStats(t, gc, res)
+}
+
+// TestGoldenStreamFlowDecisions replays the flow case's keyframe decisions
+// (from the manifest) through DeferEviction + Commit/Rollback.
+func TestGoldenStreamFlowDecisions(t *testing.T) {
+	gc := loadCase(t, "stream_flow")
+	mdl := loadTiny(t, gc.m, false)
+	res := runStream(t, mdl, gc, kindsFromFrameTypes(t, gc.m, true))
+	want, _ := readTensor(t, gc.outputs, "pose_enc")
+	compare(t, "pose_enc", res.pose, want)
+	checkDense(t, gc, res)
+	checkStats(t, gc, res)
+}
+
+// TestGoldenRealImages runs the 16 preprocessed courthouse frames (real
+// images rather than noise) through the same streaming schedule.
+func TestGoldenRealImages(t *testing.T) {
+	gc := loadCase(t, "images_kf1")
+	mdl := loadTiny(t, gc.m, false)
+	res := runStream(t, mdl, gc, kindsFromFrameTypes(t, gc.m, false))
+	want, _ := readTensor(t, gc.outputs, "pose_enc")
+	compare(t, "pose_enc", res.pose, want)
+	checkDense(t, gc, res)
+	checkStats(t, gc, res)
+}

@@ -1,0 +1,505 @@
+// Package model is the LingBot-Map network written once against
+// backend.Backend: the DINOv2 patch embedding, the aggregator with its paged
+// KV cache, the causal camera head and the DPT heads (reference-model.md
+// §3–§11). Sizes come from the weights, so the tiny golden model and the
+// released checkpoint load through the same code.
+//
+// A Model is stateful (its caches follow the stream) and not safe for
+// concurrent use. The streaming schedule (phase 1, keyframes, flow, windows)
+// belongs to the caller (engine.Stream); the model runs one call at a time:
+//
+//	out, err := m.Forward(ctx, scaleFrames, h, w, model.Step{})   // phase 1
+//	out, err  = m.Forward(ctx, [][]float32{img}, h, w, model.Step{}) // keyframe
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+	"github.com/lingbotmap/lingbotmap/engine/kvcache"
+	"github.com/lingbotmap/lingbotmap/engine/weights"
+)
+
+// Options configure a Model. Zero fields take the reference demo's defaults.
+type Options struct {
+	// ScaleFrames are the frames of phase 1, never evicted (default 8).
+	ScaleFrames int
+	// SlidingWindow is the number of live frames kept in the cache (default 64).
+	SlidingWindow int
+	// MaxFrames caps the frames committed per reset: the 3D RoPE table and the
+	// special-token pages (default 1024).
+	MaxFrames int
+	// CacheHeadroom is the number of spare patch pages beyond scale + window
+	// (default 16, kvcache.DefaultHeadroom).
+	CacheHeadroom int
+	// CameraIterations of the camera head (default 4).
+	CameraIterations int
+	// SelectedLayers are the aggregator layers fed to the heads, ascending; they
+	// cannot be read from the weights (default SelectedLayersFor(depth)).
+	SelectedLayers []int
+	// KeepIntermediates fills Output.DinoTokens and Output.AggLayers.
+	KeepIntermediates bool
+	// AllowUnusedWeights loads a checkpoint with keys the model does not use
+	// (they are logged); by default they are an error, because a wrong file
+	// would otherwise load silently.
+	AllowUnusedWeights bool
+	// Log receives load-time notes (default slog.Default()).
+	Log *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.ScaleFrames == 0 {
+		o.ScaleFrames = 8
+	}
+	if o.SlidingWindow == 0 {
+		o.SlidingWindow = 64
+	}
+	if o.MaxFrames == 0 {
+		o.MaxFrames = 1024
+	}
+	if o.CameraIterations == 0 {
+		o.CameraIterations = 4
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	return o
+}
+
+// SelectedLayersFor is the reference's choice of aggregator outputs for a
+// trunk of the given depth: [4, 11, 17, 23] for the released depth 24, and the
+// same fractions of the depth otherwise.
+func SelectedLayersFor(depth int) []int {
+	if depth == 24 {
+		return []int{4, 11, 17, 23}
+	}
+	out := make([]int, 0, 4)
+	for _, l := range []int{4, 11, 17, 23} {
+		v := min(depth-1, l*depth/24)
+		if len(out) > 0 && v <= out[len(out)-1] {
+			v = out[len(out)-1] + 1
+		}
+		out = append(out, min(v, depth-1))
+	}
+	return slices.Compact(out)
+}
+
+// Sizes are the dimensions read from the weights.
+type Sizes struct {
+	Embed, Heads, Depth   int // aggregator width, heads (of 64), frame/global block pairs
+	DinoDepth, DinoGrid   int // DINO blocks; side of its trained position grid
+	PatchSize             int
+	Registers, NumSpecial int // aggregator register tokens; specials per frame (1+registers+1)
+	CamDim, CamDepth      int // camera head width (2·Embed) and trunk blocks
+	HasDepthHead          bool
+	HasPointHead          bool
+	SelectedLayers        []int
+}
+
+// Step says how the cache treats a single-frame call.
+type Step struct {
+	// SkipAppend: an interval non-keyframe. It attends to the cache and itself
+	// but leaves no trace (aggregator rolled back, camera head not stored, RoPE
+	// frame counter not advanced).
+	SkipAppend bool
+	// DeferEviction (flow mode): the frame is appended with eviction deferred;
+	// the caller then calls Commit (keep it) or Rollback (drop it).
+	DeferEviction bool
+}
+
+// Output is what one call produces, per frame of the call.
+type Output struct {
+	PoseEnc   [][9]float32   // [S] final encoding: t, quaternion XYZW, fov_h, fov_w
+	PoseIters [][][9]float32 // [iterations][S]
+	// Depth and DepthConf are H·W per frame; Points (3·H·W, HWC) and PointsConf
+	// only with a point head. Nil while the weights have no such head.
+	Depth, DepthConf, Points, PointsConf [][]float32
+	// With KeepIntermediates: DinoTokens[f] is frame f's DINO patch tokens
+	// [NP·Embed]; AggLayers[l] is selected layer l for all frames [S·P·2·Embed].
+	DinoTokens, AggLayers [][]float32
+}
+
+// Model is a loaded network and its caches.
+type Model struct {
+	be     backend.Backend
+	opt    Options
+	sizes  Sizes
+	dino   *dino
+	agg    *aggregator
+	camera *cameraHead
+	heads  heads
+
+	cache      *kvcache.Cache
+	store      backend.KVStore
+	storeSpec  backend.KVSpec
+	h, w       int
+	committed  int // RoPE time index of the next frame: frames committed since reset
+	pending    bool
+	visibleBuf []int32
+	closed     bool
+}
+
+// Load builds the model from a weight store, checking every shape and the
+// full key set.
+func Load(be backend.Backend, store weights.Store, opt Options) (*Model, error) {
+	opt = opt.withDefaults()
+	if opt.ScaleFrames < 1 || opt.SlidingWindow < 1 || opt.MaxFrames < 1 || opt.CameraIterations < 1 || opt.CacheHeadroom < 0 {
+		return nil, fmt.Errorf("model: scale frames (%d), sliding window (%d), max frames (%d) and camera iterations (%d) must all be at least 1, cache headroom (%d) at least 0",
+			opt.ScaleFrames, opt.SlidingWindow, opt.MaxFrames, opt.CameraIterations, opt.CacheHeadroom)
+	}
+	root := weights.NewCursor(store)
+	ac := root.Sub("aggregator")
+	camShape, err := ac.Shape("camera_token")
+	if err != nil {
+		return nil, fmt.Errorf("model: not a LingBot-Map checkpoint: %w", err)
+	}
+	if len(camShape) != 4 || camShape[3]%aggHeadDim != 0 {
+		return nil, fmt.Errorf("model: %q has shape %v, want [1, 2, 1, a multiple of %d]", ac.Key("camera_token"), camShape, aggHeadDim)
+	}
+	e := camShape[3]
+	m := &Model{be: be, opt: opt}
+
+	if m.dino, err = loadDINO(be, ac.Sub("patch_embed"), aggHeadDim); err != nil {
+		return nil, fmt.Errorf("model: DINO patch embedding: %w", err)
+	}
+	if m.dino.dim != e {
+		return nil, fmt.Errorf("model: DINO width %d differs from the aggregator width %d", m.dino.dim, e)
+	}
+	if m.agg, err = loadAggregator(be, ac, e); err != nil {
+		return nil, fmt.Errorf("model: aggregator: %w", err)
+	}
+	depth := m.agg.depth()
+	sel := opt.SelectedLayers
+	if sel == nil {
+		sel = SelectedLayersFor(depth)
+	}
+	if len(sel) == 0 || !slices.IsSorted(sel) || sel[0] < 0 || sel[len(sel)-1] >= depth || len(slices.Compact(slices.Clone(sel))) != len(sel) {
+		return nil, fmt.Errorf("model: selected layers %v must be distinct, ascending and inside the aggregator's %d blocks", sel, depth)
+	}
+	m.opt.SelectedLayers = slices.Clone(sel)
+
+	if m.camera, err = loadCameraHead(be, root.Sub("camera_head"), 2*e, opt.CameraIterations); err != nil {
+		return nil, fmt.Errorf("model: camera head: %w", err)
+	}
+	if m.heads, err = loadHeads(be, root, len(sel)); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+
+	if unused := root.Unused(""); len(unused) > 0 {
+		msg := fmt.Sprintf("%d checkpoint tensors are not used by the model: %s", len(unused), summarizeKeys(unused))
+		if !opt.AllowUnusedWeights {
+			return nil, fmt.Errorf("model: %s (is this a LingBot-Map checkpoint?)", msg)
+		}
+		opt.Log.Warn("model: "+msg, "count", len(unused))
+	}
+	m.sizes = Sizes{
+		Embed: e, Heads: e / aggHeadDim, Depth: depth,
+		DinoDepth: len(m.dino.blocks), DinoGrid: m.dino.grid, PatchSize: m.dino.patch,
+		Registers: m.agg.registers, NumSpecial: m.agg.numSpecial,
+		CamDim: 2 * e, CamDepth: len(m.camera.trunk),
+		HasDepthHead: m.heads.depth != nil, HasPointHead: m.heads.point != nil,
+		SelectedLayers: slices.Clone(sel),
+	}
+	return m, nil
+}
+
+func summarizeKeys(keys []string) string {
+	if len(keys) > 5 {
+		return strings.Join(keys[:5], ", ") + ", …"
+	}
+	return strings.Join(keys, ", ")
+}
+
+// Sizes reports the dimensions read from the weights.
+func (m *Model) Sizes() Sizes {
+	s := m.sizes
+	s.SelectedLayers = slices.Clone(s.SelectedLayers)
+	return s
+}
+
+// Options returns the options in effect (defaults filled in).
+func (m *Model) Options() Options { return m.opt }
+
+// ErrPending is returned when a DeferEviction step was neither committed nor
+// rolled back before the next call.
+var ErrPending = errors.New("model: the previous deferred-eviction frame was neither committed nor rolled back")
+
+// Forward runs one call: several frames (phase 1, on an empty cache) or one.
+// images are CHW float32 in [0,1], 3·h·w values each, h and w multiples of the
+// patch size; the resolution stays fixed until Reset.
+func (m *Model) Forward(ctx context.Context, images [][]float32, h, w int, step Step) (*Output, error) {
+	if err := m.checkInput(images, h, w, step); err != nil {
+		return nil, err
+	}
+	s := len(images)
+	gh, gw := h/m.sizes.PatchSize, w/m.sizes.PatchSize
+	if err := m.ensureCache(h, w, gh*gw); err != nil {
+		return nil, err
+	}
+	be := m.be
+	cancelled := func() error {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("model: forward cancelled: %w", err)
+		}
+		return nil
+	}
+	if err := cancelled(); err != nil {
+		return nil, err
+	}
+	if m.committed+s > m.opt.MaxFrames {
+		return nil, fmt.Errorf("model: %d frames committed since the last reset reach the limit of %d (MaxFrames); reset or start a new window", m.committed, m.opt.MaxFrames)
+	}
+
+	// Reserve the cache pages first: the bookkeeping is shared by all global
+	// blocks, so it runs once per call and each block writes where it says.
+	call := aggCall{
+		s:            s,
+		cachedFrames: m.cache.Stats().FrameCount,
+		scaleFor:     m.opt.ScaleFrames,
+		timeIndex:    m.committed,
+		dense:        s > 1,
+		keepLayers:   m.opt.SelectedLayers,
+		store:        m.store,
+	}
+	if s > 1 {
+		call.scaleFor = s
+	}
+	defer m.cache.SetDeferEviction(false)
+	switch {
+	case s > 1:
+		for f := 0; f < s; f++ {
+			plan, err := m.cache.Append(m.agg.numSpecial)
+			if err != nil {
+				m.cache.Reset()
+				return nil, fmt.Errorf("model: phase 1 with %d frames: %w", s, err)
+			}
+			plan.Special = slices.Clone(plan.Special)
+			call.plans = append(call.plans, plan)
+			m.cache.Evict()
+		}
+	case step.SkipAppend || step.DeferEviction:
+		m.cache.SetDeferEviction(true)
+		plan, err := m.cache.Append(m.agg.numSpecial)
+		if err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
+		call.plans = []kvcache.AppendPlan{plan}
+	default:
+		plan, err := m.cache.Append(m.agg.numSpecial)
+		if err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
+		call.plans = []kvcache.AppendPlan{plan}
+		m.cache.Evict()
+	}
+	if s == 1 {
+		call.pages, call.lastPageLen = m.cache.Visible(m.visibleBuf)
+		m.visibleBuf = call.pages
+	}
+	// undo puts the cache back as it was when the call fails half way.
+	undo := func() {
+		if s > 1 {
+			m.cache.Reset()
+			return
+		}
+		if step.SkipAppend || step.DeferEviction {
+			_ = m.cache.Rollback()
+		}
+		// A committed keyframe whose eviction already ran cannot be undone; the
+		// caller must Reset after an error.
+	}
+
+	out := &Output{}
+	patches := m.dino.forward(be, images, h, w)
+	if m.opt.KeepIntermediates {
+		host := be.ToHost(patches)
+		n := len(host) / s
+		for f := 0; f < s; f++ {
+			out.DinoTokens = append(out.DinoTokens, host[f*n:(f+1)*n])
+		}
+	}
+	m.agg.prepare(be, gh, gw)
+	layers, err := m.agg.forward(be, patches, call, cancelled)
+	be.Free(patches)
+	if err != nil {
+		undo()
+		return nil, err
+	}
+	defer func() {
+		for _, l := range layers {
+			be.Free(l)
+		}
+	}()
+	if step.SkipAppend {
+		if err := m.cache.Rollback(); err != nil {
+			return nil, fmt.Errorf("model: rolling back a non-keyframe: %w", err)
+		}
+	} else {
+		m.committed += s
+		m.pending = step.DeferEviction
+	}
+	if m.opt.KeepIntermediates {
+		for _, l := range layers {
+			out.AggLayers = append(out.AggLayers, be.ToHost(l))
+		}
+	}
+
+	out.PoseIters = m.camera.forward(be, layers[len(layers)-1], !step.SkipAppend)
+	out.PoseEnc = out.PoseIters[len(out.PoseIters)-1]
+
+	if err := m.heads.run(be, layers, m.agg.numSpecial, gh, gw, h, w, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (m *Model) checkInput(images [][]float32, h, w int, step Step) error {
+	if m.closed {
+		return errors.New("model: Forward after Close")
+	}
+	if m.pending {
+		return ErrPending
+	}
+	ps := m.sizes.PatchSize
+	switch {
+	case len(images) == 0:
+		return errors.New("model: Forward needs at least one image")
+	case h <= 0 || w <= 0 || h%ps != 0 || w%ps != 0:
+		return fmt.Errorf("model: image size %d×%d (h×w) must be positive multiples of the patch size %d", h, w, ps)
+	case step.SkipAppend && step.DeferEviction:
+		return errors.New("model: a step cannot both skip the append and defer eviction")
+	}
+	for i, img := range images {
+		if len(img) != 3*h*w {
+			return fmt.Errorf("model: image %d has %d values, want 3·%d·%d = %d (CHW)", i, len(img), h, w, 3*h*w)
+		}
+	}
+	if len(images) > 1 {
+		if step.SkipAppend || step.DeferEviction {
+			return fmt.Errorf("model: a call of %d frames is phase 1; it cannot be a non-keyframe or a deferred step", len(images))
+		}
+		if m.cache != nil && (m.cache.Stats().FrameCount > 0 || m.committed > 0) {
+			return fmt.Errorf("model: a call of %d frames (phase 1) needs an empty cache; Reset first", len(images))
+		}
+	}
+	if m.cache != nil && (h != m.h || w != m.w) && m.cache.Stats().FrameCount > 0 {
+		return fmt.Errorf("model: image size %d×%d differs from the stream's %d×%d; Reset before changing resolution", h, w, m.h, m.w)
+	}
+	return nil
+}
+
+// ensureCache sizes the KV cache and its storage for NP patch tokens per frame.
+func (m *Model) ensureCache(h, w, np int) error {
+	if m.cache != nil && m.h == h && m.w == w {
+		return nil
+	}
+	cache, err := kvcache.New(kvcache.Config{
+		ScaleFrames:   m.opt.ScaleFrames,
+		SlidingWindow: m.opt.SlidingWindow,
+		PageSize:      np,
+		MaxFrames:     m.opt.MaxFrames,
+		Headroom:      m.opt.CacheHeadroom,
+	})
+	if err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	spec := backend.KVSpec{Layers: m.sizes.Depth, Pages: cache.NumPages(), PageSize: np, Heads: m.sizes.Heads, HeadDim: aggHeadDim}
+	m.releaseStore() // free the old storage before the new one is allocated
+	store, err := m.be.NewKVStore(spec)
+	if err != nil {
+		m.cache = nil
+		return fmt.Errorf("model: KV cache for %d×%d images: %w", h, w, err)
+	}
+	m.cache, m.store, m.storeSpec, m.h, m.w = cache, store, spec, h, w
+	m.camera.reset(m.be)
+	m.committed = 0
+	m.pending = false
+	return nil
+}
+
+// Commit keeps the frame of the last DeferEviction step: the eviction it
+// deferred runs now.
+func (m *Model) Commit() {
+	if !m.pending {
+		return
+	}
+	m.cache.ExecuteDeferredEviction()
+	m.pending = false
+}
+
+// Rollback drops the frame of the last DeferEviction step from the aggregator
+// cache and the RoPE frame counter. As in the reference, the camera head keeps
+// its camera token.
+func (m *Model) Rollback() error {
+	if !m.pending {
+		return errors.New("model: nothing to roll back: the last call was not a DeferEviction step, or it was already committed")
+	}
+	if err := m.cache.Rollback(); err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	m.committed--
+	m.pending = false
+	return nil
+}
+
+// Reset clears every cache (clean_kv_cache): aggregator pages, camera head and
+// frame counters. The storage is kept for the next stream.
+func (m *Model) Reset() {
+	if m.cache != nil {
+		m.cache.Reset()
+	}
+	m.camera.reset(m.be)
+	m.committed = 0
+	m.pending = false
+}
+
+// Stats describes the aggregator cache (zero before the first call).
+func (m *Model) Stats() kvcache.Stats {
+	if m.cache == nil {
+		return kvcache.Stats{}
+	}
+	return m.cache.Stats()
+}
+
+// CameraFrames is the number of frames in the camera head's cache.
+func (m *Model) CameraFrames() int { return m.camera.frames }
+
+// KVBytes is the storage of the aggregator KV cache at float32 plus the camera
+// head's cache now (a backend storing bf16 uses half of the first part).
+func (m *Model) KVBytes() int64 {
+	var n int64
+	if m.store != nil {
+		n = m.storeSpec.Bytes(4)
+	}
+	return n + int64(m.camera.frames)*int64(len(m.camera.k)*len(m.camera.trunk))*2*int64(m.sizes.CamDim)*4
+}
+
+// Close releases the caches and per-resolution tables. The backend owns the
+// weights and is closed by its owner.
+func (m *Model) Close() {
+	if m.closed {
+		return
+	}
+	m.camera.reset(m.be)
+	m.dino.release(m.be)
+	m.agg.release(m.be)
+	m.releaseStore()
+	m.cache = nil
+	m.closed = true
+}
+
+// releaseStore frees the KV storage now when the backend's store can be
+// closed (device memory); a CPU store is left to the garbage collector.
+func (m *Model) releaseStore() {
+	if c, ok := m.store.(interface{ Close() error }); ok {
+		if err := c.Close(); err != nil && m.opt.Log != nil {
+			m.opt.Log.Warn("releasing the KV cache storage", "err", err)
+		}
+	}
+	m.store = nil
+}

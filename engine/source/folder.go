@@ -1,0 +1,164 @@
+package source
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image"
+	_ "image/jpeg" // decoders for image.Decode
+	_ "image/png"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lingbotmap/lingbotmap/engine"
+)
+
+// Folder reads the images of a directory: the files ending in .png, .jpg or
+// .JPG (the reference's glob, so .jpeg and .PNG are not read), sorted by
+// name, then FirstK, then Stride. When every selected name is a time (see
+// nameStamp: "1305031102.175304.png" as in TUM RGB-D, nanosecond integers as
+// in EuRoC) that is the stamp; otherwise image i of the listing is stamped i/FPS.
+// JPEGs are turned upright by their EXIF orientation, as the reference does.
+type Folder struct {
+	dir    string
+	files  []string // selected, in order
+	index  []int    // position of each selected file in the sorted listing
+	stamps []float64
+	next   int
+}
+
+// OpenFolder lists dir. It fails when dir holds no image.
+func OpenFolder(dir string, opt Options) (*Folder, error) {
+	if err := opt.Validate(); err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("image folder: %w", err)
+	}
+	var names []string
+	for _, e := range ents {
+		if e.IsDir() {
+			continue
+		}
+		switch filepath.Ext(e.Name()) {
+		case ".png", ".jpg", ".JPG":
+			names = append(names, e.Name())
+		}
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("image folder %s: no .png, .jpg or .JPG files", dir)
+	}
+	slices.Sort(names)
+	f := &Folder{dir: dir}
+	for i, n := range names {
+		keep, done := opt.keep(i)
+		if done {
+			break
+		}
+		if keep {
+			f.files = append(f.files, n)
+			f.index = append(f.index, i)
+		}
+	}
+	f.stamps = make([]float64, len(f.files))
+	numeric := true
+	for i, n := range f.files {
+		v, ok := nameStamp(strings.TrimSuffix(n, filepath.Ext(n)))
+		if !ok || (i > 0 && v <= f.stamps[i-1]) {
+			numeric = false
+			break
+		}
+		f.stamps[i] = v
+	}
+	if !numeric {
+		for i := range f.files {
+			f.stamps[i] = float64(f.index[i]) / opt.FPS
+		}
+	}
+	return f, nil
+}
+
+// nameStamp reads a file name as a time in seconds: a decimal number with a
+// fraction ("1305031102.175304", TUM RGB-D) or an integer of 16 digits or more,
+// read as nanoseconds (EuRoC). Shorter integers are frame numbers, not times.
+func nameStamp(stem string) (float64, bool) {
+	if strings.Contains(stem, ".") {
+		v, err := strconv.ParseFloat(stem, 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return 0, false
+		}
+		return v, true
+	}
+	if len(stem) < 16 {
+		return 0, false
+	}
+	ns, err := strconv.ParseUint(stem, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return float64(ns) / 1e9, true
+}
+
+// Next decodes the next image.
+func (f *Folder) Next(ctx context.Context) (engine.Frame, error) {
+	if err := ctx.Err(); err != nil {
+		return engine.Frame{}, err
+	}
+	if f.next >= len(f.files) {
+		return engine.Frame{}, io.EOF
+	}
+	i := f.next
+	f.next++
+	path := filepath.Join(f.dir, f.files[i])
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return engine.Frame{}, fmt.Errorf("image folder: %w", err)
+	}
+	img, format, err := image.Decode(bytes.NewReader(data))
+	if err != nil {
+		return engine.Frame{}, fmt.Errorf("image %s: cannot decode it as PNG or JPEG: %w", path, err)
+	}
+	if format == "jpeg" {
+		img = orient(img, jpegOrientation(data))
+	}
+	b := img.Bounds()
+	return engine.Frame{
+		Seq:    uint64(f.index[i]),
+		Stamp:  stampTime(f.stamps[i]),
+		Image:  img,
+		Width:  b.Dx(),
+		Height: b.Dy(),
+	}, nil
+}
+
+// Len is the number of selected images.
+func (f *Folder) Len() int { return len(f.files) }
+
+// Describe names the folder and the selection.
+func (f *Folder) Describe() string {
+	return fmt.Sprintf("image folder %s (%d images)", f.dir, len(f.files))
+}
+
+// Files are the selected file names, in order.
+func (f *Folder) Files() []string { return slices.Clone(f.files) }
+
+// Close does nothing; files are opened one at a time.
+func (f *Folder) Close() error { return nil }
+
+// stampTime turns seconds into a time, to the nanosecond.
+func stampTime(s float64) time.Time {
+	sec := math.Floor(s)
+	return time.Unix(int64(sec), int64(math.Round((s-sec)*1e9)))
+}
+
+// Seconds turns a frame stamp back into seconds (the TUM format's timestamps).
+func Seconds(t time.Time) float64 {
+	return float64(t.Unix()) + float64(t.Nanosecond())/1e9
+}

@@ -1,0 +1,148 @@
+package traj
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/lingbotmap/lingbotmap/engine/mapio"
+)
+
+// Pose is one stamped camera→world pose.
+type Pose struct {
+	Time float64       // seconds
+	T    [3]float64    // position of the camera in the world
+	R    [3][3]float64 // camera→world rotation
+}
+
+// Trajectory is a list of poses ordered by time.
+type Trajectory []Pose
+
+// Positions returns the positions of the poses.
+func (tr Trajectory) Positions() [][3]float64 {
+	out := make([][3]float64, len(tr))
+	for i, p := range tr {
+		out[i] = p.T
+	}
+	return out
+}
+
+// maxLineLen bounds one line of a TUM file; real lines are under 200 bytes.
+const maxLineLen = 64 << 10
+
+// ReadTUMFile reads a TUM trajectory file.
+func ReadTUMFile(path string) (Trajectory, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open trajectory: %w", err)
+	}
+	defer f.Close()
+	tr, err := ReadTUM(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return tr, nil
+}
+
+// ReadTUM reads "timestamp tx ty tz qx qy qz qw" lines. It rejects lines with
+// the wrong number of values, values that are not finite numbers, zero
+// quaternions and repeated timestamps, naming the line. Poses are returned
+// sorted by time.
+func ReadTUM(r io.Reader) (Trajectory, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), maxLineLen)
+	var tr Trajectory
+	lines := map[float64]int{} // timestamp → line, to name both lines of a repeat
+	n := 0
+	for sc.Scan() {
+		n++
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.FieldsFunc(line, func(c rune) bool {
+			return c == ' ' || c == '\t' || c == ',' || c == '\r'
+		})
+		if len(f) != 8 {
+			return nil, fmt.Errorf("line %d: expected 8 values (timestamp tx ty tz qx qy qz qw), found %d", n, len(f))
+		}
+		var v [8]float64
+		for i, s := range f {
+			x, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				return nil, fmt.Errorf("line %d: value %d (%q) is not a number", n, i+1, clip(s))
+			}
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				return nil, fmt.Errorf("line %d: value %d (%q) is not a finite number", n, i+1, clip(s))
+			}
+			v[i] = x
+		}
+		if prev, ok := lines[v[0]]; ok {
+			return nil, fmt.Errorf("line %d: timestamp %s repeats line %d", n, f[0], prev)
+		}
+		lines[v[0]] = n
+		rot, err := RotationFromQuat([4]float64{v[4], v[5], v[6], v[7]})
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+		tr = append(tr, Pose{Time: v[0], T: [3]float64{v[1], v[2], v[3]}, R: rot})
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, fmt.Errorf("line %d: longer than %d bytes: not a TUM trajectory", n+1, maxLineLen)
+		}
+		return nil, fmt.Errorf("read trajectory: %w", err)
+	}
+	if len(tr) == 0 {
+		return nil, errors.New("no poses: expected lines of 'timestamp tx ty tz qx qy qz qw'")
+	}
+	slices.SortStableFunc(tr, func(a, b Pose) int {
+		switch {
+		case a.Time < b.Time:
+			return -1
+		case a.Time > b.Time:
+			return 1
+		}
+		return 0
+	})
+	return tr, nil
+}
+
+// clip shortens a field quoted in an error message.
+func clip(s string) string {
+	if len(s) > 32 {
+		return s[:32] + "…"
+	}
+	return s
+}
+
+// RotationFromQuat converts a quaternion (x, y, z, w) to a rotation matrix,
+// normalising it first. A zero or non-finite quaternion is an error.
+func RotationFromQuat(q [4]float64) ([3][3]float64, error) {
+	n := math.Sqrt(q[0]*q[0] + q[1]*q[1] + q[2]*q[2] + q[3]*q[3])
+	if !(n > 1e-12) || math.IsInf(n, 0) {
+		return [3][3]float64{}, fmt.Errorf("quaternion (%g %g %g %g) has no direction: it cannot be normalised", q[0], q[1], q[2], q[3])
+	}
+	x, y, z, w := q[0]/n, q[1]/n, q[2]/n, q[3]/n
+	return [3][3]float64{
+		{1 - 2*(y*y+z*z), 2 * (x*y - z*w), 2 * (x*z + y*w)},
+		{2 * (x*y + z*w), 1 - 2*(x*x+z*z), 2 * (y*z - x*w)},
+		{2 * (x*z - y*w), 2 * (y*z + x*w), 1 - 2*(x*x+y*y)},
+	}, nil
+}
+
+// WriteTUM writes a trajectory in TUM format (through mapio's writer, so the
+// run command and the evaluation agree on the format).
+func WriteTUM(w io.Writer, tr Trajectory) error {
+	out := make([]mapio.StampedPose, len(tr))
+	for i, p := range tr {
+		out[i] = mapio.StampedPose{Time: p.Time, T: p.T, Q: mapio.QuatFromRotation(p.R)}
+	}
+	return mapio.WriteTUM(w, out)
+}

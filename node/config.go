@@ -1,0 +1,388 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/lingbotmap/lingbotmap/config"
+	"github.com/lingbotmap/lingbotmap/engine"
+)
+
+// Config is everything `lingbotmap node` can be told: the engine's settings
+// under "engine" plus the node's own. Keys are the mapstructure tags; the same
+// key names the YAML entry, the LINGBOTMAP_* environment variable (dots become
+// underscores), the command-line flag and the ROS private parameter ("~engine/weights").
+type Config struct {
+	Engine engine.Config `mapstructure:"engine"`
+
+	// ImageTransport picks the input topics: "raw" (sensor_msgs/Image on
+	// "image"), "compressed" (sensor_msgs/CompressedImage on "image/compressed")
+	// or "both".
+	ImageTransport string `mapstructure:"image_transport"`
+	// UseCameraInfo subscribes to "camera_info" and reports its K in /diagnostics.
+	UseCameraInfo bool `mapstructure:"use_camera_info"`
+	// QueueSize bounds the frames waiting for the model.
+	QueueSize int `mapstructure:"queue_size"`
+	// QueuePolicy is "latest" (drop the oldest waiting frame when full) or "all"
+	// (block the subscriber: every frame is processed, e.g. for bag replay).
+	QueuePolicy string `mapstructure:"queue_policy"`
+
+	// MapFrame is the fixed frame of poses, path, clouds and map (REP 105).
+	MapFrame string `mapstructure:"map_frame"`
+	// CameraFrame is the camera's optical frame; empty takes the image header's frame_id.
+	CameraFrame string `mapstructure:"camera_frame"`
+	// BaseFrame, when set, makes TF and odometry use map → base_frame through
+	// the static BaseToCamera transform.
+	BaseFrame string `mapstructure:"base_frame"`
+	// BaseToCamera is the pose of the camera frame in the base frame:
+	// "x y z qx qy qz qw" (metres, unit quaternion).
+	BaseToCamera string `mapstructure:"base_to_camera"`
+	// PublishTF sends /tf (and the static base → camera on /tf_static).
+	PublishTF bool `mapstructure:"publish_tf"`
+
+	// ConfThreshold keeps cloud points whose depth confidence is above it.
+	ConfThreshold float64 `mapstructure:"conf_threshold"`
+	// CloudStride takes every Nth pixel in both directions for the clouds.
+	CloudStride int `mapstructure:"cloud_stride"`
+	// MapVoxel is the voxel edge of the accumulated map in metres.
+	MapVoxel float64 `mapstructure:"map_voxel"`
+	// MapRate is the most map messages per second.
+	MapRate float64 `mapstructure:"map_rate"`
+	// MaxPathLength caps the poses kept in ~path (0 = unbounded).
+	MaxPathLength int `mapstructure:"max_path_length"`
+	// DiagnosticsRate is /diagnostics messages per second.
+	DiagnosticsRate float64 `mapstructure:"diagnostics_rate"`
+	// SaveDir is where ~save_map writes when the ~save_dir parameter is unset.
+	SaveDir string `mapstructure:"save_dir"`
+	// MasterCheckInterval is how often (seconds) the node checks that the
+	// ROS master still knows it, to re-register after a master restart.
+	MasterCheckInterval float64 `mapstructure:"master_check_interval"`
+	// Replay, for tests and demos, replays a golden case's reference outputs
+	// (a directory with outputs.safetensors) instead of running the model.
+	Replay string `mapstructure:"replay"`
+}
+
+// DefaultConfig holds the built-in defaults; config/lingbotmap.yaml repeats them.
+func DefaultConfig() Config {
+	return Config{
+		Engine:              engine.DefaultConfig(),
+		ImageTransport:      "raw",
+		QueueSize:           4,
+		QueuePolicy:         "latest",
+		MapFrame:            "map",
+		PublishTF:           true,
+		ConfThreshold:       1.5,
+		CloudStride:         1,
+		MapVoxel:            0.05,
+		MapRate:             1,
+		MaxPathLength:       0,
+		DiagnosticsRate:     1,
+		SaveDir:             "lingbotmap_map",
+		MasterCheckInterval: 1,
+	}
+}
+
+// Validate names the first parameters that are out of range.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("parameter '%s' %s", key, fmt.Sprintf(format, args...)))
+	}
+	if err := c.Engine.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("engine section: %w", err))
+	}
+	switch c.ImageTransport {
+	case "raw", "compressed", "both":
+	default:
+		bad("image_transport", "must be raw, compressed or both, not %q", c.ImageTransport)
+	}
+	if c.QueueSize < 1 {
+		bad("queue_size", "must be ≥ 1, not %d", c.QueueSize)
+	}
+	if _, err := ParsePolicy(c.QueuePolicy); err != nil {
+		bad("queue_policy", "must be latest or all, not %q", c.QueuePolicy)
+	}
+	if !validFrameID(c.MapFrame) || c.MapFrame == "" {
+		bad("map_frame", "must be a non-empty frame id without spaces, not %q", c.MapFrame)
+	}
+	if !validFrameID(c.CameraFrame) {
+		bad("camera_frame", "must be a frame id without spaces, not %q", c.CameraFrame)
+	}
+	if !validFrameID(c.BaseFrame) {
+		bad("base_frame", "must be a frame id without spaces, not %q", c.BaseFrame)
+	}
+	if c.BaseFrame != "" {
+		if _, err := ParseTransform(c.BaseToCamera); err != nil {
+			bad("base_to_camera", "is needed when base_frame is set: %v", err)
+		}
+	} else if c.BaseToCamera != "" {
+		if _, err := ParseTransform(c.BaseToCamera); err != nil {
+			bad("base_to_camera", "%v", err)
+		}
+	}
+	if !(c.ConfThreshold >= 0) || math.IsInf(c.ConfThreshold, 0) {
+		bad("conf_threshold", "must be a finite number ≥ 0, not %g", c.ConfThreshold)
+	}
+	if c.CloudStride < 1 {
+		bad("cloud_stride", "must be ≥ 1, not %d", c.CloudStride)
+	}
+	if !(c.MapVoxel > 0) || math.IsInf(c.MapVoxel, 0) {
+		bad("map_voxel", "must be > 0 metres, not %g", c.MapVoxel)
+	}
+	if !(c.MapRate > 0) || math.IsInf(c.MapRate, 0) {
+		bad("map_rate", "must be > 0 per second, not %g", c.MapRate)
+	}
+	if c.MaxPathLength < 0 {
+		bad("max_path_length", "must be ≥ 0, not %d", c.MaxPathLength)
+	}
+	if !(c.DiagnosticsRate > 0) || math.IsInf(c.DiagnosticsRate, 0) {
+		bad("diagnostics_rate", "must be > 0 per second, not %g", c.DiagnosticsRate)
+	}
+	if c.SaveDir == "" {
+		bad("save_dir", "must not be empty")
+	}
+	if !(c.MasterCheckInterval > 0) || math.IsInf(c.MasterCheckInterval, 0) {
+		bad("master_check_interval", "must be > 0 seconds, not %g", c.MasterCheckInterval)
+	}
+	return errors.Join(errs...)
+}
+
+func validFrameID(s string) bool {
+	return !strings.ContainsAny(s, " \t\n")
+}
+
+// ParseTransform reads "x y z qx qy qz qw" into a rigid 4×4 transform; the
+// quaternion is normalised.
+func ParseTransform(s string) ([4][4]float64, error) {
+	f := strings.Fields(s)
+	if len(f) != 7 {
+		return [4][4]float64{}, fmt.Errorf("want 7 numbers \"x y z qx qy qz qw\", got %d", len(f))
+	}
+	var v [7]float64
+	for i, t := range f {
+		x, err := strconv.ParseFloat(t, 64)
+		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+			return [4][4]float64{}, fmt.Errorf("%q is not a finite number", t)
+		}
+		v[i] = x
+	}
+	n := math.Sqrt(v[3]*v[3] + v[4]*v[4] + v[5]*v[5] + v[6]*v[6])
+	if n < 1e-9 {
+		return [4][4]float64{}, errors.New("the quaternion is zero")
+	}
+	r := rotationFromQuat(v[3]/n, v[4]/n, v[5]/n, v[6]/n)
+	return [4][4]float64{
+		{r[0][0], r[0][1], r[0][2], v[0]},
+		{r[1][0], r[1][1], r[1][2], v[1]},
+		{r[2][0], r[2][1], r[2][2], v[2]},
+		{0, 0, 0, 1},
+	}, nil
+}
+
+// parseInts reads integers separated by spaces or commas.
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, t := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '[' || r == ']' }) {
+		i, err := strconv.Atoi(t)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, i)
+	}
+	return out, nil
+}
+
+// configField is one leaf setting: its dotted key and the addressable value.
+type configField struct {
+	key string
+	val reflect.Value
+}
+
+// fields lists the leaves of c (which must be a pointer to Config) in declaration order.
+func fields(c *Config) []configField {
+	var out []configField
+	var walk func(prefix string, v reflect.Value)
+	walk = func(prefix string, v reflect.Value) {
+		t := v.Type()
+		for i := 0; i < t.NumField(); i++ {
+			tag := t.Field(i).Tag.Get("mapstructure")
+			if tag == "" || tag == "-" {
+				continue
+			}
+			fv := v.Field(i)
+			if fv.Kind() == reflect.Func {
+				continue
+			}
+			if fv.Kind() == reflect.Struct {
+				walk(prefix+tag+".", fv)
+				continue
+			}
+			out = append(out, configField{key: prefix + tag, val: fv})
+		}
+	}
+	walk("", reflect.ValueOf(c).Elem())
+	return out
+}
+
+// Keys lists every configuration key in declaration order.
+func Keys() []string {
+	c := DefaultConfig()
+	var keys []string
+	for _, f := range fields(&c) {
+		keys = append(keys, f.key)
+	}
+	return keys
+}
+
+// AddFlags registers one flag per key (named like the key, e.g. --engine.weights,
+// --queue_policy) with the built-in default, for BindFlags to hand to viper.
+func AddFlags(fs *pflag.FlagSet) {
+	c := DefaultConfig()
+	help := config.Help()
+	for _, f := range fields(&c) {
+		usage := help[f.key]
+		if usage == "" {
+			usage = "see config/lingbotmap.yaml"
+		}
+		switch f.val.Kind() {
+		case reflect.Bool:
+			fs.Bool(f.key, f.val.Bool(), usage)
+		case reflect.Int, reflect.Int64:
+			fs.Int64(f.key, f.val.Int(), usage)
+		case reflect.Float64:
+			fs.Float64(f.key, f.val.Float(), usage)
+		case reflect.String:
+			fs.String(f.key, f.val.String(), usage)
+		case reflect.Slice:
+			if ints, ok := f.val.Interface().([]int); ok {
+				fs.IntSlice(f.key, ints, usage+" (comma-separated)")
+			}
+		}
+	}
+}
+
+// LoadConfig layers, lowest first: built-in defaults, the YAML file (if file is
+// not empty), LINGBOTMAP_* environment variables, then the flags already bound
+// to v (see BindFlags). Unknown keys and bad values are errors that name the key.
+func LoadConfig(v *viper.Viper, file string) (Config, error) {
+	def := DefaultConfig()
+	for _, f := range fields(&def) {
+		v.SetDefault(f.key, f.val.Interface())
+	}
+	v.SetEnvPrefix("LINGBOTMAP")
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	v.AutomaticEnv()
+	if file != "" {
+		v.SetConfigFile(file)
+		v.SetConfigType("yaml")
+		if err := v.ReadInConfig(); err != nil {
+			return Config{}, fmt.Errorf("reading the configuration file %s: %w", file, err)
+		}
+	}
+	var c Config
+	if err := v.UnmarshalExact(&c); err != nil {
+		return Config{}, fmt.Errorf("configuration: %w", err)
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("configuration: %w", err)
+	}
+	return c, nil
+}
+
+// BindFlags makes the flags registered by AddFlags override the file and the
+// environment, but only when given on the command line.
+func BindFlags(v *viper.Viper, fs *pflag.FlagSet) error {
+	for _, k := range Keys() {
+		if f := fs.Lookup(k); f != nil {
+			if err := v.BindPFlag(k, f); err != nil {
+				return fmt.Errorf("binding flag --%s: %w", k, err)
+			}
+		}
+	}
+	return nil
+}
+
+// ParamSource reads ROS parameters (a goroslib node satisfies it through rosParams).
+type ParamSource interface {
+	IsSet(key string) (bool, error)
+	Bool(key string) (bool, error)
+	Int(key string) (int, error)
+	Float64(key string) (float64, error)
+	String(key string) (string, error)
+}
+
+// ParamName is the ROS private parameter that overrides a configuration key.
+func ParamName(key string) string { return "~" + strings.ReplaceAll(key, ".", "/") }
+
+// ApplyParams overrides c with the ROS private parameters that are set, and
+// returns the keys it took. Integers are accepted for float settings, as
+// rosparam stores "1" as an int.
+func ApplyParams(c Config, p ParamSource) (Config, []string, error) {
+	var taken []string
+	for _, f := range fields(&c) {
+		name := ParamName(f.key)
+		set, err := p.IsSet(name)
+		if err != nil {
+			return c, taken, fmt.Errorf("asking the ROS master for parameter %s: %w", name, err)
+		}
+		if !set {
+			continue
+		}
+		switch f.val.Kind() {
+		case reflect.Bool:
+			b, err := p.Bool(name)
+			if err != nil {
+				return c, taken, fmt.Errorf("ROS parameter %s must be a bool: %w", name, err)
+			}
+			f.val.SetBool(b)
+		case reflect.Int, reflect.Int64:
+			i, err := p.Int(name)
+			if err != nil {
+				return c, taken, fmt.Errorf("ROS parameter %s must be an integer: %w", name, err)
+			}
+			f.val.SetInt(int64(i))
+		case reflect.Float64:
+			x, err := p.Float64(name)
+			if err != nil {
+				i, ierr := p.Int(name)
+				if ierr != nil {
+					return c, taken, fmt.Errorf("ROS parameter %s must be a number: %w", name, err)
+				}
+				x = float64(i)
+			}
+			f.val.SetFloat(x)
+		case reflect.String:
+			s, err := p.String(name)
+			if err != nil {
+				return c, taken, fmt.Errorf("ROS parameter %s must be a string: %w", name, err)
+			}
+			f.val.SetString(s)
+		case reflect.Slice:
+			// ROS 1 parameters through goroslib are scalars only, so lists
+			// come as strings such as "4 11 17 23".
+			s, err := p.String(name)
+			if err != nil {
+				return c, taken, fmt.Errorf("ROS parameter %s must be a string of integers like \"4 11 17 23\": %w", name, err)
+			}
+			ints, err := parseInts(s)
+			if err != nil || f.val.Type() != reflect.TypeOf(ints) {
+				return c, taken, fmt.Errorf("ROS parameter %s must be a string of integers like \"4 11 17 23\", not %q", name, s)
+			}
+			f.val.Set(reflect.ValueOf(ints))
+		default:
+			continue
+		}
+		taken = append(taken, f.key)
+	}
+	if err := c.Validate(); err != nil {
+		return c, taken, fmt.Errorf("after applying ROS parameters: %w", err)
+	}
+	return c, taken, nil
+}

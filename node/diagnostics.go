@@ -1,0 +1,159 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/diagnostic_msgs"
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
+)
+
+// counters are the node's running totals for /diagnostics.
+type counters struct {
+	received, processed, pausedFrames, droppedOnClose, engineErrors, reconnects atomic.Int64
+
+	mu         sync.Mutex
+	skipped    map[string]int64  // by kind (msgs.DecodeError kinds, size_change, camera_info)
+	reasons    map[string]string // first reason seen per kind
+	modelN     int64
+	modelTotal time.Duration
+	modelLast  time.Duration
+	cameraInfo string
+}
+
+func (c *counters) init() {
+	c.skipped, c.reasons = map[string]int64{}, map[string]string{}
+}
+
+// skip counts one rejected input; it reports whether this kind is new.
+func (c *counters) skip(kind string, err error) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.skipped[kind]++
+	if _, ok := c.reasons[kind]; ok {
+		return false
+	}
+	c.reasons[kind] = err.Error()
+	return true
+}
+
+func (c *counters) recordModelTime(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.modelN++
+	c.modelTotal += d
+	c.modelLast = d
+}
+
+func (c *counters) setCameraInfo(s string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cameraInfo = s
+}
+
+// diagnosticsLoop publishes /diagnostics at DiagnosticsRate until ctx ends.
+func (n *Node) diagnosticsLoop(ctx context.Context) {
+	tick := time.NewTicker(time.Duration(float64(time.Second) / n.cfg.DiagnosticsRate))
+	defer tick.Stop()
+	var lastProblems int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		msg, problems := n.diagnostics(lastProblems)
+		lastProblems = problems
+		n.withSession(func(s *session) { s.diag.Write(msg) })
+	}
+}
+
+// diagnostics builds the status message. The level is WARN while inputs are
+// being skipped or dropped (compared with the previous report's total).
+func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray, int64) {
+	c := &n.stats
+	kv := func(k string, v any) diagnostic_msgs.KeyValue {
+		return diagnostic_msgs.KeyValue{Key: k, Value: fmt.Sprint(v)}
+	}
+	dropped := n.queue.Dropped()
+	vals := []diagnostic_msgs.KeyValue{
+		kv("frames_received", c.received.Load()),
+		kv("frames_processed", c.processed.Load()),
+		kv("queue_length", n.queue.Len()),
+		kv("queue_capacity", n.queue.Cap()),
+		kv("queue_policy", n.queue.policy),
+		kv("frames_dropped", dropped),
+		kv("frames_paused", c.pausedFrames.Load()),
+		kv("paused", n.paused.Load()),
+		kv("engine_errors", c.engineErrors.Load()),
+		kv("master_reconnects", c.reconnects.Load()),
+	}
+	c.mu.Lock()
+	if c.modelN > 0 {
+		vals = append(vals,
+			kv("model_ms_last", strconv.FormatFloat(c.modelLast.Seconds()*1e3, 'f', 2, 64)),
+			kv("model_ms_mean", strconv.FormatFloat(c.modelTotal.Seconds()*1e3/float64(c.modelN), 'f', 2, 64)))
+	}
+	if c.cameraInfo != "" {
+		vals = append(vals, kv("camera_info", c.cameraInfo))
+	}
+	kinds := make([]string, 0, len(c.skipped))
+	var skippedTotal int64
+	for k, v := range c.skipped {
+		kinds = append(kinds, k)
+		skippedTotal += v
+	}
+	sort.Strings(kinds)
+	var reasons []string
+	for _, k := range kinds {
+		vals = append(vals, kv("skipped_"+k, c.skipped[k]), kv("skip_reason_"+k, c.reasons[k]))
+		reasons = append(reasons, k+": "+c.reasons[k])
+	}
+	c.mu.Unlock()
+	vals = append(vals, kv("skipped_total", skippedTotal))
+
+	n.mu.Lock()
+	st := n.cacheStats
+	n.mu.Unlock()
+	vals = append(vals,
+		kv("kv_frame_count", st.FrameCount),
+		kv("kv_scale_pages", st.ScalePages),
+		kv("kv_live_pages", st.LivePages),
+		kv("kv_free_pages", st.FreePages),
+		kv("kv_special_tokens", st.SpecialTokens),
+		kv("kv_visible_pages", st.VisiblePages),
+		kv("kv_last_page_len", st.LastPageLen),
+		kv("kv_page_size", st.PageSize),
+		kv("kv_camera_frames", st.CameraFrames),
+		kv("kv_bytes", st.KVBytes),
+		kv("kv_window", st.Window),
+		kv("engine_frames_in", st.FramesIn),
+	)
+
+	problems := skippedTotal + dropped
+	level, message := diagnostic_msgs.DiagnosticStatus_OK, "mapping"
+	switch {
+	case problems > prevProblems && skippedTotal > 0:
+		level, message = diagnostic_msgs.DiagnosticStatus_WARN, "skipping input images ("+strings.Join(reasons, "; ")+")"
+	case problems > prevProblems:
+		level, message = diagnostic_msgs.DiagnosticStatus_WARN, "dropping frames: the model is slower than the camera"
+	case n.paused.Load():
+		message = "paused"
+	}
+	return &diagnostic_msgs.DiagnosticArray{
+		Header: std_msgs.Header{Stamp: time.Now()},
+		Status: []diagnostic_msgs.DiagnosticStatus{{
+			Level:      level,
+			Name:       n.ros.FullName() + ": engine",
+			Message:    message,
+			HardwareId: n.cfg.Engine.Device,
+			Values:     vals,
+		}},
+	}, problems
+}

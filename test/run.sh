@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs the whole test suite on the CPU: installs the ROS tools the integration
+# tests use (test/install-deps.sh), then vets and tests every package.
+# The tests start their own private roscore per test; no GPU is needed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/go/bin:$PATH"
+test/install-deps.sh
+go version
+go vet ./...
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+go test -count=1 -timeout 25m ./...
