@@ -112,6 +112,7 @@ type stream struct {
 	m   *model.Model
 
 	h, w     int // model resolution, fixed by the first frame
+	pre      preprocess.Preprocessor
 	framesIn int64
 	win      *window
 
@@ -124,6 +125,7 @@ type stream struct {
 
 func newStream(cfg Config, log *slog.Logger, be backend.Backend, m *model.Model) *stream {
 	s := &stream{cfg: cfg, log: log, be: be, m: m}
+	s.pre = preprocess.Preprocessor{Width: cfg.ImageWidth, Patch: m.Sizes().PatchSize, Workers: cfg.Threads}
 	s.win = s.newWindow(0)
 	return s
 }
@@ -186,7 +188,8 @@ func (s *stream) prepare(f Frame) (input, error) {
 		pix, w, h = f.Pixels, f.Width, f.Height
 	case f.Image != nil:
 		var err error
-		pix, w, h, err = preprocess.Preprocess(f.Image, s.cfg.ImageWidth, s.m.Sizes().PatchSize)
+		// a new buffer per frame: windowed mode keeps inputs for the next window
+		pix, w, h, err = s.pre.Run(f.Image, nil)
 		if err != nil {
 			return input{}, fmt.Errorf("engine: frame %d: %w", f.Seq, err)
 		}

@@ -1,0 +1,241 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"image"
+	"image/color"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lingbotmap/lingbotmap/engine/geom"
+)
+
+func tinyConfig() Config {
+	cfg := DefaultConfig()
+	cfg.ModelSize = "tiny"
+	cfg.ImageWidth = 70
+	cfg.ScaleFrames = 3
+	cfg.SlidingWindow = 4
+	cfg.Threads = 2
+	return cfg
+}
+
+func testImage(w, h int, seed uint8) image.Image {
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	for y := 0; y < h; y++ {
+		for x := 0; x < w; x++ {
+			img.Set(x, y, color.RGBA{uint8(x*3) + seed, uint8(y*5) ^ seed, seed * 7, 255})
+		}
+	}
+	return img
+}
+
+func pushAll(t *testing.T, st Stream, frames []Frame) []Result {
+	t.Helper()
+	ctx := context.Background()
+	var out []Result
+	for _, f := range frames {
+		res, err := st.Push(ctx, f)
+		if err != nil {
+			t.Fatalf("push %d: %v", f.Seq, err)
+		}
+		out = append(out, res...)
+	}
+	res, err := st.Flush(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(out, res...)
+}
+
+func TestStreamScheduleAndResults(t *testing.T) {
+	st, err := New(context.Background(), tinyConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var frames []Frame
+	for i := 0; i < 7; i++ {
+		frames = append(frames, Frame{Seq: uint64(100 + i), Stamp: time.Unix(1700000000+int64(i), 0), Image: testImage(140, 84, uint8(i))})
+	}
+	// phase 1 buffers the scale frames: no result until the third
+	for i := 0; i < 2; i++ {
+		res, err := st.Push(context.Background(), frames[i])
+		if err != nil || len(res) != 0 {
+			t.Fatalf("frame %d: %d results, %v; want none while buffering", i, len(res), err)
+		}
+	}
+	res := pushAll(t, st, frames[2:])
+	if len(res) != 7 {
+		t.Fatalf("%d results for 7 frames", len(res))
+	}
+	for i, r := range res {
+		if r.Seq != uint64(100+i) || !r.Stamp.Equal(frames[i].Stamp) {
+			t.Fatalf("result %d is seq %d stamp %v", i, r.Seq, r.Stamp)
+		}
+		want := Keyframe
+		if i < 3 {
+			want = Scale
+		}
+		if r.Kind != want {
+			t.Errorf("result %d kind %v, want %v", i, r.Kind, want)
+		}
+		if r.Width != 70 || r.Height != 42 || len(r.Depth) != 70*42 || len(r.Conf) != 70*42 || len(r.RGB) != 3*70*42 {
+			t.Fatalf("result %d: %dx%d, %d depths, %d rgb", i, r.Width, r.Height, len(r.Depth), len(r.RGB))
+		}
+		for _, d := range r.Depth {
+			if !(d > 0) || math.IsInf(float64(d), 0) {
+				t.Fatalf("result %d: depth %v", i, d)
+			}
+		}
+		// CamToWorld is a rigid transform: orthonormal rotation, last row 0 0 0 1
+		m := r.CamToWorld
+		for a := 0; a < 3; a++ {
+			for b := 0; b < 3; b++ {
+				var dot float64
+				for k := 0; k < 3; k++ {
+					dot += m[a][k] * m[b][k]
+				}
+				want := 0.0
+				if a == b {
+					want = 1
+				}
+				if math.Abs(dot-want) > 1e-9 {
+					t.Fatalf("result %d: rotation rows %d,%d dot %v", i, a, b, dot)
+				}
+			}
+		}
+		if m[3] != [4]float64{0, 0, 0, 1} {
+			t.Fatalf("result %d: last row %v", i, m[3])
+		}
+		if r.Intrinsics[2] != 35 || r.Intrinsics[3] != 21 || !(r.Intrinsics[0] > 0) {
+			t.Fatalf("result %d: intrinsics %v", i, r.Intrinsics)
+		}
+	}
+	s := st.Stats()
+	if s.FrameCount != 7 || s.ScalePages != 3 || s.LivePages != 4 || s.FramesIn != 7 || s.CameraFrames != 7 {
+		t.Fatalf("stats %+v", s)
+	}
+	// Reset starts a new map with a fresh phase 1.
+	if err := st.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if s := st.Stats(); s.FrameCount != 0 {
+		t.Fatalf("after reset: %+v", s)
+	}
+	res = pushAll(t, st, frames[:2])
+	if len(res) != 2 || res[0].Kind != Scale || res[1].Kind != Scale {
+		t.Fatalf("a short input is flushed as scale frames: %+v", res)
+	}
+}
+
+func TestStreamRejectsBadInput(t *testing.T) {
+	ctx := context.Background()
+	st, err := New(ctx, tinyConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Push(ctx, Frame{Seq: 1}); err == nil || !strings.Contains(err.Error(), "no image") {
+		t.Fatalf("empty frame: %v", err)
+	}
+	nan := make([]float32, 3*70*42)
+	nan[5] = float32(math.NaN())
+	if _, err := st.Push(ctx, Frame{Seq: 2, Pixels: nan, Width: 70, Height: 42}); err == nil || !strings.Contains(err.Error(), "NaN") {
+		t.Fatalf("NaN pixels: %v", err)
+	}
+	if _, err := st.Push(ctx, Frame{Seq: 3, Pixels: make([]float32, 10), Width: 70, Height: 42}); err == nil {
+		t.Fatal("short pixel buffer accepted")
+	}
+	if _, err := st.Push(ctx, Frame{Seq: 4, Image: testImage(140, 84, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	// a different aspect ratio changes the model resolution mid-stream
+	_, err = st.Push(ctx, Frame{Seq: 5, Image: testImage(140, 140, 1)})
+	if err == nil || !strings.Contains(err.Error(), "size changed") {
+		t.Fatalf("size change: %v", err)
+	}
+	st.Close()
+	if _, err := st.Push(ctx, Frame{Seq: 6, Image: testImage(140, 84, 1)}); err == nil {
+		t.Fatal("push after close accepted")
+	}
+}
+
+func TestStreamCacheFull(t *testing.T) {
+	ctx := context.Background()
+	cfg := tinyConfig()
+	cfg.MaxFrames = 5
+	st, err := New(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var last error
+	for i := 0; i < 8 && last == nil; i++ {
+		_, last = st.Push(ctx, Frame{Seq: uint64(i), Image: testImage(70, 42, uint8(i))})
+	}
+	if !errors.Is(last, ErrCacheFull) {
+		t.Fatalf("got %v, want ErrCacheFull", last)
+	}
+}
+
+func TestStreamWindowedReleasesEveryFrame(t *testing.T) {
+	ctx := context.Background()
+	cfg := tinyConfig()
+	cfg.Windowed, cfg.WindowSize, cfg.OverlapSize, cfg.KeyframeInterval = true, 6, 3, 2
+	st, err := New(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var frames []Frame
+	for i := 0; i < 20; i++ {
+		frames = append(frames, Frame{Seq: uint64(i), Image: testImage(70, 42, uint8(i))})
+	}
+	res := pushAll(t, st, frames)
+	if len(res) != 20 {
+		t.Fatalf("%d results for 20 frames", len(res))
+	}
+	windows := map[int]bool{}
+	for i, r := range res {
+		if r.Seq != uint64(i) {
+			t.Fatalf("result %d is frame %d", i, r.Seq)
+		}
+		windows[r.Window] = true
+		// windowed output is re-encoded as unit quaternions once there are two windows
+		q := r.PoseEnc[3:7]
+		n := math.Sqrt(float64(q[0]*q[0] + q[1]*q[1] + q[2]*q[2] + q[3]*q[3]))
+		if math.Abs(n-1) > 1e-5 || q[3] < 0 {
+			t.Fatalf("result %d: quaternion %v", i, q)
+		}
+	}
+	// window = 3 + (6-3)·2 = 9 frames, step 6: windows start at 0, 6, 12
+	if len(windows) != 3 {
+		t.Fatalf("results came from windows %v, want 3 windows", windows)
+	}
+	sims := st.(interface{ Alignments() []geom.Similarity }).Alignments()
+	if len(sims) != 3 || sims[0].Scale != 1 || sims[0].T != [3]float64{} {
+		t.Fatalf("alignments %+v, want 3 starting with the identity", sims)
+	}
+	for i, s := range sims[1:] {
+		if !(s.Scale >= 1e-3 && s.Scale <= 1e3) {
+			t.Fatalf("window %d scale %v outside the reference's clamp", i+1, s.Scale)
+		}
+	}
+}
+
+func TestConfigValidateNamesTheKey(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.KeyframeInterval = 0
+	cfg.Device = "tpu"
+	err := cfg.Validate()
+	if err == nil || !strings.Contains(err.Error(), "'keyframe_interval'") || !strings.Contains(err.Error(), "'device'") {
+		t.Fatalf("Validate: %v", err)
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+}
