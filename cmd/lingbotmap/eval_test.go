@@ -101,8 +101,8 @@ func TestEvalCommand(t *testing.T) {
 		t.Errorf("JSON: %s", b)
 	}
 	img := decodePNG(t, plotOut)
-	if bnd := img.Bounds(); bnd.Dx() != 1024 || bnd.Dy() != 960 || countColor(img, render.ReferenceColor) < 500 {
-		t.Errorf("plot %v with %d reference pixels", bnd, countColor(img, render.ReferenceColor))
+	if bnd := img.Bounds(); bnd.Dx() != 1024 || bnd.Dy() != 960 || countColor(img, render.ReferenceColor()) < 500 {
+		t.Errorf("plot %v with %d reference pixels", bnd, countColor(img, render.ReferenceColor()))
 	}
 }
 

@@ -36,15 +36,16 @@ Settings (see config/lingbotmap.yaml) come from the built-in defaults, the
 ROS_MASTER_URI, ROS_HOSTNAME/ROS_IP, ROS_NAMESPACE and roslaunch's __name:=,
 __ns:=, __log:= and from:=to arguments are honoured.`,
 		Args: cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return runNode(cmd.Context(), v, opts, args)
-		},
 	}
 	cmd.Flags().StringVar(&opts.configFile, "config", "", "YAML configuration file (default: built-in defaults)")
 	cmd.Flags().StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	node.AddFlags(cmd.Flags())
-	if err := node.BindFlags(v, cmd.Flags()); err != nil {
-		panic(err) // flags and keys come from the same list; a mismatch is a programming error
+	bindErr := node.BindFlags(v, cmd.Flags())
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if bindErr != nil {
+			return bindErr
+		}
+		return runNode(cmd.Context(), v, opts, args)
 	}
 	return cmd
 }

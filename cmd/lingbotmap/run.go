@@ -100,9 +100,11 @@ Ctrl-C stops the run and writes what was computed so far.`,
 	f := cmd.Flags()
 	f.StringVarP(&o.out, "out", "o", o.out, "output folder (created if missing)")
 	f.StringVar(&o.src.Topic, "topic", "", "image topic of a ROS bag (default: its only image topic)")
+	f.BoolVar(&o.src.RotateCW90, "rotate-cw90", false, "turn every frame 90° clockwise before the model")
 	f.IntVar(&o.src.FirstK, "first-k", 0, "use only the first K input frames (0 = all), before --stride")
 	f.IntVar(&o.src.Stride, "stride", o.src.Stride, "use every Nth input frame")
-	f.Float64Var(&o.src.FPS, "fps", o.src.FPS, "frame rate for stamps of inputs without times (numbered images)")
+	f.Float64Var(&o.src.SampleFPS, "fps", o.src.SampleFPS, "videos: sample one frame in round(video fps / fps) before --first-k and --stride, as the reference (0 = every frame)")
+	f.Float64Var(&o.src.FrameRate, "frame-rate", o.src.FrameRate, "frame rate for the stamps of inputs without times (numbered images)")
 
 	c := &o.cfg
 	f.StringVar(&c.Weights, "weights", "", "checkpoint (.safetensors or .pt); empty = random model of --model-size")

@@ -210,8 +210,8 @@ func TestRunWritesOutputs(t *testing.T) {
 
 	// Preview: the trajectory is drawn.
 	img := decodePNG(t, filepath.Join(o.out, "preview.png"))
-	if b := img.Bounds(); b.Dx() != 1024 || b.Dy() != 768 || countColor(img, render.TrajectoryColor) < 100 {
-		t.Errorf("preview %v with %d trajectory pixels", b, countColor(img, render.TrajectoryColor))
+	if b := img.Bounds(); b.Dx() != 1024 || b.Dy() != 768 || countColor(img, render.TrajectoryColor()) < 100 {
+		t.Errorf("preview %v with %d trajectory pixels", b, countColor(img, render.TrajectoryColor()))
 	}
 
 	rec := readRunJSON(t, o.out)
@@ -384,7 +384,8 @@ func TestRunFlags(t *testing.T) {
 	cmd.SetArgs([]string{"in.bag", "-o", "res", "--topic", "/cam/image/compressed", "--first-k", "100", "--stride", "2",
 		"--flow-threshold", "14", "--max-gap", "20", "--windowed", "--window-size", "32", "--overlap", "8",
 		"--scale-frames", "4", "--sliding-window", "16", "--device", "cuda", "--weights", "w.pt",
-		"--conf-threshold", "2.5", "--voxel", "0.05", "--save-conf", "--depth-scale", "5000"})
+		"--conf-threshold", "2.5", "--voxel", "0.05", "--save-conf", "--depth-scale", "5000",
+		"--fps", "5", "--frame-rate", "20", "--rotate-cw90", "--model-size", "full", "--pixel-stride", "3"})
 	cmd.SetOut(io.Discard)
 	if err := cmd.ExecuteContext(context.Background()); err != nil {
 		t.Fatal(err)
@@ -393,7 +394,8 @@ func TestRunFlags(t *testing.T) {
 	if got.input != "in.bag" || got.out != "res" || got.src.Topic != "/cam/image/compressed" || got.src.FirstK != 100 || got.src.Stride != 2 ||
 		c.FlowThreshold != 14 || c.MaxNonKeyframeGap != 20 || !c.Windowed || c.WindowSize != 32 || c.OverlapSize != 8 ||
 		c.ScaleFrames != 4 || c.SlidingWindow != 16 || c.Device != "cuda" || c.Weights != "w.pt" ||
-		got.confThreshold != 2.5 || got.voxel != 0.05 || !got.saveConf || got.depthScale != 5000 || gotAuto {
+		got.confThreshold != 2.5 || got.voxel != 0.05 || !got.saveConf || got.depthScale != 5000 || gotAuto ||
+		got.src.SampleFPS != 5 || got.src.FrameRate != 20 || !got.src.RotateCW90 || c.ModelSize != "full" || got.pixelStride != 3 {
 		t.Errorf("parsed %+v (auto %v)", got, gotAuto)
 	}
 	var buf bytes.Buffer
@@ -527,5 +529,87 @@ func TestUnprojectMatchesReference(t *testing.T) {
 	t.Logf("largest difference from the reference: %.2g (relative to 1+|x|)", worst)
 	if worst > 1e-5 {
 		t.Errorf("unprojection differs from the reference by %g", worst)
+	}
+}
+
+// End to end on real frames: `run` on the 16 courthouse images with the
+// golden tiny model writes the reference's poses (images_kf1: the same frames
+// through the reference preprocessing at 42×70) and its depth.
+func TestRunGoldenImages(t *testing.T) {
+	dir, err := shared.Path("golden", "images_kf1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := weights.OpenSafeTensors(filepath.Join(dir, "outputs.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	poseEnc, err := st.Float32("pose_enc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	depth, err := st.Float32("depth")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := testRunOptions(t, nil)
+	o.input, err = shared.Path("data", "courthouse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.src.FirstK = 16
+	o.newStream = engine.New
+	o.cfg.Weights, err = shared.Path("golden", "weights.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The golden settings (manifest.json): 70 px wide, 3 scale frames, a
+	// sliding window of 4, every frame a keyframe.
+	o.cfg.ImageWidth, o.cfg.ScaleFrames, o.cfg.SlidingWindow, o.cfg.MaxFrames = 70, 3, 4, 256
+	if err := runRun(context.Background(), o, true); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := traj.ReadTUMFile(filepath.Join(o.out, "trajectory.tum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr) != 16 {
+		t.Fatalf("%d poses, want 16", len(tr))
+	}
+	var worstT, worstR float64
+	for k, p := range tr {
+		pe := poseEnc[9*k:]
+		for a := range 3 {
+			worstT = math.Max(worstT, math.Abs(p.T[a]-float64(pe[a]))/(1+math.Abs(float64(pe[a]))))
+		}
+		want, err := traj.RotationFromQuat([4]float64{float64(pe[3]), float64(pe[4]), float64(pe[5]), float64(pe[6])})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r := range 3 {
+			for c := range 3 {
+				worstR = math.Max(worstR, math.Abs(p.R[r][c]-want[r][c]))
+			}
+		}
+	}
+	// float32 engine against the float32 reference (README: ≈1e-5 relative).
+	t.Logf("largest difference from the reference: position %.2g, rotation %.2g", worstT, worstR)
+	if worstT > 1e-4 || worstR > 1e-4 {
+		t.Errorf("poses differ from the reference: position %g, rotation %g", worstT, worstR)
+	}
+	// Depth PNGs hold round(depth·1000).
+	img := decodePNG(t, filepath.Join(o.out, "depth", "000007.png"))
+	g, ok := img.(*image.Gray16)
+	if !ok || g.Bounds().Dx() != 70 || g.Bounds().Dy() != 42 {
+		t.Fatalf("depth PNG %T %v", img, img.Bounds())
+	}
+	for i := range 42 * 70 {
+		want := float64(depth[7*42*70+i]) * 1000
+		if got := float64(g.Gray16At(i%70, i/70).Y); math.Abs(got-want) > 0.5+1e-4*want {
+			t.Fatalf("depth pixel %d = %g mm, want %.2f", i, got, want)
+		}
+	}
+	if rec := readRunJSON(t, o.out); rec.Frames.Scale != 3 || rec.Frames.Keyframes != 13 || rec.Cache == nil || rec.Cache.ScalePages != 3 {
+		t.Errorf("run.json frames %+v cache %+v", rec.Frames, rec.Cache)
 	}
 }

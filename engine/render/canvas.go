@@ -15,16 +15,15 @@ import (
 	"golang.org/x/image/math/fixed"
 )
 
-// Colours of the drawings, exported so that tests and legends agree with them.
-var (
-	Background      = color.RGBA{255, 255, 255, 255}
-	TrajectoryColor = color.RGBA{220, 20, 60, 255}   // the estimated path in a top view
-	ReferenceColor  = color.RGBA{40, 40, 40, 255}    // the reference path in an evaluation plot
-	StartColor      = color.RGBA{0, 160, 0, 255}     // first pose
-	EndColor        = color.RGBA{30, 60, 220, 255}   // last pose
-	TextColor       = color.RGBA{0, 0, 0, 255}       // labels
-	GridColor       = color.RGBA{215, 215, 215, 255} // frames and scale bars
-)
+// Colours of the drawings, as functions so that tests and legends agree with
+// them without a mutable package variable.
+func Background() color.RGBA      { return color.RGBA{255, 255, 255, 255} }
+func TrajectoryColor() color.RGBA { return color.RGBA{220, 20, 60, 255} }   // the estimated path in a top view
+func ReferenceColor() color.RGBA  { return color.RGBA{40, 40, 40, 255} }    // the reference path in an evaluation plot
+func StartColor() color.RGBA      { return color.RGBA{0, 160, 0, 255} }     // first pose
+func EndColor() color.RGBA        { return color.RGBA{30, 60, 220, 255} }   // last pose
+func TextColor() color.RGBA       { return color.RGBA{0, 0, 0, 255} }       // labels
+func GridColor() color.RGBA       { return color.RGBA{215, 215, 215, 255} } // frames and scale bars
 
 // canvas is an RGBA image with the few primitives the plots need; every
 // primitive clips to the image, so no input can draw out of bounds.
@@ -34,7 +33,7 @@ type canvas struct {
 
 func newCanvas(w, h int) *canvas {
 	c := &canvas{img: image.NewRGBA(image.Rect(0, 0, w, h))}
-	draw.Draw(c.img, c.img.Bounds(), &image.Uniform{Background}, image.Point{}, draw.Src)
+	draw.Draw(c.img, c.img.Bounds(), &image.Uniform{Background()}, image.Point{}, draw.Src)
 	return c
 }
 

@@ -18,7 +18,7 @@ type EvalPlotOptions struct {
 	Title string
 }
 
-// EvalPlot draws an evaluation: above, the reference path (ReferenceColor) and
+// EvalPlot draws an evaluation: above, the reference path (ReferenceColor()) and
 // the aligned estimate seen from above, each estimated segment coloured by its
 // error on the ErrorColor scale with a colour bar; below, the error against
 // time. ref, est, errs and times are pair by pair (same length).
@@ -45,7 +45,7 @@ func EvalPlot(ref, est [][3]float64, errs, times []float64, opt EvalPlotOptions)
 	}
 	W, H := opt.Width, opt.Height
 	c := newCanvas(W, H)
-	c.text(8, 15, opt.Title, TextColor)
+	c.text(8, 15, opt.Title, TextColor())
 
 	emin, emax := math.Inf(1), math.Inf(-1)
 	for _, e := range errs {
@@ -66,7 +66,7 @@ func EvalPlot(ref, est [][3]float64, errs, times []float64, opt EvalPlotOptions)
 	// Top view.
 	split := int(float64(H) * 0.68)
 	area := image.Rect(8, 40, W-110, split)
-	c.strokeRect(area, GridColor)
+	c.strokeRect(area, GridColor())
 	b := emptyBounds()
 	vtmp := view{axes: axes}
 	for i := range n {
@@ -74,20 +74,20 @@ func EvalPlot(ref, est [][3]float64, errs, times []float64, opt EvalPlotOptions)
 		b.add(vtmp.hv(est[i]))
 	}
 	v := newView(axes, area.Inset(4), b)
-	drawPath(c, v, ref, func(int) color.RGBA { return ReferenceColor }, 1.5)
+	drawPath(c, v, ref, func(int) color.RGBA { return ReferenceColor() }, 1.5)
 	drawPath(c, v, est, func(i int) color.RGBA {
 		return ErrorColor(norm((errs[i-min(i, 1)] + errs[i]) / 2))
 	}, 2.5)
 	drawEnds(c, v, ref)
 	c.scaleBar(v)
-	c.text(area.Min.X+6, area.Min.Y+16, fmt.Sprintf("top view (%s right, %s up)", axisName(axes.H), axisName(axes.V)), TextColor)
+	c.text(area.Min.X+6, area.Min.Y+16, fmt.Sprintf("top view (%s right, %s up)", axisName(axes.H), axisName(axes.V)), TextColor())
 	// Legend.
 	lx, ly := area.Min.X+6, area.Min.Y+30
-	c.line(float64(lx), float64(ly), float64(lx+24), float64(ly), 2, ReferenceColor)
-	c.text(lx+30, ly+4, "reference", TextColor)
+	c.line(float64(lx), float64(ly), float64(lx+24), float64(ly), 2, ReferenceColor())
+	c.text(lx+30, ly+4, "reference", TextColor())
 	c.line(float64(lx), float64(ly+16), float64(lx+12), float64(ly+16), 3, ErrorColor(0))
 	c.line(float64(lx+12), float64(ly+16), float64(lx+24), float64(ly+16), 3, ErrorColor(1))
-	c.text(lx+30, ly+20, "estimate (aligned), coloured by error", TextColor)
+	c.text(lx+30, ly+20, "estimate (aligned), coloured by error", TextColor())
 
 	// Colour bar.
 	bar := image.Rect(W-90, area.Min.Y+20, W-70, area.Max.Y-20)
@@ -95,14 +95,14 @@ func EvalPlot(ref, est [][3]float64, errs, times []float64, opt EvalPlotOptions)
 		t := 1 - float64(y-bar.Min.Y)/float64(max(1, bar.Dy()-1))
 		c.fillRect(image.Rect(bar.Min.X, y, bar.Max.X, y+1), ErrorColor(t))
 	}
-	c.strokeRect(bar.Inset(-1), TextColor)
-	c.text(bar.Min.X-8, bar.Min.Y-6, fmtErr(emax), TextColor)
-	c.text(bar.Min.X-8, bar.Max.Y+14, fmtErr(emin), TextColor)
-	c.text(bar.Min.X-4, bar.Max.Y+28, "m", TextColor)
+	c.strokeRect(bar.Inset(-1), TextColor())
+	c.text(bar.Min.X-8, bar.Min.Y-6, fmtErr(emax), TextColor())
+	c.text(bar.Min.X-8, bar.Max.Y+14, fmtErr(emin), TextColor())
+	c.text(bar.Min.X-4, bar.Max.Y+28, "m", TextColor())
 
 	// Error over time.
 	plot := image.Rect(70, split+30, W-30, H-40)
-	c.strokeRect(plot, GridColor)
+	c.strokeRect(plot, GridColor())
 	tmin, tmax := math.Inf(1), math.Inf(-1)
 	for _, t := range times {
 		if finite(t) {
@@ -124,7 +124,7 @@ func EvalPlot(ref, est [][3]float64, errs, times []float64, opt EvalPlotOptions)
 	}
 	for k := 1; k < 4; k++ { // horizontal grid at quarters
 		y := float64(plot.Max.Y-1) - float64(k)/4*float64(plot.Dy()-1)
-		c.line(float64(plot.Min.X), y, float64(plot.Max.X-1), y, 1, GridColor)
+		c.line(float64(plot.Min.X), y, float64(plot.Max.X-1), y, 1, GridColor())
 	}
 	for i := 1; i < n; i++ {
 		c.line(px(times[i-1]), py(errs[i-1]), px(times[i]), py(errs[i]), 2, ErrorColor(norm((errs[i-1]+errs[i])/2)))
@@ -132,12 +132,12 @@ func EvalPlot(ref, est [][3]float64, errs, times []float64, opt EvalPlotOptions)
 	if n == 1 {
 		c.disc(px(times[0]), py(errs[0]), 2, ErrorColor(0))
 	}
-	c.text(plot.Min.X, plot.Min.Y-8, "absolute trajectory error [m] over time [s]", TextColor)
-	c.text(4, plot.Min.Y+10, fmtErr(ytop), TextColor)
-	c.text(4, plot.Max.Y, "0", TextColor)
-	c.text(plot.Min.X, plot.Max.Y+16, fmt.Sprintf("%.2f", tmin), TextColor)
+	c.text(plot.Min.X, plot.Min.Y-8, "absolute trajectory error [m] over time [s]", TextColor())
+	c.text(4, plot.Min.Y+10, fmtErr(ytop), TextColor())
+	c.text(4, plot.Max.Y, "0", TextColor())
+	c.text(plot.Min.X, plot.Max.Y+16, fmt.Sprintf("%.2f", tmin), TextColor())
 	last := fmt.Sprintf("%.2f", tmax)
-	c.text(plot.Max.X-textWidth(last), plot.Max.Y+16, last, TextColor)
+	c.text(plot.Max.X-textWidth(last), plot.Max.Y+16, last, TextColor())
 	return c.img, nil
 }
 

@@ -73,10 +73,10 @@ func TestTopView(t *testing.T) {
 	if b := got.Bounds(); b.Dx() != 640 || b.Dy() != 480 {
 		t.Fatalf("size %v, want 640×480", b)
 	}
-	nTraj, _, _ := where(got, TrajectoryColor, got.Bounds())
+	nTraj, _, _ := where(got, TrajectoryColor(), got.Bounds())
 	nGrey, _, _ := where(got, grey, got.Bounds())
-	nStart, sx, sy := where(got, StartColor, got.Bounds())
-	nEnd, ex, ey := where(got, EndColor, got.Bounds())
+	nStart, sx, sy := where(got, StartColor(), got.Bounds())
+	nEnd, ex, ey := where(got, EndColor(), got.Bounds())
 	if nTraj < 300 || nGrey < 10000 || nStart == 0 || nEnd == 0 {
 		t.Fatalf("pixels: trajectory %d, map %d, start %d, end %d", nTraj, nGrey, nStart, nEnd)
 	}
@@ -145,7 +145,7 @@ func TestEvalPlot(t *testing.T) {
 	left := image.Rect(0, 100, 345, split)
 	right := image.Rect(445, 100, 800-110, split)
 	low, high := ErrorColor(0), ErrorColor(1)
-	if n, _, _ := where(got, ReferenceColor, top); n < 200 {
+	if n, _, _ := where(got, ReferenceColor(), top); n < 200 {
 		t.Errorf("%d reference pixels", n)
 	}
 	if n, _, _ := where(got, low, left); n < 100 {

@@ -21,7 +21,7 @@ type Axes struct {
 
 // CameraTopDown is the view from above for maps in the first camera's OpenCV
 // frame (x right, y down, z forward): x to the right, z (forward) up.
-var CameraTopDown = Axes{H: 0, V: 2}
+func CameraTopDown() Axes { return Axes{H: 0, V: 2} }
 
 // AutoAxes picks the two axes along which the points spread the most, the
 // wider one horizontal; it suits reference frames of unknown orientation.
@@ -150,17 +150,17 @@ func (c *canvas) scaleBar(v view) {
 	}
 	px := m * v.scale
 	x0, y0 := float64(v.rect.Min.X+12), float64(v.rect.Max.Y-14)
-	c.line(x0, y0, x0+px, y0, 2, TextColor)
-	c.line(x0, y0-4, x0, y0+4, 1, TextColor)
-	c.line(x0+px, y0-4, x0+px, y0+4, 1, TextColor)
-	c.text(int(x0), int(y0)-6, fmt.Sprintf("%g m", m), TextColor)
+	c.line(x0, y0, x0+px, y0, 2, TextColor())
+	c.line(x0, y0-4, x0, y0+4, 1, TextColor())
+	c.line(x0+px, y0-4, x0+px, y0+4, 1, TextColor())
+	c.text(int(x0), int(y0)-6, fmt.Sprintf("%g m", m), TextColor())
 }
 
 // TopViewOptions set up TopView. Zero values take the defaults given.
 type TopViewOptions struct {
 	// Width and Height of the image in pixels. They default to 1024 × 768.
 	Width, Height int
-	// Axes of the view. It defaults to CameraTopDown.
+	// Axes of the view. It defaults to CameraTopDown().
 	Axes *Axes
 	// Title is written at the top left.
 	Title string
@@ -181,8 +181,8 @@ func robustRange(xs []float64) (float64, float64) {
 }
 
 // TopView draws map points in their colours, seen from above, and the
-// trajectory over them: a line in TrajectoryColor from a StartColor disc to an
-// EndColor disc. The view frames the whole trajectory and the bulk of the points.
+// trajectory over them: a line in TrajectoryColor() from a StartColor() disc to an
+// EndColor() disc. The view frames the whole trajectory and the bulk of the points.
 func TopView(traj [][3]float64, pts []mapio.Point, opt TopViewOptions) (*image.RGBA, error) {
 	if opt.Width == 0 {
 		opt.Width = 1024
@@ -193,7 +193,7 @@ func TopView(traj [][3]float64, pts []mapio.Point, opt TopViewOptions) (*image.R
 	if opt.MaxPoints == 0 {
 		opt.MaxPoints = 2_000_000
 	}
-	axes := CameraTopDown
+	axes := CameraTopDown()
 	if opt.Axes != nil {
 		axes = *opt.Axes
 	}
@@ -219,7 +219,7 @@ func TopView(traj [][3]float64, pts []mapio.Point, opt TopViewOptions) (*image.R
 	// and +third axis otherwise.
 	d := axes.depth()
 	sign := 1.0
-	if axes == CameraTopDown {
+	if axes == CameraTopDown() {
 		sign = -1
 	}
 	slices.SortFunc(sel, func(a, b mapio.Point) int {
@@ -239,14 +239,14 @@ func TopView(traj [][3]float64, pts []mapio.Point, opt TopViewOptions) (*image.R
 			c.set(int(x), int(y), col)
 		}
 	}
-	drawPath(c, v, traj, func(int) color.RGBA { return TrajectoryColor }, 2.5)
+	drawPath(c, v, traj, func(int) color.RGBA { return TrajectoryColor() }, 2.5)
 	drawEnds(c, v, traj)
 	c.scaleBar(v)
 	title := opt.Title
 	if title == "" {
 		title = fmt.Sprintf("top view: %s right, %s up; %d poses, %d points", axisName(axes.H), axisName(axes.V), len(traj), len(pts))
 	}
-	c.text(6, 14, title, TextColor)
+	c.text(6, 14, title, TextColor())
 	return c.img, nil
 }
 
@@ -301,7 +301,7 @@ func drawEnds(c *canvas, v view, traj [][3]float64) {
 		return
 	}
 	x, y := v.pixel(traj[0])
-	c.disc(x, y, 5, StartColor)
+	c.disc(x, y, 5, StartColor())
 	x, y = v.pixel(traj[len(traj)-1])
-	c.disc(x, y, 5, EndColor)
+	c.disc(x, y, 5, EndColor())
 }

@@ -144,8 +144,7 @@ func (b *Bag) Next(ctx context.Context) (engine.Frame, error) {
 		if stamp.IsZero() || stamp.Unix() == 0 {
 			stamp = m.Time
 		}
-		bd := img.Bounds()
-		return engine.Frame{Seq: uint64(i), Stamp: stamp, Image: img, Width: bd.Dx(), Height: bd.Dy()}, nil
+		return b.opt.frame(uint64(i), stamp, img), nil
 	}
 }
 

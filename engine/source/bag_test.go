@@ -8,6 +8,7 @@ import (
 	"image/draw"
 	"image/png"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -175,5 +176,78 @@ func TestBagSourceErrors(t *testing.T) {
 	}
 	if _, err := Open(context.Background(), junk, DefaultOptions()); err == nil {
 		t.Error("junk bag accepted")
+	}
+}
+
+// pyBagScript writes frames with Debian's Python rosbag (bz2 chunks, as
+// `rosbag record -j` does): raw bgr8 on /cam/raw and PNG on /cam/png.
+const pyBagScript = `
+import io, sys, rosbag, rospy
+from sensor_msgs.msg import Image, CompressedImage
+from PIL import Image as PILImage
+W, H = 20, 12
+def rgb(x, y, k):
+    return ((x + y + k) % 256, (5 * y + k) % 256, (7 * x + k) % 256)
+with rosbag.Bag(sys.argv[1], 'w', compression='bz2') as bag:
+    for k in range(4):
+        t = rospy.Time(1600000000 + k, 250000000)
+        m = Image()
+        m.header.stamp = t
+        m.header.frame_id = 'cam'
+        m.width, m.height, m.encoding, m.step = W, H, 'bgr8', 3 * W
+        data = bytearray()
+        for y in range(H):
+            for x in range(W):
+                r, g, b = rgb(x, y, k)
+                data += bytes([b, g, r])
+        m.data = bytes(data)
+        bag.write('/cam/raw', m, t)
+        im = PILImage.new('RGB', (W, H))
+        im.putdata([rgb(x, y, k) for y in range(H) for x in range(W)])
+        buf = io.BytesIO()
+        im.save(buf, format='PNG')
+        c = CompressedImage()
+        c.header.stamp = t
+        c.format = 'rgb8; png compressed rgb8'
+        c.data = buf.getvalue()
+        bag.write('/cam/png', c, t)
+`
+
+// A bag written by the real ROS tools reads frame for frame.
+func TestBagFromPythonRosbag(t *testing.T) {
+	const python = "/usr/bin/python3"
+	if out, err := exec.Command(python, "-c", "import rosbag, rospy, sensor_msgs.msg, PIL").CombinedOutput(); err != nil {
+		t.Fatalf("Debian's python3 cannot import rosbag and PIL (%v: %s): apt-get install python3-rosbag python3-sensor-msgs python3-pil (test/install-deps.sh)", err, bytes.TrimSpace(out))
+	}
+	path := filepath.Join(t.TempDir(), "py.bag")
+	if out, err := exec.Command(python, "-c", pyBagScript, path).CombinedOutput(); err != nil {
+		t.Fatalf("python rosbag: %v\n%s", err, out)
+	}
+	for _, topic := range []string{"/cam/raw", "/cam/png"} {
+		opt := DefaultOptions()
+		opt.Topic = topic
+		src, err := OpenBag(path, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames := readAll(t, src)
+		src.Close()
+		if len(frames) != 4 || src.Len() != 4 {
+			t.Fatalf("%s: %d frames, Len %d", topic, len(frames), src.Len())
+		}
+		for k, f := range frames {
+			if want := time.Unix(1600000000+int64(k), 250000000); !f.Stamp.Equal(want) {
+				t.Errorf("%s frame %d stamped %v, want %v", topic, k, f.Stamp, want)
+			}
+			img := f.Image.(*image.RGBA)
+			for _, p := range []image.Point{{0, 0}, {19, 0}, {7, 11}, {19, 11}} {
+				x, y := p.X, p.Y
+				want := [3]uint8{uint8(x + y + k), uint8(5*y + k), uint8(7*x + k)}
+				o := img.PixOffset(x, y)
+				if got := [3]uint8{img.Pix[o], img.Pix[o+1], img.Pix[o+2]}; got != want {
+					t.Errorf("%s frame %d pixel %v = %v, want %v", topic, k, p, got, want)
+				}
+			}
+		}
 	}
 }

@@ -20,10 +20,10 @@ import (
 )
 
 // Folder reads the images of a directory: the files ending in .png, .jpg or
-// .JPG (the reference's glob, so .jpeg and .PNG are not read), sorted by
+// .JPG (the reference's glob: .jpeg, .PNG and hidden files are not read), sorted by
 // name, then FirstK, then Stride. When every selected name is a time (see
 // nameStamp: "1305031102.175304.png" as in TUM RGB-D, nanosecond integers as
-// in EuRoC) that is the stamp; otherwise image i of the listing is stamped i/FPS.
+// in EuRoC) that is the stamp; otherwise image i of the listing is stamped i/FrameRate.
 // JPEGs are turned upright by their EXIF orientation, as the reference does.
 type Folder struct {
 	dir    string
@@ -31,6 +31,7 @@ type Folder struct {
 	index  []int    // position of each selected file in the sorted listing
 	stamps []float64
 	next   int
+	opt    Options
 }
 
 // OpenFolder lists dir. It fails when dir holds no image.
@@ -44,7 +45,7 @@ func OpenFolder(dir string, opt Options) (*Folder, error) {
 	}
 	var names []string
 	for _, e := range ents {
-		if e.IsDir() {
+		if e.IsDir() || strings.HasPrefix(e.Name(), ".") { // glob skips hidden files
 			continue
 		}
 		switch filepath.Ext(e.Name()) {
@@ -56,7 +57,7 @@ func OpenFolder(dir string, opt Options) (*Folder, error) {
 		return nil, fmt.Errorf("image folder %s: no .png, .jpg or .JPG files", dir)
 	}
 	slices.Sort(names)
-	f := &Folder{dir: dir}
+	f := &Folder{dir: dir, opt: opt}
 	for i, n := range names {
 		keep, done := opt.keep(i)
 		if done {
@@ -79,7 +80,7 @@ func OpenFolder(dir string, opt Options) (*Folder, error) {
 	}
 	if !numeric {
 		for i := range f.files {
-			f.stamps[i] = float64(f.index[i]) / opt.FPS
+			f.stamps[i] = float64(f.index[i]) / opt.FrameRate
 		}
 	}
 	return f, nil
@@ -128,14 +129,7 @@ func (f *Folder) Next(ctx context.Context) (engine.Frame, error) {
 	if format == "jpeg" {
 		img = orient(img, jpegOrientation(data))
 	}
-	b := img.Bounds()
-	return engine.Frame{
-		Seq:    uint64(f.index[i]),
-		Stamp:  stampTime(f.stamps[i]),
-		Image:  img,
-		Width:  b.Dx(),
-		Height: b.Dy(),
-	}, nil
+	return f.opt.frame(uint64(f.index[i]), stampTime(f.stamps[i]), img), nil
 }
 
 // Len is the number of selected images.

@@ -8,9 +8,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"image"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine"
 )
@@ -35,18 +37,36 @@ type Options struct {
 	FirstK int `json:"first_k"`
 	// Stride keeps every Stride-th of those frames. It defaults to 1.
 	Stride int `json:"stride"`
-	// FPS gives stamps to frames that carry none (image folders whose names
-	// are not times, videos without a frame rate): frame i is at i/FPS s.
-	// It defaults to 30.
-	FPS float64 `json:"fps"`
+	// FrameRate gives stamps to frames that carry none (image folders whose
+	// names are not times, videos without a frame rate): frame i is at
+	// i/FrameRate s. It defaults to 30.
+	FrameRate float64 `json:"frame_rate"`
+	// SampleFPS samples videos first, keeping one frame in round(video fps /
+	// SampleFPS), as the reference's --fps (0 = every frame); FirstK and
+	// Stride then count sampled frames. It defaults to 10, the reference's
+	// default.
+	SampleFPS float64 `json:"sample_fps"`
 	// Topic is the image topic of a ROS bag (sensor_msgs/Image or
 	// sensor_msgs/CompressedImage). Empty picks the only image topic.
 	Topic string `json:"topic,omitempty"`
+	// RotateCW90 turns every frame 90° clockwise (portrait footage stored
+	// sideways), as the reference's --rotate_clockwise_90.
+	RotateCW90 bool `json:"rotate_cw90,omitempty"`
 }
 
-// DefaultOptions keep every frame.
+// frame makes the engine's frame from a decoded image, turned when asked.
+func (o Options) frame(seq uint64, stamp time.Time, img image.Image) engine.Frame {
+	if o.RotateCW90 {
+		img = orient(img, 6)
+	}
+	b := img.Bounds()
+	return engine.Frame{Seq: seq, Stamp: stamp, Image: img, Width: b.Dx(), Height: b.Dy()}
+}
+
+// DefaultOptions keep every frame of folders and bags and sample videos at
+// 10 fps, as the reference.
 func DefaultOptions() Options {
-	return Options{Stride: 1, FPS: 30}
+	return Options{Stride: 1, FrameRate: 30, SampleFPS: 10}
 }
 
 // Validate names the first option that is out of range.
@@ -58,8 +78,11 @@ func (o Options) Validate() error {
 	if o.Stride < 1 {
 		errs = append(errs, fmt.Errorf("'stride' must be ≥ 1, not %d", o.Stride))
 	}
-	if !(o.FPS > 0) || o.FPS > 1e6 {
-		errs = append(errs, fmt.Errorf("'fps' must be a positive frame rate, not %g", o.FPS))
+	if !(o.FrameRate > 0) || o.FrameRate > 1e6 {
+		errs = append(errs, fmt.Errorf("'frame_rate' must be a positive frame rate, not %g", o.FrameRate))
+	}
+	if o.SampleFPS < 0 || o.SampleFPS > 1e6 || o.SampleFPS != o.SampleFPS {
+		errs = append(errs, fmt.Errorf("'sample_fps' must be ≥ 0, not %g", o.SampleFPS))
 	}
 	return errors.Join(errs...)
 }

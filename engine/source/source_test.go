@@ -79,7 +79,7 @@ func TestFolderRealImages(t *testing.T) {
 	}
 
 	// first-k 10, then stride 3: files 0, 3, 6, 9.
-	opt.FirstK, opt.Stride, opt.FPS = 10, 3, 10
+	opt.FirstK, opt.Stride, opt.FrameRate = 10, 3, 10
 	sel, err := OpenFolder(dir, opt)
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +95,25 @@ func TestFolderRealImages(t *testing.T) {
 	}
 	if files := sel.Files(); files[3] != "000009.png" {
 		t.Errorf("files %v", files)
+	}
+
+	// --rotate-cw90: the left column of the picture becomes its top row.
+	opt = DefaultOptions()
+	opt.FirstK, opt.RotateCW90 = 6, true
+	rot, err := OpenFolder(dir, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames = readAll(t, rot)
+	r5 := frames[5]
+	if r5.Width != 294 || r5.Height != 518 {
+		t.Fatalf("turned frame is %d×%d, want 294×518", r5.Width, r5.Height)
+	}
+	for _, p := range []image.Point{{0, 0}, {293, 0}, {0, 517}, {100, 200}} {
+		// Turned clockwise: (x, y) shows the original (y, h−1−x).
+		if a, b := r5.Image.At(p.X, p.Y), want.At(p.Y, 293-p.X); color.RGBAModel.Convert(a) != color.RGBAModel.Convert(b) {
+			t.Errorf("turned pixel %v is %v, want %v", p, a, b)
+		}
 	}
 }
 
@@ -115,7 +134,7 @@ func TestFolderGlobAndStamps(t *testing.T) {
 	img := image.NewRGBA(image.Rect(0, 0, 4, 3))
 	// The reference's glob: .png, .jpg, .JPG only. JPEG content under .jpg is
 	// decoded by content, so PNG bytes are fine for the listing test.
-	for _, n := range []string{"1305031102.275304.png", "1305031102.175304.jpg", "1305031102.375304.JPG", "x.jpeg", "y.PNG", "notes.txt"} {
+	for _, n := range []string{"1305031102.275304.png", "1305031102.175304.jpg", "1305031102.375304.JPG", "x.jpeg", "y.PNG", "notes.txt", ".hidden.png"} {
 		writePNG(t, filepath.Join(dir, n), img)
 	}
 	if err := os.Mkdir(filepath.Join(dir, "sub.png"), 0o755); err != nil {
@@ -222,7 +241,9 @@ func TestVideoExactFrames(t *testing.T) {
 	requireFFmpeg(t)
 	const n, w, h = 12, 48, 32
 	path := makeVideo(t, n, w, h)
-	src, err := Open(context.Background(), path, DefaultOptions())
+	all := DefaultOptions()
+	all.SampleFPS = 0 // every frame
+	src, err := Open(context.Background(), path, all)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +264,7 @@ func TestVideoExactFrames(t *testing.T) {
 	}
 
 	// first-k 7 then stride 3: frames 0, 3, 6.
-	opt := DefaultOptions()
+	opt := all
 	opt.FirstK, opt.Stride = 7, 3
 	src2, err := OpenVideo(context.Background(), path, opt)
 	if err != nil {
@@ -257,6 +278,39 @@ func TestVideoExactFrames(t *testing.T) {
 	for i, f := range frames {
 		if f.Seq != uint64(3*i) || string(f.Image.(*image.RGBA).Pix) != string(pattern(3*i, w, h).Pix) {
 			t.Errorf("selected frame %d is not input frame %d", i, 3*i)
+		}
+	}
+
+	// The default --fps 10 on a 25 fps video samples every round(2.5) = 2nd
+	// frame (Python's rounding, as the reference); first-k 4 and stride 2
+	// then count sampled frames: sampled 0, 2, 4, 6 → input frames 0 and 4.
+	for _, c := range []struct {
+		sample       float64
+		firstK, step int
+		want         []uint64
+	}{
+		{10, 0, 1, []uint64{0, 2, 4, 6, 8, 10}},
+		{10, 4, 2, []uint64{0, 4}},
+		{5, 0, 1, []uint64{0, 5, 10}},
+		{100, 0, 4, []uint64{0, 4, 8}},
+	} {
+		opt := DefaultOptions()
+		opt.SampleFPS, opt.FirstK, opt.Stride = c.sample, c.firstK, c.step
+		src, err := OpenVideo(context.Background(), path, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames := readAll(t, src)
+		src.Close()
+		var seqs []uint64
+		for _, f := range frames {
+			seqs = append(seqs, f.Seq)
+			if math.Abs(Seconds(f.Stamp)-float64(f.Seq)/25) > 1e-6 {
+				t.Errorf("frame %d stamped %g s", f.Seq, Seconds(f.Stamp))
+			}
+		}
+		if fmt.Sprint(seqs) != fmt.Sprint(c.want) {
+			t.Errorf("--fps %g --first-k %d --stride %d: frames %v, want %v", c.sample, c.firstK, c.step, seqs, c.want)
 		}
 	}
 }

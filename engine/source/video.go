@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"image"
 	"io"
+	"math"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -22,8 +23,11 @@ var ErrNoFFmpeg = errors.New("ffmpeg not found on PATH: install it (apt-get inst
 
 // Video decodes a video file with ffmpeg, streaming raw RGBA frames over a
 // pipe, so that only one frame is in memory at a time. Frame i of the video
-// is stamped i/fps with the video's average frame rate. Display rotation
-// metadata is ignored (-noautorotate): frames come as they are stored.
+// is stamped i/fps with the video's average frame rate. As in the reference,
+// the video is first sampled at Options.SampleFPS (every round(fps /
+// SampleFPS)-th frame; all frames when 0), then FirstK and Stride apply to
+// the sampled frames. Display-rotation metadata is ignored (-noautorotate):
+// frames come as they are stored (see Options.RotateCW90).
 type Video struct {
 	path          string
 	width, height int
@@ -31,12 +35,13 @@ type Video struct {
 	total         int // selected frames, -1 if unknown
 	opt           Options
 
-	cmd    *exec.Cmd
-	out    *bufio.Reader
-	stderr *tailBuffer
-	index  int // input frames read so far
-	done   bool
-	cancel context.CancelFunc
+	cmd      *exec.Cmd
+	out      *bufio.Reader
+	stderr   *tailBuffer
+	index    int // input frames read so far
+	interval int // sampling interval in input frames
+	done     bool
+	cancel   context.CancelFunc
 }
 
 // OpenVideo probes the video with ffprobe and starts ffmpeg. The decoder runs
@@ -59,7 +64,7 @@ func OpenVideo(ctx context.Context, path string, opt Options) (*Video, error) {
 	}
 	args := []string{"-nostdin", "-hide_banner", "-v", "error", "-noautorotate", "-i", path, "-map", "0:v:0"}
 	if opt.FirstK > 0 {
-		args = append(args, "-frames:v", strconv.Itoa(opt.FirstK))
+		args = append(args, "-frames:v", strconv.Itoa(opt.FirstK*v.interval))
 	}
 	args = append(args, "-f", "rawvideo", "-pix_fmt", "rgba", "pipe:1")
 	cctx, cancel := context.WithCancel(ctx)
@@ -115,10 +120,15 @@ func (v *Video) probe(ctx context.Context, ffprobe string) error {
 		v.fps = parseRate(s.RFrameRate)
 	}
 	if v.fps == 0 {
-		v.fps = v.opt.FPS
+		v.fps = v.opt.FrameRate
 	}
-	if n, err := strconv.Atoi(s.NbFrames); err == nil && n > 0 {
-		v.total = v.opt.selected(n)
+	v.interval = 1
+	if v.opt.SampleFPS > 0 {
+		// The reference samples every round(src_fps / fps)-th frame.
+		v.interval = max(1, int(math.RoundToEven(v.fps/v.opt.SampleFPS))) // Python round()
+	}
+	if n, err := strconv.Atoi(s.NbFrames); err == nil && n > 0 && n < 1<<40 {
+		v.total = v.opt.selected((n + v.interval - 1) / v.interval)
 	}
 	return nil
 }
@@ -146,7 +156,10 @@ func (v *Video) Next(ctx context.Context) (engine.Frame, error) {
 		if v.done {
 			return engine.Frame{}, io.EOF
 		}
-		keep, done := v.opt.keep(v.index)
+		keep, done := v.index%v.interval == 0, false
+		if keep {
+			keep, done = v.opt.keep(v.index / v.interval)
+		}
 		if done {
 			return engine.Frame{}, v.finish(true)
 		}
@@ -167,13 +180,7 @@ func (v *Video) Next(ctx context.Context) (engine.Frame, error) {
 		}
 		i := v.index
 		v.index++
-		return engine.Frame{
-			Seq:    uint64(i),
-			Stamp:  stampTime(float64(i) / v.fps),
-			Image:  img,
-			Width:  v.width,
-			Height: v.height,
-		}, nil
+		return v.opt.frame(uint64(i), stampTime(float64(i)/v.fps), img), nil
 	}
 }
 
@@ -225,7 +232,7 @@ func (v *Video) FPS() float64 { return v.fps }
 
 // Describe names the video.
 func (v *Video) Describe() string {
-	return fmt.Sprintf("video %s (%d×%d, %.3g fps)", v.path, v.width, v.height, v.fps)
+	return fmt.Sprintf("video %s (%d×%d, %.3g fps, sampled 1 frame in %d)", v.path, v.width, v.height, v.fps, v.interval)
 }
 
 // Close stops ffmpeg.
