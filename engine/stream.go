@@ -71,6 +71,11 @@ func openWeights(cfg Config) (weights.Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
+		// the whole key set at once: missing, extra and mis-shaped keys by name
+		if _, err := weights.Check(s); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("engine: checkpoint %s: %w", cfg.Weights, err)
+		}
 		return s, nil
 	}
 	arch := weights.TinyArch()

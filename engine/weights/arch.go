@@ -294,7 +294,10 @@ func InferArch(s Store) (Arch, error) {
 	a.PatchSize = dim("aggregator.patch_embed.patch_embed.proj.weight", 2)
 	a.CameraDim = dim("camera_head.token_norm.weight", 0)
 	a.CameraDepth = countIndexed(s, "camera_head.trunk.", ".norm1.weight")
-	a.CameraHeads = a.CameraDim / 128
+	a.CameraHeads = 1
+	if a.CameraDim >= 128 && a.CameraDim%128 == 0 {
+		a.CameraHeads = a.CameraDim / 128
+	}
 	a.DPTFeatures = dim("depth_head.scratch.layer1_rn.weight", 0)
 	for i := range a.DPTOut {
 		a.DPTOut[i] = dim(fmt.Sprintf("depth_head.projects.%d.weight", i), 0)

@@ -83,3 +83,26 @@ func TestFloat32DoesNotFaultInTheMapping(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkLoadGolden opens a golden checkpoint and reads every tensor.
+func BenchmarkLoadGolden(b *testing.B) {
+	for _, name := range []string{"weights.safetensors", "weights.pt"} {
+		path := mustShared(b, "golden", name)
+		b.Run(name, func(b *testing.B) {
+			st, _ := os.Stat(path)
+			b.SetBytes(st.Size())
+			for b.Loop() {
+				s, err := Open(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, k := range s.Keys() {
+					if _, err := s.Float32(k); err != nil {
+						b.Fatal(err)
+					}
+				}
+				s.Close()
+			}
+		})
+	}
+}

@@ -147,8 +147,17 @@ func (u *unpickler) push(v any) error {
 	return nil
 }
 
+// floor is the stack height below which the current MARK hides values (as
+// in Python, where MARK starts a fresh stack).
+func (u *unpickler) floor() int {
+	if len(u.marks) == 0 {
+		return 0
+	}
+	return u.marks[len(u.marks)-1]
+}
+
 func (u *unpickler) pop() (any, error) {
-	if len(u.stack) == 0 {
+	if len(u.stack) <= u.floor() {
 		return nil, errors.New("stack underflow")
 	}
 	v := u.stack[len(u.stack)-1]
@@ -157,7 +166,7 @@ func (u *unpickler) pop() (any, error) {
 }
 
 func (u *unpickler) top() (any, error) {
-	if len(u.stack) == 0 {
+	if len(u.stack) <= u.floor() {
 		return nil, errors.New("stack underflow")
 	}
 	return u.stack[len(u.stack)-1], nil
@@ -241,7 +250,7 @@ func (u *unpickler) step(op byte) error {
 			return errors.New("too many marks")
 		}
 	case '0': // POP
-		if len(u.stack) > 0 && len(u.marks) > 0 && u.marks[len(u.marks)-1] == len(u.stack) {
+		if len(u.marks) > 0 && u.floor() == len(u.stack) { // POP of an empty frame drops the MARK
 			u.marks = u.marks[:len(u.marks)-1]
 			return nil
 		}
@@ -370,9 +379,6 @@ func (u *unpickler) step(op byte) error {
 		return u.push(pyTuple(items))
 	case 0x85, 0x86, 0x87: // TUPLE1..3
 		n := int(op-0x85) + 1
-		if len(u.stack) < n {
-			return errors.New("stack underflow")
-		}
 		items := make(pyTuple, n)
 		for i := n - 1; i >= 0; i-- {
 			v, err := u.pop()

@@ -1,6 +1,14 @@
-// Package weights reads model parameters from checkpoint files (.safetensors,
-// the official PyTorch .pt pickles) and hands them to the model by name, checking
-// shapes as it goes.
+// Package weights reads model parameters from checkpoint files and hands
+// them to the model by name, checking shapes as it goes.
+//
+// Open takes a .safetensors file, Hugging Face style shards (an index or a
+// directory) or a zip-format torch.save .pt file, chosen by content; the
+// .pt pickle is interpreted in Go (no Python). Files are memory-mapped and
+// each tensor is read when asked for, so loading needs about one copy of the
+// weights. Arch describes the network's sizes: Validate checks a checkpoint
+// against it key by key (the reference loads with strict=False and would run
+// a wrong file silently), InferArch reads the sizes from the shapes, and
+// Random makes a checkpoint with sane random weights for tests and demos.
 package weights
 
 import (
