@@ -6,11 +6,14 @@ import (
 	"image"
 	"image/color"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/weights"
 )
 
 func tinyConfig() Config {
@@ -237,5 +240,45 @@ func TestConfigValidateNamesTheKey(t *testing.T) {
 	}
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatalf("defaults invalid: %v", err)
+	}
+}
+
+// A checkpoint with a missing and a mis-shaped tensor is refused before the
+// model is built, naming both; a truncated file is a clear error too.
+func TestStreamRejectsBadCheckpoints(t *testing.T) {
+	ctx := context.Background()
+	m := weights.Random(weights.TinyArch(), 3)
+	m.Delete("aggregator.frame_blocks.1.mlp.fc2.bias")
+	if err := m.Put("camera_head.token_norm.weight", []int{7}, make([]float32, 7)); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.safetensors")
+	f, err := os.Create(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := weights.WriteSafeTensors(f, m); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	cfg := tinyConfig()
+	cfg.Weights = bad
+	_, err = New(ctx, cfg, nil)
+	if err == nil || !strings.Contains(err.Error(), "aggregator.frame_blocks.1.mlp.fc2.bias") || !strings.Contains(err.Error(), "camera_head.token_norm.weight") {
+		t.Fatalf("bad checkpoint: %v", err)
+	}
+	// truncate a good file
+	good, err := os.ReadFile(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trunc := filepath.Join(dir, "trunc.safetensors")
+	if err := os.WriteFile(trunc, good[:len(good)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Weights = trunc
+	if _, err := New(ctx, cfg, nil); err == nil || !strings.Contains(err.Error(), "trunc.safetensors") {
+		t.Fatalf("truncated checkpoint: %v", err)
 	}
 }
