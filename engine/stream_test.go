@@ -249,7 +249,7 @@ func TestStreamRejectsBadCheckpoints(t *testing.T) {
 	ctx := context.Background()
 	m := weights.Random(weights.TinyArch(), 3)
 	m.Delete("aggregator.frame_blocks.1.mlp.fc2.bias")
-	if err := m.Put("camera_head.token_norm.weight", []int{7}, make([]float32, 7)); err != nil {
+	if err := m.Put("aggregator.global_blocks.2.attn.proj.weight", []int{7, 7}, make([]float32, 49)); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -265,7 +265,7 @@ func TestStreamRejectsBadCheckpoints(t *testing.T) {
 	cfg := tinyConfig()
 	cfg.Weights = bad
 	_, err = New(ctx, cfg, nil)
-	if err == nil || !strings.Contains(err.Error(), "aggregator.frame_blocks.1.mlp.fc2.bias") || !strings.Contains(err.Error(), "camera_head.token_norm.weight") {
+	if err == nil || !strings.Contains(err.Error(), "aggregator.frame_blocks.1.mlp.fc2.bias") || !strings.Contains(err.Error(), "aggregator.global_blocks.2.attn.proj.weight") {
 		t.Fatalf("bad checkpoint: %v", err)
 	}
 	// truncate a good file
