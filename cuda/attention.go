@@ -134,8 +134,10 @@ func (g *gpu) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pag
 		}
 		var k attnKernel
 		switch {
-		case st.bf && d == 64 && !g.cfg.ExactAttention:
+		case st.bf && d == 64 && !g.cfg.ExactAttention && g.simplePaged:
 			k = attnKernel{module: "attention_mma", name: "attn_mma_paged_bf", bq: mmaBQ, tk: mmaTK}
+		case st.bf && d == 64 && !g.cfg.ExactAttention:
+			k = attnKernel{module: "attention_mma", name: "attn_mma2_paged_bf", bq: mmaBQ, tk: mmaTK}
 		case st.bf:
 			k = fmaKernel(fmt.Sprintf("attn_paged_bf_d%d", d))
 		default:

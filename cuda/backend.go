@@ -27,6 +27,9 @@ type gpu struct {
 	pool    pool
 	kernels *kernelCache
 	lt      *cublasLt
+	// simplePaged selects the unpipelined tensor-core paged kernel (tests
+	// and benchmarks compare it with the default pipelined one).
+	simplePaged bool
 
 	mu  sync.Mutex
 	err error

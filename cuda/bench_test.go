@@ -66,15 +66,25 @@ func BenchmarkPagedAttention(b *testing.B) {
 		table = append(table, pg)
 	}
 	q := g.FromHost(p.randn(nq*h*d, 1), nq, h, d)
-	g.Free(g.PagedAttention(q, st, 0, table, specials, 0.125))
-	waitGPU(b, g)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		g.Free(g.PagedAttention(q, st, 0, table, specials, 0.125))
-	}
-	waitGPU(b, g)
 	keys := float64(frames*ps + specials)
-	b.ReportMetric(4*nq*keys*h*d*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+	for _, simple := range []bool{false, true} {
+		name := "pipelined"
+		if simple {
+			name = "unpipelined"
+		}
+		b.Run(name, func(b *testing.B) {
+			g.(*gpu).simplePaged = simple
+			defer func() { g.(*gpu).simplePaged = false }()
+			g.Free(g.PagedAttention(q, st, 0, table, specials, 0.125))
+			waitGPU(b, g)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				g.Free(g.PagedAttention(q, st, 0, table, specials, 0.125))
+			}
+			waitGPU(b, g)
+			b.ReportMetric(4*nq*keys*h*d*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+		})
+	}
 }
 
 // BenchmarkFrameAttention: dense attention inside one frame (1005 × 1005,

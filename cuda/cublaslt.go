@@ -125,6 +125,9 @@ func (lt *cublasLt) destroy() {
 		return
 	}
 	for _, p := range lt.plans {
+		if p == nil {
+			continue
+		}
 		C.lbm_plan_destroy(p)
 		C.free(unsafe.Pointer(p))
 	}

@@ -253,6 +253,9 @@ func (s *stream) feed(ctx context.Context, in input) ([]Result, error) {
 			r = s.result(in, out, 0, kind)
 		}
 	}
+	if err == nil {
+		err = s.deviceErr()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -268,6 +271,9 @@ func (s *stream) runPhase1(ctx context.Context) ([]Result, error) {
 		imgs[i] = in.pix
 	}
 	out, err := s.m.Forward(ctx, imgs, s.h, s.w, model.Step{})
+	if err == nil {
+		err = s.deviceErr()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -523,6 +529,18 @@ func (s *stream) Flush(ctx context.Context) ([]Result, error) {
 		out = append(out, s.release(0)...)
 	}
 	return out, nil
+}
+
+// deviceErr returns a backend's sticky device failure (out of memory, a failed
+// launch): a GPU backend's operations return no errors, so the stream asks
+// after every call and stops instead of publishing garbage.
+func (s *stream) deviceErr() error {
+	if e, ok := s.be.(interface{ Err() error }); ok {
+		if err := e.Err(); err != nil {
+			return fmt.Errorf("engine: %s backend: %w", s.be.Name(), err)
+		}
+	}
+	return nil
 }
 
 func (s *stream) trace(ev TraceEvent) {

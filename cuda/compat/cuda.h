@@ -1,6 +1,6 @@
 /* Compatibility shim for gorgonia.org/cu v0.9.6 against CUDA >= 13 headers.
  *
- * It is found before the toolkit's cuda.h because scripts/gpu/run.sh puts
+ * It is found before the toolkit's cuda.h because cuda/scripts/run.sh puts
  * -I<repo>/cuda/compat first in CGO_CFLAGS. CUDA 13 re-pointed five driver
  * API names at new entry points with other signatures; the binding still calls
  * them with the old arguments. libcuda keeps exporting the old entry points,

@@ -1,0 +1,29 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+)
+
+// LayerNorm over the last dimension; w and b may be nil.
+func (g *gpu) LayerNorm(x, w, b backend.Tensor, eps float32) backend.Tensor {
+	xt, wt, bt := g.tensor(x), g.tensor(w), g.tensor(b)
+	rows, c := rowsCols(xt.shape)
+	if (wt != nil && wt.numel() != c) || (bt != nil && bt.numel() != c) {
+		panic(fmt.Sprintf("cuda: LayerNorm x %v with affine %v / %v", xt.shape, shapeOf(wt), shapeOf(bt)))
+	}
+	return g.output(xt.shape, "LayerNorm", func(out *Tensor) error {
+		if rows == 0 {
+			return nil
+		}
+		threads := 256
+		if c <= 128 {
+			threads = 64
+		}
+		return g.launch("layernorm", "layernorm_f32", [3]int{rows, 1, 1}, [3]int{threads, 1, 1}, 0,
+			out.ptr(), xt.ptr(), ptrOf(wt), ptrOf(bt), c, eps)
+	})
+}
