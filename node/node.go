@@ -102,13 +102,11 @@ func New(opts Options) (*Node, error) {
 	return nd, nil
 }
 
-// Config is the configuration in effect (after ROS parameters, once Run has started).
-func (n *Node) Config() Config { return n.cfg }
-
 // Run connects to the master (waiting for it if needed), applies the ROS
 // private parameters, starts the engine and serves until ctx ends or the
 // master asks the node to shut down (rosnode kill). It then processes what
 // is queued, flushes the engine, publishes the final map and unregisters.
+// Run is called once per Node.
 func (n *Node) Run(ctx context.Context) error {
 	gn, err := n.dial(ctx)
 	if err != nil {
@@ -148,9 +146,9 @@ func (n *Node) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	engineDone := make(chan struct{})
-	wg.Add(3)
-	go func() { defer wg.Done(); defer close(engineDone); n.engineLoop(runCtx) }()
+	wg.Add(4)
+	go func() { defer wg.Done(); n.engineLoop(runCtx) }()
+	go func() { defer wg.Done(); n.mapLoop(runCtx) }()
 	go func() { defer wg.Done(); n.diagnosticsLoop(runCtx) }()
 	go func() { defer wg.Done(); n.watchMaster(runCtx) }()
 
@@ -162,7 +160,11 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	cancel()
 	wg.Wait()
-	n.finish()
+	if n.finish() > 0 {
+		// goroslib drops what is still queued for a subscriber when a
+		// publisher closes; give the last messages a moment to leave.
+		time.Sleep(200 * time.Millisecond)
+	}
 	n.setSession(nil)
 	return nil
 }
@@ -191,10 +193,12 @@ func (n *Node) setup(ctx context.Context) error {
 }
 
 // finish runs after the loops stopped: the frames still queued go through
-// the engine, the engine is flushed, and the final map is published.
-func (n *Node) finish() {
+// the engine, the engine is flushed, and the final map is published. It
+// returns the number of results published.
+func (n *Node) finish() int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	before := n.stats.processed.Load()
 	for {
 		qf, ok := n.queue.TryPop()
 		if !ok {
@@ -212,6 +216,7 @@ func (n *Node) finish() {
 		n.publishResult(r)
 	}
 	n.publishMap(true)
+	return int(n.stats.processed.Load() - before)
 }
 
 // dial creates a goroslib node, retrying until the master answers or ctx ends.

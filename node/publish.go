@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"math"
 	"time"
 
@@ -157,6 +158,21 @@ func (n *Node) publishMap(force bool) {
 	n.withSession(func(s *session) {
 		s.mapPub.Write(msgs.PointCloud2(std_msgs.Header{Stamp: stamp, FrameId: n.cfg.MapFrame}, cloud))
 	})
+}
+
+// mapLoop sends map changes that the rate limit held back, so the last
+// frames of a burst reach ~map without waiting for the next frame.
+func (n *Node) mapLoop(ctx context.Context) {
+	tick := time.NewTicker(time.Duration(float64(time.Second) / n.cfg.MapRate))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			n.publishMap(false)
+		}
+	}
 }
 
 // republishLatched refills the latched topics of a new session.

@@ -132,10 +132,10 @@ func diagValue(d *diagnostic_msgs.DiagnosticArray, key string) string {
 }
 
 // TestNodeAgainstRealMaster runs the node in-process against a private
-// rosmaster with a replay of the golden images_kf1 case, feeds it the 16 real
-// courthouse frames, and checks every output a real subscriber receives
-// against the reference numbers; then the services, bad input, and a
-// master restart.
+// rosmaster with a replay of the golden images_kf1 case, plays it a bag of
+// the 16 real courthouse frames (plus bad input) with rosbag play, and checks
+// every output a real subscriber receives against the reference numbers;
+// then the services (through rosservice and rosparam) and a master restart.
 func TestNodeAgainstRealMaster(t *testing.T) {
 	master := rostest.StartMaster(t)
 	frames := rostest.Frames(t, 16)
@@ -582,5 +582,97 @@ func TestNodeBaseFrame(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// slowStream makes the replay take a while per frame, like a real model
+// slower than the camera.
+type slowStream struct {
+	*ReplayStream
+	delay time.Duration
+}
+
+func (s slowStream) Push(ctx context.Context, f engine.Frame) ([]engine.Result, error) {
+	time.Sleep(s.delay)
+	return s.ReplayStream.Push(ctx, f)
+}
+
+// TestNodeLatestPolicyDropsAndCounts floods a slow engine: with policy
+// latest the node drops waiting frames, counts them in /diagnostics, and
+// every received frame is either processed or counted as dropped.
+func TestNodeLatestPolicyDropsAndCounts(t *testing.T) {
+	master := rostest.StartMaster(t)
+	frames := rostest.Frames(t, 16)
+	replay, err := NewReplayStream(goldenDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.QueuePolicy, cfg.QueueSize, cfg.DiagnosticsRate = "latest", 1, 20
+	ros := ROSEnv{MasterAddress: master.Addr, Host: "127.0.0.1", Namespace: "/", Name: "lbm", Remaps: map[string]string{}}
+	n, err := New(Options{Config: cfg, ROS: ros, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		NewStream: func(context.Context, Config) (engine.Stream, error) {
+			return slowStream{replay, 60 * time.Millisecond}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- n.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	rec := &recorder{}
+	listener := rec.subscribe(t, master.Addr, "/lbm")
+	defer listener.Close()
+	master.WaitSubscribed(t, "/image", "/lbm", 10*time.Second)
+	pubNode, err := goroslib.NewNode(goroslib.NodeConf{Name: "lbm_camera", MasterAddress: master.Addr, Host: "127.0.0.1",
+		LogDestinations: goroslib.LogDestinationCallback})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pubNode.Close()
+	imgPub, err := goroslib.NewPublisher(goroslib.PublisherConf{Node: pubNode, Topic: "/image", Msg: &sensor_msgs.Image{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer imgPub.Close()
+	waitConnected(t, pubNode, "/lbm_camera", "/lbm", "/image")
+	waitConnected(t, listener, "/lbm", "/lbm_listener", "/lbm/pose", "/diagnostics")
+	for i, f := range frames {
+		imgPub.Write(rostest.ImageMsg(f, std_msgs.Header{Stamp: rostest.StampOf(i), FrameId: "cam"}))
+		time.Sleep(5 * time.Millisecond) // a 200 Hz camera
+	}
+	var processed, dropped int
+	waitFor(t, "every frame to be processed or dropped", 20*time.Second, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		processed, _ = strconv.Atoi(diagValue(rec.diag, "frames_processed"))
+		dropped, _ = strconv.Atoi(diagValue(rec.diag, "frames_dropped"))
+		received := diagValue(rec.diag, "frames_received")
+		// The engine buffers the first 3 frames, so processed counts results.
+		engineIn, _ := strconv.Atoi(diagValue(rec.diag, "engine_frames_in"))
+		return received == "16" && engineIn+dropped == 16 && diagValue(rec.diag, "queue_length") == "0" && processed == engineIn
+	})
+	if dropped == 0 {
+		t.Fatalf("a 200 Hz camera into a 60 ms engine dropped nothing (processed %d)", processed)
+	}
+	if rec.warning != "dropping frames: the model is slower than the camera" {
+		t.Errorf("no WARN status for the drops; last warning %q", rec.warning)
+	}
+	// The stamps of the published poses are increasing: drops keep the newest.
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for i := 1; i < len(rec.poses); i++ {
+		if !rec.poses[i].Header.Stamp.After(rec.poses[i-1].Header.Stamp) {
+			t.Fatalf("pose stamps not increasing at %d", i)
+		}
+	}
+	if !rec.poses[len(rec.poses)-1].Header.Stamp.Equal(rostest.StampOf(15)) {
+		t.Errorf("the newest frame was not processed: last pose at %v", rec.poses[len(rec.poses)-1].Header.Stamp)
 	}
 }

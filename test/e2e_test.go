@@ -150,6 +150,7 @@ type listener struct {
 	poses []*geometry_msgs.PoseStamped
 	path  *nav_msgs.Path
 	cloud *sensor_msgs.PointCloud2
+	mapPC *sensor_msgs.PointCloud2
 	diag  *diagnostic_msgs.DiagnosticArray
 	gn    *goroslib.Node
 }
@@ -174,6 +175,7 @@ func listen(t *testing.T, m *rostest.Master, prefix string) *listener {
 	sub(prefix+"/pose", func(p *geometry_msgs.PoseStamped) { l.mu.Lock(); l.poses = append(l.poses, p); l.mu.Unlock() })
 	sub(prefix+"/path", func(p *nav_msgs.Path) { l.mu.Lock(); l.path = p; l.mu.Unlock() })
 	sub(prefix+"/cloud", func(p *sensor_msgs.PointCloud2) { l.mu.Lock(); l.cloud = p; l.mu.Unlock() })
+	sub(prefix+"/map", func(p *sensor_msgs.PointCloud2) { l.mu.Lock(); l.mapPC = p; l.mu.Unlock() })
 	sub("/diagnostics", func(p *diagnostic_msgs.DiagnosticArray) { l.mu.Lock(); l.diag = p; l.mu.Unlock() })
 	return l
 }
@@ -265,6 +267,13 @@ func TestBinaryReplaysBagAndStopsOnSIGINT(t *testing.T) {
 	if s := echoOut.String(); !strings.Contains(s, "frame_id: \"map\"") || !strings.Contains(s, "secs: 1700000000") {
 		t.Fatalf("rostopic echo -n 1 /mapper/pose printed:\n%s", s)
 	}
+	// ~map is rate-limited (1 Hz by default); the last frames' points still
+	// arrive without further input.
+	waitFor(t, "a ~map that includes the last frame", 5*time.Second, func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.mapPC != nil && l.mapPC.Header.Stamp.Equal(rostest.StampOf(15)) && l.mapPC.Width > 0
+	})
 	waitFor(t, "the corrupt image in /diagnostics", 10*time.Second, func() bool { return l.diagValue("skipped_corrupt") == "1" })
 	if got := l.diagValue("frames_processed"); got != "16" {
 		t.Errorf("diagnostics frames_processed = %q, want 16", got)
@@ -312,4 +321,30 @@ func TestBinaryRejectsBadSettings(t *testing.T) {
 	if err == nil || !strings.Contains(p.out.String(), "'map_voxel'") {
 		t.Fatalf("a bad ROS parameter: exit %v, output:\n%s", err, p.out.String())
 	}
+}
+
+// TestBinaryFlushesOnSIGTERM gives the node fewer frames than the scale
+// frames the engine buffers; SIGTERM must flush them out as poses before the
+// node unregisters and exits 0.
+func TestBinaryFlushesOnSIGTERM(t *testing.T) {
+	m := rostest.StartMaster(t)
+	path := filepath.Join(t.TempDir(), "two.bag")
+	rostest.WriteBag(t, path, rostest.FrameMsgs("/camera/image_raw", rostest.Frames(t, 2)))
+	p := startNode(t, m, "--replay", golden(t), "--queue_policy=all", "--diagnostics_rate=20", "image:=/camera/image_raw")
+	waitFor(t, "the node to register", 20*time.Second, func() bool { return m.Knows("/lingbotmap") })
+	l := listen(t, m, "/lingbotmap")
+	m.WaitSubscribed(t, "/lingbotmap/pose", "/e2e_listener", 15*time.Second)
+	m.Run(t, 60*time.Second, "rosbag", "play", "-q", "--wait-for-subscribers", path)
+	waitFor(t, "both frames to reach the engine", 10*time.Second, func() bool { return l.diagValue("engine_frames_in") == "2" })
+	if n := l.count(); n != 0 {
+		t.Fatalf("%d poses before the scale frames were complete, want 0", n)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.wait(t, 10*time.Second); err != nil {
+		t.Fatalf("after SIGTERM the node exited with %v, want status 0", err)
+	}
+	waitFor(t, "the flushed poses", 5*time.Second, func() bool { return l.count() >= 2 })
+	l.checkPoses(t, 2)
 }

@@ -100,7 +100,8 @@ wait $RL
 	l := listen(t, m, "/lingbotmap")
 	waitFor(t, "16 poses from the launched node", 90*time.Second, func() bool { return l.count() >= 16 })
 	l.checkPoses(t, 16)
-	if got := l.diagValue("queue_policy"); got != "" && got != "all" {
+	waitFor(t, "/diagnostics from the launched node", 20*time.Second, func() bool { return l.diagValue("queue_policy") != "" })
+	if got := l.diagValue("queue_policy"); got != "all" {
 		t.Errorf("replay.launch sets queue_policy all through a ROS parameter; diagnostics say %q", got)
 	}
 	m.WaitSubscribed(t, "/lingbotmap/map", "/rviz", 60*time.Second)

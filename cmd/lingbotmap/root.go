@@ -19,6 +19,7 @@ func newRootCmd() *cobra.Command {
 		newNodeCmd(),
 		newRunCmd(),
 		newEvalCmd(),
+		newBagCmd(),
 	)
 	return root
 }

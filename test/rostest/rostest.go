@@ -60,6 +60,8 @@ type Master struct {
 func StartMaster(t testing.TB) *Master {
 	t.Helper()
 	RequireTools(t, AptHeadless, "rosmaster", "rostopic", "rosbag", "rosparam", "rosservice", "rosnode")
+	// goroslib nodes created in the test process read ROS_NAMESPACE themselves.
+	t.Setenv("ROS_NAMESPACE", "")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
