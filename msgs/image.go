@@ -56,8 +56,9 @@ func layoutOf(encoding string) (pixelLayout, bool) {
 // is_bigendian). Pixels with alpha are stored premultiplied, as image.RGBA
 // defines; compositing over a background is left to the caller.
 //
-// The message must satisfy step ≥ width·bytes-per-pixel and
-// len(data) == step·height; anything else is a *DecodeError.
+// The message must satisfy step ≥ width·bytes-per-pixel,
+// len(data) == step·height and is_bigendian ∈ {0, 1}; anything else is a
+// *DecodeError.
 func DecodeImage(m *sensor_msgs.Image) (*image.RGBA, error) {
 	if m == nil {
 		return nil, decodeErr(KindFormat, "image message is nil")
@@ -72,6 +73,9 @@ func DecodeImage(m *sensor_msgs.Image) (*image.RGBA, error) {
 	}
 	if w*h > MaxPixels {
 		return nil, decodeErr(KindSize, "image is %dx%d, more than the %d pixels allowed", w, h, MaxPixels)
+	}
+	if m.IsBigendian > 1 {
+		return nil, decodeErr(KindFormat, "is_bigendian is %d; want 0 or 1", m.IsBigendian)
 	}
 	pixBytes := uint64(lay.channels * lay.depth)
 	if uint64(m.Step) < w*pixBytes {

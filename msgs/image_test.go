@@ -109,9 +109,10 @@ func TestDecodeImageErrors(t *testing.T) {
 		{"step too short", func(m *sensor_msgs.Image) { m.Step = 11; m.Data = m.Data[:33] }, KindStep},
 		{"data too short", func(m *sensor_msgs.Image) { m.Data = m.Data[:len(m.Data)-1] }, KindSize},
 		{"data too long", func(m *sensor_msgs.Image) { m.Data = append(m.Data, 0) }, KindSize},
+		{"bad is_bigendian", func(m *sensor_msgs.Image) { m.IsBigendian = 2 }, KindFormat},
 		{"zero width", func(m *sensor_msgs.Image) { m.Width = 0 }, KindSize},
 		{"zero height", func(m *sensor_msgs.Image) { m.Height = 0 }, KindSize},
-		{"huge", func(m *sensor_msgs.Image) { m.Width, m.Height, m.Step = 1<<20, 1<<20, 3 << 20 }, KindSize},
+		{"huge", func(m *sensor_msgs.Image) { m.Width, m.Height, m.Step = 1<<20, 1<<20, 3<<20 }, KindSize},
 	}
 	for _, c := range cases {
 		m := good()

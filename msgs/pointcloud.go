@@ -19,12 +19,17 @@ type PointXYZRGB struct {
 // PointXYZRGB and rviz's RGB8 colour transformer expect.
 const pointStep = 16
 
-// PointCloud2 packs points into an unorganised (height 1), dense, little-endian
+// PointCloud2 packs points into an unorganised (height 1), little-endian
 // sensor_msgs/PointCloud2 with fields x, y, z (float32) and rgb (a float32
-// whose bits are the uint32 r<<16 | g<<8 | b).
+// whose bits are the uint32 r<<16 | g<<8 | b). is_dense is true unless a
+// coordinate is NaN or infinite.
 func PointCloud2(h std_msgs.Header, pts []PointXYZRGB) *sensor_msgs.PointCloud2 {
 	data := make([]byte, pointStep*len(pts))
+	dense := true
 	for i, p := range pts {
+		if !finite(p.X) || !finite(p.Y) || !finite(p.Z) {
+			dense = false
+		}
 		o := data[pointStep*i:]
 		binary.LittleEndian.PutUint32(o[0:], math.Float32bits(p.X))
 		binary.LittleEndian.PutUint32(o[4:], math.Float32bits(p.Y))
@@ -45,9 +50,11 @@ func PointCloud2(h std_msgs.Header, pts []PointXYZRGB) *sensor_msgs.PointCloud2 
 		PointStep:   pointStep,
 		RowStep:     pointStep * uint32(len(pts)),
 		Data:        data,
-		IsDense:     true,
+		IsDense:     dense,
 	}
 }
+
+func finite(v float32) bool { return !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) }
 
 // ParsePointCloud2 unpacks any PointCloud2 that has float32 x, y, z fields and
 // optionally an rgb or rgba field (float32 or uint32 holding packed 8-bit

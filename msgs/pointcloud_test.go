@@ -36,6 +36,9 @@ func TestPointCloud2Layout(t *testing.T) {
 			t.Errorf("point %d = %+v, want %+v", i, back[i], pts[i])
 		}
 	}
+	if PointCloud2(hdr, []PointXYZRGB{{X: float32(math.NaN())}}).IsDense {
+		t.Error("a cloud with a NaN point claims to be dense")
+	}
 	if empty, err := ParsePointCloud2(PointCloud2(hdr, nil)); err != nil || len(empty) != 0 {
 		t.Errorf("empty cloud: %v points, err %v", len(empty), err)
 	}

@@ -58,7 +58,7 @@ type ReaderConfig struct {
 	MaxRecordSize int64
 }
 
-// Reader streams the messages of a ROS bag 2.0 (uncompressed or bz2 chunks)
+// Reader streams the messages of a ROS bag 2.0 (uncompressed, bz2 or lz4 chunks)
 // one record at a time, so memory stays bounded by the largest message, not
 // the file size. It reads bags from this package and from rosbag
 // (Python, C++ and rosbag record).
@@ -98,7 +98,9 @@ func (c ReaderConfig) Open(path string) (*Reader, error) {
 }
 
 // NewReader reads a bag of size bytes from ra, with the default configuration.
-func NewReader(ra io.ReaderAt, size int64) (*Reader, error) { return ReaderConfig{}.NewReader(ra, size) }
+func NewReader(ra io.ReaderAt, size int64) (*Reader, error) {
+	return ReaderConfig{}.NewReader(ra, size)
+}
 
 // NewReader reads a bag of size bytes from ra.
 func (c ReaderConfig) NewReader(ra io.ReaderAt, size int64) (*Reader, error) {
@@ -379,7 +381,7 @@ func (r *Reader) chunk(rec record, want map[string]bool, learnOnly bool, yield f
 	case "bz2":
 		src = bzip2.NewReader(bufio.NewReaderSize(src, 64*1024))
 	case "lz4":
-		return fail(errors.New("lz4-compressed chunks are not supported; convert the bag with `rosbag decompress` or `rosbag compress --bz2`"))
+		src = newLZ4Reader(bufio.NewReaderSize(src, 64*1024))
 	default:
 		return fail(fmt.Errorf("%w: unknown chunk compression %q", errFormat, comp))
 	}
@@ -429,7 +431,10 @@ func (r *Reader) chunk(rec record, want map[string]bool, learnOnly bool, yield f
 			if err != nil {
 				return fail(err)
 			}
-			if _, known := r.conns[c.ID]; !known {
+			// Only an unindexed bag learns connections here (during Open);
+			// afterwards iteration never writes to the Reader, so several
+			// iterations may run at once.
+			if _, known := r.conns[c.ID]; !known && !r.indexed && learnOnly {
 				r.conns[c.ID] = c
 			}
 			continue

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"image/png"
 	"net"
 	"os"
 	"os/exec"
@@ -22,6 +23,8 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/lingbotmap/lingbotmap/internal/shared"
 )
 
 const installHint = "install Debian's ROS tools: apt-get install python3-rosbag python3-roslaunch python3-rostopic python3-std-msgs python3-sensor-msgs python3-geometry-msgs (docs/ros-notes.md §6)"
@@ -126,6 +129,9 @@ func TestRosbagReindexOurUnclosedBag(t *testing.T) {
 	}
 	flushed := 11 - len(w.chunkIndex[0])
 	env := rosEnv(t)
+	if err := os.Mkdir(filepath.Join(dir, "out"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	run(t, env, rosbag, "reindex", "--output-dir", filepath.Join(dir, "out"), path)
 	out := run(t, env, rosbag, "info", filepath.Join(dir, "out", "open.bag"))
 	if want := fmt.Sprintf(`/camera/image_raw\s+%d msgs\s+:\s+sensor_msgs/Image`, flushed); !regexp.MustCompile(want).MatchString(out) {
@@ -212,15 +218,84 @@ with rosbag.Bag(out, 'w', compression=comp, chunk_threshold=1024) as b:
         b.write('/chatter', String(data='hello %d' % i), t + rospy.Duration(0, 1000))
 `
 
-// Our reader reads bags written by Python rosbag, uncompressed and bz2.
+// Our reader reads bags written by Python rosbag, uncompressed, bz2 and lz4.
 func TestReadPythonBag(t *testing.T) {
 	requirePythonRosbag(t)
-	for _, comp := range []string{"none", "bz2"} {
+	for _, comp := range []string{"none", "bz2", "lz4"} {
 		t.Run(comp, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), comp+".bag")
 			const n = 30
 			run(t, rosEnv(t), systemPython, "-c", pyWrite, path, comp, fmt.Sprint(n))
 			checkPythonBag(t, path, n)
+		})
+	}
+}
+
+const pyFrames = `
+import sys, glob, rosbag, rospy
+from sensor_msgs.msg import Image
+from PIL import Image as P
+out, comp, files = sys.argv[1], sys.argv[2], sorted(glob.glob(sys.argv[3] + '/*.png'))[:6]
+with rosbag.Bag(out, 'w', compression=comp) as b:
+    for i, f in enumerate(files):
+        im = P.open(f).convert('RGB')
+        m = Image(height=im.height, width=im.width, encoding='rgb8', step=im.width * 3, data=im.tobytes())
+        m.header.seq, m.header.stamp = i, rospy.Time(1700000000 + i)
+        b.write('/camera/image_raw', m, m.header.stamp)
+`
+
+// Real frames give long matches and multi-block LZ4 frames; compare the
+// decoded pixels with Go's own PNG decoder.
+func TestReadPythonBagRealFrames(t *testing.T) {
+	requirePythonRosbag(t)
+	dir, err := shared.Path("data", "courthouse")
+	if err != nil {
+		t.Fatalf("locating the shared test images: %v", err)
+	}
+	for _, comp := range []string{"lz4", "bz2"} {
+		t.Run(comp, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), comp+".bag")
+			run(t, rosEnv(t), systemPython, "-c", pyFrames, path, comp, dir)
+			r, err := Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			i := 0
+			for m, err := range r.Messages() {
+				if err != nil {
+					t.Fatal(err)
+				}
+				var img sensor_msgs.Image
+				if err := m.Decode(&img); err != nil {
+					t.Fatal(err)
+				}
+				f, err := os.Open(filepath.Join(dir, fmt.Sprintf("%06d.png", i)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := png.Decode(f)
+				f.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if img.Width != 518 || img.Height != 294 || img.Header.Seq != uint32(i) {
+					t.Fatalf("frame %d: %dx%d seq %d", i, img.Width, img.Height, img.Header.Seq)
+				}
+				for y := range 294 {
+					for x := range 518 {
+						r, g, b, _ := want.At(x, y).RGBA()
+						p := img.Data[y*int(img.Step)+3*x:]
+						if p[0] != uint8(r>>8) || p[1] != uint8(g>>8) || p[2] != uint8(b>>8) {
+							t.Fatalf("frame %d pixel (%d,%d) = %v, want %d %d %d", i, x, y, p[:3], r>>8, g>>8, b>>8)
+						}
+					}
+				}
+				i++
+			}
+			if i != 6 {
+				t.Fatalf("read %d frames, want 6", i)
+			}
 		})
 	}
 }
@@ -319,10 +394,9 @@ func TestReadRosbagRecordBag(t *testing.T) {
 	}
 	recDone := make(chan error, 1)
 	go func() { recDone <- rec.Wait() }()
+	recorderRunning := true
 	defer func() {
-		select {
-		case <-recDone:
-		default:
+		if recorderRunning {
 			_ = syscall.Kill(-rec.Process.Pid, syscall.SIGTERM)
 			<-recDone
 		}
@@ -330,6 +404,7 @@ func TestReadRosbagRecordBag(t *testing.T) {
 	run(t, env, "timeout", "30", rosbag, "play", "-q", "-r", "5", "--wait-for-subscribers", ours)
 	select {
 	case err := <-recDone:
+		recorderRunning = false
 		if err != nil {
 			t.Fatalf("rosbag record: %v\n%s", err, recOut.String())
 		}
