@@ -124,6 +124,16 @@ func orientImage(img image.Image, o int) (image.Image, error) {
 	return RGB{Pix: out, W: ow, H: oh}, nil
 }
 
+// Orient applies an EXIF orientation (1–8; 1 and out-of-range values change
+// nothing) to an image, as Decode does for the orientation stored in the file.
+// 6 turns the image 90° clockwise.
+func Orient(img image.Image, o int) (image.Image, error) {
+	if o < 2 || o > 8 {
+		return img, nil
+	}
+	return orientImage(img, o)
+}
+
 // orientPix transposes/flips a packed w×h image of bpp bytes per pixel.
 func orientPix(pix []uint8, w, h, bpp, o int) ([]uint8, int, int) {
 	ow, oh := w, h

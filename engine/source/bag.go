@@ -144,7 +144,7 @@ func (b *Bag) Next(ctx context.Context) (engine.Frame, error) {
 		if stamp.IsZero() || stamp.Unix() == 0 {
 			stamp = m.Time
 		}
-		return b.opt.frame(uint64(i), stamp, img), nil
+		return b.opt.frame(uint64(i), stamp, img)
 	}
 }
 

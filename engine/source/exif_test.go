@@ -106,13 +106,3 @@ func TestFolderEXIFOrientation(t *testing.T) {
 		}
 	}
 }
-
-func FuzzJPEGOrientation(f *testing.F) {
-	f.Add([]byte{0xFF, 0xD8, 0xFF, 0xE1, 0x00, 0x08, 'E', 'x', 'i', 'f', 0, 0})
-	f.Add(append([]byte{0xFF, 0xD8}, exifSegment(6, binary.BigEndian)...))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if o := jpegOrientation(b); o < 1 || o > 8 {
-			t.Fatalf("orientation %d", o)
-		}
-	})
-}

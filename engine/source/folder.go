@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"image"
 	_ "image/jpeg" // decoders for image.Decode
 	_ "image/png"
 	"io"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/preprocess"
 )
 
 // Folder reads the images of a directory: the files ending in .png, .jpg or
@@ -122,14 +122,12 @@ func (f *Folder) Next(ctx context.Context) (engine.Frame, error) {
 	if err != nil {
 		return engine.Frame{}, fmt.Errorf("image folder: %w", err)
 	}
-	img, format, err := image.Decode(bytes.NewReader(data))
+	// the engine's decoder: PIL's conventions for JPEG colour, alpha and EXIF orientation
+	img, err := preprocess.Decode(bytes.NewReader(data))
 	if err != nil {
-		return engine.Frame{}, fmt.Errorf("image %s: cannot decode it as PNG or JPEG: %w", path, err)
+		return engine.Frame{}, fmt.Errorf("image %s: %w", path, err)
 	}
-	if format == "jpeg" {
-		img = orient(img, jpegOrientation(data))
-	}
-	return f.opt.frame(uint64(f.index[i]), stampTime(f.stamps[i]), img), nil
+	return f.opt.frame(uint64(f.index[i]), stampTime(f.stamps[i]), img)
 }
 
 // Len is the number of selected images.

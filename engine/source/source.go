@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/preprocess"
 )
 
 // Source yields frames in order.
@@ -55,12 +56,15 @@ type Options struct {
 }
 
 // frame makes the engine's frame from a decoded image, turned when asked.
-func (o Options) frame(seq uint64, stamp time.Time, img image.Image) engine.Frame {
+func (o Options) frame(seq uint64, stamp time.Time, img image.Image) (engine.Frame, error) {
 	if o.RotateCW90 {
-		img = orient(img, 6)
+		var err error
+		if img, err = preprocess.Orient(img, 6); err != nil {
+			return engine.Frame{}, fmt.Errorf("frame %d: turning it 90°: %w", seq, err)
+		}
 	}
 	b := img.Bounds()
-	return engine.Frame{Seq: seq, Stamp: stamp, Image: img, Width: b.Dx(), Height: b.Dy()}
+	return engine.Frame{Seq: seq, Stamp: stamp, Image: img, Width: b.Dx(), Height: b.Dy()}, nil
 }
 
 // DefaultOptions keep every frame of folders and bags and sample videos at

@@ -190,7 +190,7 @@ func TestFolderErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := src.Next(context.Background()); err == nil || !strings.Contains(err.Error(), "cannot decode") {
+	if _, err := src.Next(context.Background()); err == nil || !strings.Contains(err.Error(), "want PNG or JPEG") {
 		t.Errorf("corrupt image: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

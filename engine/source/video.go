@@ -180,7 +180,7 @@ func (v *Video) Next(ctx context.Context) (engine.Frame, error) {
 		}
 		i := v.index
 		v.index++
-		return v.opt.frame(uint64(i), stampTime(float64(i)/v.fps), img), nil
+		return v.opt.frame(uint64(i), stampTime(float64(i)/v.fps), img)
 	}
 }
 
