@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,6 +31,7 @@ type benchOptions struct {
 	window      int
 	threads     int
 	memEvery    int
+	cpuProfile  string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -59,6 +61,7 @@ set on the CPU, and what the backend reports on a GPU, at peak and every
 	f.IntVar(&o.window, "sliding-window", 64, "live frames kept in the KV cache")
 	f.IntVar(&o.threads, "threads", 0, "CPU threads (0 = all cores)")
 	f.IntVar(&o.memEvery, "mem-every", 0, "print memory every N frames (0 = only at the end)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed frames to this file (go tool pprof)")
 	return cmd
 }
 
@@ -108,6 +111,17 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 		phase1 += time.Since(t)
 	}
 	fmt.Fprintf(out, "phase 1 (%d frames together): %.1f ms\n", o.scaleFrames, phase1.Seconds()*1e3)
+	if o.cpuProfile != "" {
+		pf, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	times := make([]float64, 0, o.frames)
 	for i := 0; i < o.frames; i++ {
 		f := frame(o.scaleFrames + i)
