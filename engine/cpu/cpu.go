@@ -3,7 +3,8 @@
 // CUDA backend is tested against, and it runs the whole pipeline in CI.
 //
 // Shapes follow backend's conventions: row-major, tokens [.., N, C], attention
-// [B, N, H, D], images NCHW. GEMMs go through gonum's blocked, parallel Sgemm.
+// [B, N, H, D], images NCHW. GEMMs go through our packed AVX-512/AVX2 kernels
+// (gemm.go), with gonum's Sgemm where the CPU has neither.
 package cpu
 
 import (

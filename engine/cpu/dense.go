@@ -10,8 +10,13 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 )
 
-// sgemm: c[m,n] = alpha·op(a)·op(b) + beta·c, row-major.
+// sgemm: c[m,n] = alpha·op(a)·op(b) + beta·c, row-major. It runs the blocked
+// AVX-512 or AVX2 GEMM of gemm.go where the CPU has one, gonum's Sgemm
+// otherwise.
 func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, bm []float32, ldb int, beta float32, c []float32, ldc int) {
+	if sgemmFast(transA, transB, m, n, k, alpha, a, lda, bm, ldb, beta, c, ldc) {
+		return
+	}
 	ta, tb := blas.NoTrans, blas.NoTrans
 	if transA {
 		ta = blas.Trans
