@@ -39,7 +39,18 @@ func (b *Backend) Conv2D(x, w, bias backend.Tensor, stride, pad int) backend.Ten
 						clear(row)
 						continue
 					}
-					srow := src[(ci*h+iy)*wd:]
+					srow := src[(ci*h+iy)*wd : (ci*h+iy+1)*wd]
+					if stride == 1 {
+						// one contiguous run of the input row, zeros where it hangs over an edge
+						off := kx - pad // ix = ox + off
+						lo, hi := min(max(0, -off), wo), min(wo, wd-off)
+						clear(row[:lo])
+						if hi > lo {
+							copy(row[lo:hi], srow[lo+off:hi+off])
+						}
+						clear(row[max(hi, lo):])
+						continue
+					}
 					for ox := range row {
 						ix := ox*stride - pad + kx
 						if ix < 0 || ix >= wd {
