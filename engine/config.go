@@ -139,6 +139,11 @@ func (c Config) Validate() error {
 		if c.OverlapSize < 0 {
 			bad("overlap_size", "must be ≥ 0, not %d", c.OverlapSize)
 		}
+		// a fixed-interval window spans scale + (window − scale)·interval frames;
+		// consecutive windows must advance
+		if frames := c.ScaleFrames + max(c.WindowSize-c.ScaleFrames, 0)*max(c.KeyframeInterval, 1); c.FlowThreshold == 0 && c.OverlapSize >= frames {
+			bad("overlap_size", "must be smaller than a window's %d frames, not %d", frames, c.OverlapSize)
+		}
 	}
 	return errors.Join(errs...)
 }
