@@ -9,27 +9,30 @@ package cuda
 import (
 	"fmt"
 	"log/slog"
-	"math"
+	"sort"
 	"sync"
-	"unsafe"
+	"time"
 
 	"gorgonia.org/cu"
 )
 
-// gpu implements Backend. Its fields other than err are touched only on the
-// owner thread.
+// gpu implements Backend. Its fields other than err are touched only inside
+// owner.do ("on the owner thread").
 type gpu struct {
 	cfg  Config
 	log  *slog.Logger
 	own  *owner
 	info deviceInfo
 
-	pool    pool
-	kernels *kernelCache
-	lt      *cublasLt
-	// simplePaged selects the unpipelined tensor-core paged kernel (tests
-	// and benchmarks compare it with the default pipelined one).
-	simplePaged bool
+	pool     pool
+	kernels  *kernelCache
+	launcher *launcher
+	lt       *cublasLt
+	// pagedVariant selects another paged attention kernel than the default
+	// (tests and benchmarks compare them; see the paged* constants).
+	pagedVariant string
+	smemAllowed  map[string]int // kernels whose shared memory limit was raised
+	prof         *profile       // nil unless Config.Profile
 
 	mu  sync.Mutex
 	err error
@@ -51,7 +54,11 @@ func New(cfg Config) (Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &gpu{cfg: cfg, log: log, own: own, info: info}
+	g := &gpu{cfg: cfg, log: log, own: own, info: info, launcher: newLauncher(), smemAllowed: map[string]int{}}
+	g.pool.limit = max(cfg.CacheLimit, 0)
+	if cfg.Profile {
+		g.prof = &profile{calls: map[string]int{}, time: map[string]time.Duration{}}
+	}
 	g.kernels = newKernelCache(cfg.CacheDir, info, log)
 	if err := own.do(func() error {
 		lt, err := newCublasLt(&g.pool)
@@ -59,6 +66,7 @@ func New(cfg Config) (Backend, error) {
 		return err
 	}); err != nil {
 		own.stop()
+		g.launcher.free()
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	log.Info("cuda backend ready", "device", info.name, "sm", fmt.Sprintf("%d.%d", info.major, info.minor),
@@ -87,6 +95,14 @@ func (g *gpu) fail(err error) {
 
 // Close waits for pending work, frees all memory and destroys the context.
 func (g *gpu) Close() error {
+	if g.prof != nil {
+		_ = g.own.do(func() error { g.prof.report(g.log); return nil })
+	}
+	if s := g.MemStats(); s.Mallocs > 0 {
+		g.log.Info("cuda memory at close", "in_use", human(s.InUse), "peak", human(s.Peak), "weights_fp32", human(s.Weights),
+			"weights_bf16", human(s.WeightsBF16), "kv_cache", human(s.KV), "activations", human(s.Activations),
+			"cached_free", human(s.Cached), "reserved", human(s.Reserved), "mallocs", s.Mallocs, "released", s.Released)
+	}
 	err := g.own.do(func() error {
 		serr := cu.Synchronize()
 		g.lt.destroy()
@@ -94,10 +110,19 @@ func (g *gpu) Close() error {
 		return serr
 	})
 	g.own.stop()
+	g.launcher.free()
 	if err != nil && err != errClosed {
 		return fmt.Errorf("cuda: closing: %w", err)
 	}
 	return nil
+}
+
+// Trim frees the allocator's cached buffers (Backend.Trim).
+func (g *gpu) Trim() {
+	_ = g.own.do(func() error {
+		g.pool.trim()
+		return nil
+	})
 }
 
 // Sync waits for all submitted work and reports the first device error.
@@ -111,43 +136,58 @@ func (g *gpu) run(op string, fn func() error) {
 	if g.Err() != nil {
 		return
 	}
+	if g.prof != nil {
+		fn = g.prof.wrap(op, fn)
+	}
 	if err := g.own.do(fn); err != nil {
 		g.fail(fmt.Errorf("cuda: %s: %w", op, err))
 	}
 }
 
-// launch runs a kernel. Every argument is passed in an 8-byte slot (the
-// binding copies 8 bytes per parameter): pointers and int64 as they are,
-// int as int64 (the kernel reads the low 4 bytes of an int parameter),
-// float32 in the low 4 bytes.
+// profile times every operation to its end on the device (it synchronises
+// after each, so a profiled run is slower; the shares are what count).
+type profile struct {
+	calls map[string]int
+	time  map[string]time.Duration
+}
+
+func (p *profile) wrap(op string, fn func() error) func() error {
+	return func() error {
+		start := time.Now()
+		err := fn()
+		if err == nil {
+			err = cu.Synchronize()
+		}
+		p.calls[op]++
+		p.time[op] += time.Since(start)
+		return err
+	}
+}
+
+// report logs the operations by total time, largest first.
+func (p *profile) report(log *slog.Logger) {
+	ops := make([]string, 0, len(p.time))
+	var total time.Duration
+	for op, t := range p.time {
+		ops = append(ops, op)
+		total += t
+	}
+	sort.Slice(ops, func(i, j int) bool { return p.time[ops[i]] > p.time[ops[j]] })
+	for _, op := range ops {
+		log.Info("cuda profile", "op", op, "calls", p.calls[op], "total", p.time[op].Round(time.Microsecond),
+			"per_call", (p.time[op] / time.Duration(p.calls[op])).Round(100*time.Nanosecond),
+			"share", fmt.Sprintf("%.1f%%", 100*float64(p.time[op])/float64(max(total, 1))))
+	}
+}
+
+// launch runs a kernel (owner thread); see launcher.launch for the
+// argument encoding.
 func (g *gpu) launch(module, name string, grid, block [3]int, shared int, args ...any) error {
 	fn, err := g.kernels.function(module, name)
 	if err != nil {
 		return err
 	}
-	slots := make([]uint64, len(args))
-	params := make([]unsafe.Pointer, len(args))
-	for i, a := range args {
-		switch v := a.(type) {
-		case cu.DevicePtr:
-			slots[i] = uint64(v)
-		case int:
-			slots[i] = uint64(int64(v))
-		case int64:
-			slots[i] = uint64(v)
-		case int32:
-			slots[i] = uint64(uint32(v))
-		case float32:
-			slots[i] = uint64(math.Float32bits(v))
-		default:
-			return fmt.Errorf("kernel %s: argument %d has unsupported type %T", name, i, a)
-		}
-		params[i] = unsafe.Pointer(&slots[i])
-	}
-	if err := fn.Launch(grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, cu.NoStream, params); err != nil {
-		return fmt.Errorf("launching %s (grid %v, block %v): %w", name, grid, block, err)
-	}
-	return nil
+	return g.launcher.launch(fn, name, grid, block, shared, args)
 }
 
 // launch1D runs a grid-stride kernel over n items with 256-thread blocks.

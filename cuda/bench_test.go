@@ -67,14 +67,14 @@ func BenchmarkPagedAttention(b *testing.B) {
 	}
 	q := g.FromHost(p.randn(nq*h*d, 1), nq, h, d)
 	keys := float64(frames*ps + specials)
-	for _, simple := range []bool{false, true} {
-		name := "pipelined"
-		if simple {
-			name = "unpipelined"
+	for _, variant := range []string{pagedFA, pagedFA3, pagedMMA2} {
+		name := "fa2"
+		if variant != pagedFA {
+			name = variant
 		}
 		b.Run(name, func(b *testing.B) {
-			g.(*gpu).simplePaged = simple
-			defer func() { g.(*gpu).simplePaged = false }()
+			g.(*gpu).pagedVariant = variant
+			defer func() { g.(*gpu).pagedVariant = pagedFA }()
 			g.Free(g.PagedAttention(q, st, 0, table, specials, 0.125))
 			waitGPU(b, g)
 			b.ResetTimer()
@@ -106,4 +106,19 @@ func BenchmarkFrameAttention(b *testing.B) {
 			g.Free(q)
 		})
 	}
+}
+
+// BenchmarkOpOverhead is the host cost of one small operation (a 4 KB
+// ScaleShift and its Free): the floor under every op of a frame.
+func BenchmarkOpOverhead(b *testing.B) {
+	g := fx.bf16
+	x := g.FromHost(make([]float32, 1024), 1024)
+	g.Free(g.ScaleShift(x, 2, 1))
+	waitGPU(b, g)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		g.Free(g.ScaleShift(x, 2, 1))
+	}
+	waitGPU(b, g)
+	g.Free(x)
 }

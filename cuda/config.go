@@ -39,13 +39,29 @@ type Config struct {
 	// (slower; for checking the bf16 tensor-core kernels). DefaultConfig sets
 	// it when LINGBOTMAP_CUDA_EXACT_ATTENTION=1.
 	ExactAttention bool
+	// CacheLimit is how many bytes of freed device memory the allocator keeps
+	// for reuse; past it, the buffers of the sizes asked for least recently
+	// go back to the driver. 0 (the default) keeps everything: a 2 GiB limit
+	// made the full model's frames free and re-allocate ~50 buffers each
+	// (every cuMemFree stalls the GPU), since one frame's working set (the
+	// DPT head's im2col buffers) exceeds it. Call Trim after phase 1 instead.
+	CacheLimit int64
+	// Profile synchronises after every operation and logs the time per
+	// operation kind at Close (slow; for finding where a frame's time goes).
+	// DefaultConfig sets it when LINGBOTMAP_CUDA_PROFILE=1.
+	Profile bool
 	// Logger receives compile and memory events; nil means slog.Default().
 	Logger *slog.Logger
 }
 
-// DefaultConfig is device 0 in bf16.
+// DefaultConfig is device 0 in bf16. LINGBOTMAP_CUDA_EXACT_ATTENTION=1 sets
+// ExactAttention, LINGBOTMAP_CUDA_PROFILE=1 Profile and LINGBOTMAP_CUDA_CACHE
+// CacheDir.
 func DefaultConfig() Config {
-	return Config{Device: 0, Precision: BF16, ExactAttention: os.Getenv("LINGBOTMAP_CUDA_EXACT_ATTENTION") == "1"}
+	return Config{Device: 0, Precision: BF16,
+		CacheDir:       os.Getenv("LINGBOTMAP_CUDA_CACHE"),
+		ExactAttention: os.Getenv("LINGBOTMAP_CUDA_EXACT_ATTENTION") == "1",
+		Profile:        os.Getenv("LINGBOTMAP_CUDA_PROFILE") == "1"}
 }
 
 // Backend is a backend.Backend on a GPU. Device failures (out of memory, a
@@ -55,4 +71,7 @@ type Backend interface {
 	backend.Backend
 	Err() error
 	Close() error
+	// Trim gives every cached free buffer back to the driver (after phase 1,
+	// whose eight-frame buffers steady state never asks for again).
+	Trim()
 }

@@ -55,7 +55,7 @@ func (g *gpu) Conv2D(x, w, b backend.Tensor, stride, pad int) backend.Tensor {
 				return err
 			}
 			dst := out.ptr() + cu.DevicePtr(int64(img)*int64(o*hw)*4)
-			err = g.rowGemm(bf, false, false, o, hw, ck, wp, ck, bp, hw, dst, hw, 0)
+			err = g.rowGemm(g.gemmPrec(bf, true), false, false, o, hw, ck, wp, ck, bp, hw, dst, hw, 0)
 			g.pool.put(tmp)
 			if err != nil {
 				return err
@@ -101,7 +101,7 @@ func (g *gpu) ConvTranspose2D(x, w, b backend.Tensor, stride int) backend.Tensor
 			if err != nil {
 				return err
 			}
-			err = g.rowGemm(bf, true, false, hw, okk, c, ap, hw, wp, okk, prod.ptr, okk, 0)
+			err = g.rowGemm(g.gemmPrec(bf, true), true, false, hw, okk, c, ap, hw, wp, okk, prod.ptr, okk, 0)
 			g.pool.put(tmp)
 			if err != nil {
 				return err

@@ -18,11 +18,11 @@ typedef struct {
 	cublasLtMatmulAlgo_t algo;
 } lbm_plan;
 
-static int lbm_plan_create(cublasLtHandle_t h, lbm_plan *p, int bf, int transa, int transb,
+static int lbm_plan_create(cublasLtHandle_t h, lbm_plan *p, int bf, int tf32, int transa, int transb,
                            uint64_t m, uint64_t n, uint64_t k, int64_t lda, int64_t ldb, int64_t ldc,
                            int bias, size_t ws, uint32_t align) {
 	cudaDataType_t ab = bf ? CUDA_R_16BF : CUDA_R_32F;
-	cublasStatus_t st = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+	cublasStatus_t st = cublasLtMatmulDescCreate(&p->op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F);
 	if (st != CUBLAS_STATUS_SUCCESS) return (int)st;
 	cublasOperation_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
 	cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
@@ -91,6 +91,7 @@ const ltWorkspace = 32 << 20
 // gemmKey identifies a planned GEMM (column-major terms).
 type gemmKey struct {
 	bf, transA, transB bool
+	tf32               bool // fp32 operands on the TF32 tensor cores
 	m, n, k            int
 	lda, ldb, ldc      int
 	bias               bool
@@ -143,7 +144,7 @@ func (lt *cublasLt) plan(key gemmKey) (*C.lbm_plan, error) {
 		return p, nil
 	}
 	p := (*C.lbm_plan)(C.calloc(1, C.size_t(unsafe.Sizeof(C.lbm_plan{}))))
-	st := C.lbm_plan_create(lt.h, p, cbool(key.bf), cbool(key.transA), cbool(key.transB),
+	st := C.lbm_plan_create(lt.h, p, cbool(key.bf), cbool(key.tf32), cbool(key.transA), cbool(key.transB),
 		C.uint64_t(key.m), C.uint64_t(key.n), C.uint64_t(key.k),
 		C.int64_t(key.lda), C.int64_t(key.ldb), C.int64_t(key.ldc), cbool(key.bias), C.size_t(ltWorkspace), C.uint32_t(key.align))
 	if st != 0 {

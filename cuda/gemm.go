@@ -10,17 +10,29 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 )
 
+// gemmPrec is how a GEMM multiplies: fp32 operands exactly, fp32 operands
+// on the TF32 tensor cores, or bf16 operands; it always accumulates and
+// writes fp32.
+type gemmPrec int
+
+const (
+	gemmF32 gemmPrec = iota
+	gemmTF32
+	gemmBF16
+)
+
 // rowGemm computes C[m,n] = op(A)[m,k]·op(B)[k,n] (+ bias[n]) on row-major
 // fp32 or bf16 operands with fp32 output. cuBLASLt is column-major, so it is
 // asked for Cᵀ = op(B)ᵀ·op(A)ᵀ, whose bias runs along its rows. Owner thread only.
-func (g *gpu) rowGemm(bf, transA, transB bool, m, n, k int, a cu.DevicePtr, lda int, b cu.DevicePtr, ldb int, c cu.DevicePtr, ldc int, bias cu.DevicePtr) error {
+func (g *gpu) rowGemm(prec gemmPrec, transA, transB bool, m, n, k int, a cu.DevicePtr, lda int, b cu.DevicePtr, ldb int, c cu.DevicePtr, ldc int, bias cu.DevicePtr) error {
 	if m == 0 || n == 0 {
 		return nil
 	}
 	if k == 0 {
 		return fmt.Errorf("GEMM with an empty inner dimension (%dx%dx0)", m, n)
 	}
-	key := gemmKey{bf: bf, transA: transB, transB: transA, m: n, n: m, k: k, lda: ldb, ldb: lda, ldc: ldc, bias: bias != 0}
+	bf := prec == gemmBF16
+	key := gemmKey{bf: bf, tf32: prec == gemmTF32, transA: transB, transB: transA, m: n, n: m, k: k, lda: ldb, ldb: lda, ldc: ldc, bias: bias != 0}
 	ok, err := g.lt.matmul(key, b, a, c, bias)
 	if err != nil {
 		return err
@@ -58,6 +70,20 @@ func (g *gpu) operand(x cu.DevicePtr, n int64, bf bool) (cu.DevicePtr, *buffer, 
 	return s.ptr, s, nil
 }
 
+// gemmPrec picks a GEMM's arithmetic: bf16 for trunk weights in BF16 mode;
+// otherwise fp32, on the TF32 tensor cores only for convolutions in BF16
+// mode, as the reference's cuDNN convolutions run by PyTorch's default
+// (its matmuls keep TF32 off).
+func (g *gpu) gemmPrec(bf, conv bool) gemmPrec {
+	switch {
+	case bf:
+		return gemmBF16
+	case conv && g.cfg.Precision == BF16:
+		return gemmTF32
+	}
+	return gemmF32
+}
+
 // weightOperand is w in the precision its GEMM runs in.
 func (g *gpu) weightOperand(w *Tensor) (cu.DevicePtr, bool, error) {
 	if w.buf.trunk && g.cfg.Precision == BF16 {
@@ -72,7 +98,7 @@ func (g *gpu) weightOperand(w *Tensor) (cu.DevicePtr, bool, error) {
 // epilogue. GELU is a separate pass because cuBLASLt's GELU epilogue is the
 // tanh approximation and the model uses the exact erf form.
 func (g *gpu) Linear(x, w, b backend.Tensor, act backend.Activation) backend.Tensor {
-	xt, wt, bt := g.tensor(x), g.tensor(w), g.tensor(b)
+	xt, wt, bt := g.tensor(x), g.weightTensor(w), g.tensor(b)
 	rows, k := rowsCols(xt.shape)
 	if len(wt.shape) != 2 || wt.shape[1] != k {
 		panic(fmt.Sprintf("cuda: Linear x %v with w %v", xt.shape, wt.shape))
@@ -96,7 +122,7 @@ func (g *gpu) Linear(x, w, b backend.Tensor, act backend.Activation) backend.Ten
 		if bt != nil {
 			bias = bt.ptr()
 		}
-		if err := g.rowGemm(bf, false, true, rows, m, k, xp, k, wp, k, out.ptr(), m, bias); err != nil {
+		if err := g.rowGemm(g.gemmPrec(bf, false), false, true, rows, m, k, xp, k, wp, k, out.ptr(), m, bias); err != nil {
 			return err
 		}
 		if act == backend.ActGELU {

@@ -47,6 +47,7 @@ func TestMain(m *testing.M) {
 const (
 	tolFP32 = 2e-5
 	tolBF16 = 1e-2
+	tolTF32 = 2e-3
 )
 
 // pair runs one operation on the CPU oracle and on a GPU backend.

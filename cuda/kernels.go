@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"gorgonia.org/cu"
 	"gorgonia.org/cu/nvrtc"
 )
 
@@ -33,8 +32,8 @@ type kernelCache struct {
 	arch    string
 	driver  int
 	log     *slog.Logger
-	modules map[string]cu.Module
-	funcs   map[string]cu.Function
+	modules map[string]kernelModule
+	funcs   map[string]kernelFunc
 }
 
 func newKernelCache(dir string, info deviceInfo, log *slog.Logger) *kernelCache {
@@ -51,21 +50,21 @@ func newKernelCache(dir string, info deviceInfo, log *slog.Logger) *kernelCache 
 		arch = "compute_90a" // Hopper: allow the arch-specific instructions
 	}
 	return &kernelCache{dir: dir, arch: arch, driver: info.driver, log: log,
-		modules: map[string]cu.Module{}, funcs: map[string]cu.Function{}}
+		modules: map[string]kernelModule{}, funcs: map[string]kernelFunc{}}
 }
 
-func (k *kernelCache) function(module, name string) (cu.Function, error) {
+func (k *kernelCache) function(module, name string) (kernelFunc, error) {
 	key := module + "." + name
 	if fn, ok := k.funcs[key]; ok {
 		return fn, nil
 	}
 	mod, err := k.module(module)
 	if err != nil {
-		return cu.Function{}, err
+		return kernelFunc{}, err
 	}
-	fn, err := mod.Function(name)
+	fn, err := mod.function(name)
 	if err != nil {
-		return cu.Function{}, fmt.Errorf("kernel %s not found in kernel module %s: %w", name, module, err)
+		return kernelFunc{}, fmt.Errorf("kernel %s not found in kernel module %s: %w", name, module, err)
 	}
 	k.funcs[key] = fn
 	return fn, nil
@@ -93,22 +92,22 @@ func (k *kernelCache) source(module string) (string, error) {
 	return string(common) + "\n#line 1 \"" + file + ".cu\"\n" + string(body), nil
 }
 
-func (k *kernelCache) module(module string) (cu.Module, error) {
+func (k *kernelCache) module(module string) (kernelModule, error) {
 	if m, ok := k.modules[module]; ok {
 		return m, nil
 	}
 	start := time.Now()
 	src, err := k.source(module)
 	if err != nil {
-		return cu.Module{}, err
+		return kernelModule{}, err
 	}
 	ptx, err := k.ptx(module, src)
 	if err != nil {
-		return cu.Module{}, err
+		return kernelModule{}, err
 	}
-	m, err := cu.LoadData(ptx)
+	m, err := loadModule(ptx)
 	if err != nil {
-		return cu.Module{}, fmt.Errorf("loading compiled kernels/%s.cu for %s: %w", module, k.arch, err)
+		return kernelModule{}, fmt.Errorf("loading compiled kernels/%s.cu for %s: %w", module, k.arch, err)
 	}
 	k.modules[module] = m
 	k.log.Debug("loaded CUDA kernels", "module", module, "arch", k.arch, "took", time.Since(start).Round(time.Millisecond))

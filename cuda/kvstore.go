@@ -29,6 +29,14 @@ func (s *kvStore) Layers() int   { return s.spec.Layers }
 func (s *kvStore) Pages() int    { return s.spec.Pages }
 func (s *kvStore) PageSize() int { return s.spec.PageSize }
 
+// Bytes is the device memory of the pages: 2 bytes an element in BF16 mode.
+func (s *kvStore) Bytes() int64 {
+	if s.bf {
+		return s.spec.Bytes(2)
+	}
+	return s.spec.Bytes(4)
+}
+
 func (g *gpu) kv(s backend.KVStore) *kvStore {
 	c, ok := s.(*kvStore)
 	if !ok {
@@ -67,7 +75,7 @@ func (g *gpu) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 		}
 		for l := 0; l < spec.Layers; l++ {
 			for _, dst := range []*[]*buffer{&st.k, &st.v} {
-				b, err := g.pool.get(per)
+				b, err := g.pool.getAs(per, catKV)
 				if err != nil {
 					return fmt.Errorf("the KV cache (%v) does not fit: %w", spec, err)
 				}
@@ -78,7 +86,7 @@ func (g *gpu) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 				*dst = append(*dst, b)
 			}
 		}
-		st.pt, err = g.pool.get(int64(spec.Pages) * 4)
+		st.pt, err = g.pool.getAs(int64(spec.Pages)*4, catKV)
 		return err
 	})
 	if err != nil {

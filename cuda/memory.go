@@ -11,11 +11,26 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 )
 
+// memCat says what a buffer holds, for the memory breakdown.
+type memCat int
+
+const (
+	catOther    memCat = iota // activations and scratch
+	catWeight                 // fp32 parameters
+	catWeightBF               // bf16 copies of trunk matrices
+	catKV                     // KV cache pages and page table
+	numCats
+)
+
 // buffer is one allocation from the pool; views (Reshape) share it.
 type buffer struct {
 	ptr  cu.DevicePtr
 	size int64 // rounded size class
+	cat  memCat
 	live bool
+	// bfOnly: the fp32 copy of this trunk matrix was dropped after its bf16
+	// copy was made (ptr is 0); see gpu.tensor.
+	bfOnly bool
 	// trunk marks a parameter the reference keeps in bf16; in BF16 mode its
 	// values are rounded to bf16 and GEMMs read the bf16 copy in bf.
 	trunk bool
@@ -45,9 +60,16 @@ type pool struct {
 	free     map[int64][]cu.DevicePtr
 	cached   int64 // bytes held in free lists
 	inUse    int64
+	inUseBy  [numCats]int64
 	peak     int64 // largest inUse seen
 	mallocs  int64 // cuMemAlloc calls so far
 	reserved int64 // bytes obtained from the driver
+	limit    int64 // most bytes kept in free lists; 0: no limit
+	released int64 // buffers given back to the driver past the limit
+	// lastGet[size class] is when that class was last asked for (a count
+	// of gets): past the limit, the class unused for longest goes first.
+	lastGet map[int64]int64
+	gets    int64
 }
 
 // sizeClass rounds small sizes to 512 B and large ones to 2 MiB so that
@@ -63,14 +85,21 @@ func sizeClass(n int64) int64 {
 	return (n + large - 1) / large * large
 }
 
-func (p *pool) get(bytes int64) (*buffer, error) {
+func (p *pool) get(bytes int64) (*buffer, error) { return p.getAs(bytes, catOther) }
+
+func (p *pool) getAs(bytes int64, cat memCat) (*buffer, error) {
 	sz := sizeClass(bytes)
+	if p.lastGet == nil {
+		p.lastGet = map[int64]int64{}
+	}
+	p.gets++
+	p.lastGet[sz] = p.gets
 	if l := p.free[sz]; len(l) > 0 {
 		ptr := l[len(l)-1]
 		p.free[sz] = l[:len(l)-1]
 		p.cached -= sz
-		p.use(sz)
-		return &buffer{ptr: ptr, size: sz, live: true}, nil
+		p.use(sz, cat)
+		return &buffer{ptr: ptr, size: sz, cat: cat, live: true}, nil
 	}
 	ptr, err := cu.MemAlloc(sz)
 	if err != nil && p.cached > 0 {
@@ -83,13 +112,21 @@ func (p *pool) get(bytes int64) (*buffer, error) {
 	}
 	p.mallocs++
 	p.reserved += sz
-	p.use(sz)
-	return &buffer{ptr: ptr, size: sz, live: true}, nil
+	p.use(sz, cat)
+	return &buffer{ptr: ptr, size: sz, cat: cat, live: true}, nil
 }
 
-func (p *pool) use(sz int64) {
+func (p *pool) use(sz int64, cat memCat) {
 	p.inUse += sz
+	p.inUseBy[cat] += sz
 	p.peak = max(p.peak, p.inUse)
+}
+
+// recategorise moves a live buffer's bytes to another line of the breakdown.
+func (p *pool) recategorise(b *buffer, cat memCat) {
+	p.inUseBy[b.cat] -= b.size
+	p.inUseBy[cat] += b.size
+	b.cat = cat
 }
 
 func (p *pool) put(b *buffer) {
@@ -97,12 +134,54 @@ func (p *pool) put(b *buffer) {
 		return
 	}
 	b.live = false
+	if b.ptr == 0 {
+		return // a dropped fp32 copy or a placeholder: nothing to give back
+	}
+	p.inUseBy[b.cat] -= b.size
+	p.inUse -= b.size
+	if p.limit > 0 && p.cached+b.size > p.limit {
+		// Make room by releasing buffers of the classes asked for least
+		// recently (phase 1's, once frames stream); this one, just used, is
+		// the likeliest to be asked for again.
+		for p.cached+b.size > p.limit && p.evictOldest(b.size) {
+		}
+		if p.cached+b.size > p.limit && cu.MemFree(b.ptr) == nil {
+			p.reserved -= b.size
+			p.released++
+			return
+		}
+	}
 	if p.free == nil {
 		p.free = map[int64][]cu.DevicePtr{}
 	}
 	p.free[b.size] = append(p.free[b.size], b.ptr)
 	p.cached += b.size
-	p.inUse -= b.size
+}
+
+// evictOldest frees one cached buffer of the least recently asked-for size
+// class other than keep; false when there is none.
+func (p *pool) evictOldest(keep int64) bool {
+	best, bestT := int64(-1), int64(0)
+	for sz, l := range p.free {
+		if sz == keep || len(l) == 0 {
+			continue
+		}
+		if t := p.lastGet[sz]; best < 0 || t < bestT {
+			best, bestT = sz, t
+		}
+	}
+	if best < 0 {
+		return false
+	}
+	l := p.free[best]
+	ptr := l[len(l)-1]
+	p.free[best] = l[:len(l)-1]
+	p.cached -= best
+	if cu.MemFree(ptr) == nil {
+		p.reserved -= best
+	}
+	p.released++
+	return true
 }
 
 // trim frees every cached buffer.
@@ -156,7 +235,40 @@ func (g *gpu) tensor(t backend.Tensor) *Tensor {
 	if c.buf == nil || !c.buf.live {
 		panic(fmt.Sprintf("cuda: tensor %v used after Free", c.shape))
 	}
+	if c.buf.bfOnly {
+		// A trunk matrix read by something other than a GEMM: bring back its
+		// fp32 copy, exactly (the values were rounded to bf16 on upload).
+		g.run("restoring an fp32 weight", func() error { return g.restoreF32(c) })
+	}
 	return c
+}
+
+// weightTensor is tensor without restoring a dropped fp32 copy (for GEMMs,
+// which read the bf16 copy).
+func (g *gpu) weightTensor(t backend.Tensor) *Tensor {
+	c, ok := t.(*Tensor)
+	if !ok || c.buf == nil || !c.buf.live || !c.buf.bfOnly {
+		return g.tensor(t)
+	}
+	return c
+}
+
+func (g *gpu) restoreF32(c *Tensor) error {
+	if !c.buf.bfOnly {
+		return nil
+	}
+	n := int64(c.numel())
+	b, err := g.pool.getAs(n*4, catWeight)
+	if err != nil {
+		return err
+	}
+	if err := g.launch1D("elementwise", "bf16_to_f32_k", n, b.ptr, c.buf.bf.ptr, n); err != nil {
+		g.pool.put(b)
+		return err
+	}
+	c.buf.ptr, c.buf.size, c.buf.bfOnly = b.ptr, b.size, false
+	g.log.Debug("cuda: fp32 copy of a bf16 trunk matrix restored", "shape", c.shape)
+	return nil
 }
 
 // placeholder is returned by operations after a device error: it has the
@@ -170,7 +282,7 @@ func (g *gpu) FromHost(data []float32, shape ...int) backend.Tensor {
 	if backend.Numel(shape) != len(data) {
 		panic(fmt.Sprintf("cuda: FromHost: %d values for shape %v", len(data), shape))
 	}
-	return g.upload(data, shape, false)
+	return g.upload(data, shape, false, false)
 }
 
 // Weight stores a parameter. In BF16 mode a trunk parameter is rounded to
@@ -180,12 +292,51 @@ func (g *gpu) Weight(name string, data []float32, prec backend.Precision, shape 
 	if backend.Numel(shape) != len(data) {
 		panic(fmt.Sprintf("cuda: Weight %s: %d values for shape %v", name, len(data), shape))
 	}
-	return g.upload(data, shape, prec == backend.Trunk && g.cfg.Precision == BF16)
+	trunk := prec == backend.Trunk && g.cfg.Precision == BF16
+	if trunk && len(shape) == 2 && len(data) > 0 {
+		return g.uploadMatrixBF16(data, shape)
+	}
+	return g.upload(data, shape, true, trunk)
 }
 
-func (g *gpu) upload(data []float32, shape []int, trunk bool) backend.Tensor {
+// uploadMatrixBF16 stores a trunk matrix in BF16 mode as its bf16 copy only:
+// GEMMs read nothing else, and the fp32 copy (twice the bytes) comes back
+// only if another op asks for it.
+func (g *gpu) uploadMatrixBF16(data []float32, shape []int) backend.Tensor {
+	var out *Tensor
+	g.run("upload", func() error {
+		n := int64(len(data))
+		tmp, err := g.pool.get(n * 4)
+		if err != nil {
+			return err
+		}
+		defer g.pool.put(tmp)
+		if err := cu.MemcpyHtoD(tmp.ptr, unsafe.Pointer(&data[0]), n*4); err != nil {
+			return err
+		}
+		bf, err := g.pool.getAs(n*2, catWeightBF)
+		if err != nil {
+			return err
+		}
+		if err := g.launch1D("elementwise", "f32_to_bf16_k", n, bf.ptr, tmp.ptr, n); err != nil {
+			g.pool.put(bf)
+			return err
+		}
+		out = &Tensor{buf: &buffer{live: true, trunk: true, bfOnly: true, cat: catWeight, bf: bf}, shape: append([]int(nil), shape...)}
+		return nil
+	})
+	if out == nil {
+		return placeholder(shape)
+	}
+	return out
+}
+
+func (g *gpu) upload(data []float32, shape []int, weight, trunk bool) backend.Tensor {
 	return g.output(shape, "upload", func(t *Tensor) error {
 		t.buf.trunk = trunk
+		if weight {
+			g.pool.recategorise(t.buf, catWeight)
+		}
 		if len(data) == 0 {
 			return nil
 		}
@@ -206,7 +357,7 @@ func (g *gpu) bf16(t *Tensor) (cu.DevicePtr, error) {
 		return t.buf.bf.ptr, nil
 	}
 	n := int64(t.numel())
-	b, err := g.pool.get(n * 2)
+	b, err := g.pool.getAs(n*2, catWeightBF)
 	if err != nil {
 		return 0, err
 	}
@@ -256,7 +407,7 @@ func (g *gpu) Free(t backend.Tensor) {
 		return
 	}
 	c, ok := t.(*Tensor)
-	if !ok || c.buf == nil || !c.buf.live || c.buf.ptr == 0 {
+	if !ok || c.buf == nil || !c.buf.live || (c.buf.ptr == 0 && c.buf.bf == nil) {
 		return
 	}
 	_ = g.own.do(func() error {
@@ -295,6 +446,9 @@ type MemStats struct {
 	InUse    int64 // bytes in live tensors and KV stores
 	Peak     int64 // largest InUse so far
 	Cached   int64 // bytes kept for reuse
+	Released int64 // buffers freed to the driver past Config.CacheLimit
+	// InUse by what it holds.
+	Weights, WeightsBF16, KV, Activations int64
 }
 
 // MemoryUsage is the device memory held by live tensors, KV stores and
@@ -308,7 +462,9 @@ func (g *gpu) MemoryUsage() (current, peak int64) {
 func (g *gpu) MemStats() MemStats {
 	var s MemStats
 	_ = g.own.do(func() error {
-		s = MemStats{Mallocs: g.pool.mallocs, Reserved: g.pool.reserved, InUse: g.pool.inUse, Peak: g.pool.peak, Cached: g.pool.cached}
+		p := &g.pool
+		s = MemStats{Mallocs: p.mallocs, Reserved: p.reserved, InUse: p.inUse, Peak: p.peak, Cached: p.cached, Released: p.released,
+			Weights: p.inUseBy[catWeight], WeightsBF16: p.inUseBy[catWeightBF], KV: p.inUseBy[catKV], Activations: p.inUseBy[catOther]}
 		return nil
 	})
 	return s

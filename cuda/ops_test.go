@@ -149,6 +149,9 @@ func TestAttention(t *testing.T) {
 func TestPagedAttention(t *testing.T) {
 	cases := []struct{ ps, frames, specials, nq, h, d int }{
 		{999, 5, 6, 1005, 2, 64}, {7, 11, 3, 10, 2, 64}, {13, 3, 13, 20, 1, 128},
+		// Page sizes just above and at the 64-key tile (a tile straddles two
+		// pages), many splits, query counts off the 128-query tile.
+		{65, 40, 30, 200, 2, 64}, {64, 9, 64, 129, 3, 64}, {100, 30, 1, 77, 1, 64},
 	}
 	for _, p := range pairs(t, 9) {
 		for _, c := range cases {
@@ -188,9 +191,11 @@ func TestPagedAttention(t *testing.T) {
 			what := fmt.Sprintf("PagedAttention %+v", c)
 			p.check(what, p.gpu.PagedAttention(gq, gs, 1, table, c.specials, scale), fx.cpu.PagedAttention(cq, cs, 1, table, c.specials, scale), p.tol)
 			if g := p.gpu.(*gpu); g.cfg.Precision == BF16 && c.d == 64 {
-				g.simplePaged = true
-				p.check(what+" unpipelined kernel", p.gpu.PagedAttention(gq, gs, 1, table, c.specials, scale), fx.cpu.PagedAttention(cq, cs, 1, table, c.specials, scale), p.tol)
-				g.simplePaged = false
+				for _, variant := range []string{pagedFA3, pagedMMA2, pagedSimple, pagedExact} {
+					g.pagedVariant = variant
+					p.check(what+" kernel "+variant, p.gpu.PagedAttention(gq, gs, 1, table, c.specials, scale), fx.cpu.PagedAttention(cq, cs, 1, table, c.specials, scale), p.tol)
+				}
+				g.pagedVariant = pagedFA
 			}
 			// A shorter table (same device buffer, re-uploaded) and full last page.
 			p.check(what+" prefix", p.gpu.PagedAttention(gq, gs, 1, table[:2], c.ps, scale), fx.cpu.PagedAttention(cq, cs, 1, table[:2], c.ps, scale), p.tol)
@@ -220,7 +225,7 @@ func TestConv2D(t *testing.T) {
 				cb, gb := p.weight(p.randn(c.o, 1), prec, c.o)
 				tol := p.tol
 				if prec == backend.Head {
-					tol = tolFP32
+					tol = headConvTol(p)
 				}
 				what := fmt.Sprintf("Conv2D %+v prec %d", c, prec)
 				p.check(what, p.gpu.Conv2D(gx, gw, gb, c.stride, c.pad), fx.cpu.Conv2D(cx, cw, cb, c.stride, c.pad), tol)
@@ -231,13 +236,23 @@ func TestConv2D(t *testing.T) {
 }
 
 func TestConvTranspose2D(t *testing.T) {
-	p := pairs(t, 11)[0]
-	for _, c := range []struct{ n, c, h, w, o, k int }{{2, 8, 5, 7, 6, 2}, {1, 16, 3, 4, 4, 4}} {
-		cx, gx := p.in(p.randn(c.n*c.c*c.h*c.w, 1), c.n, c.c, c.h, c.w)
-		cw, gw := p.weight(p.randn(c.c*c.o*c.k*c.k, 0.3), backend.Head, c.c, c.o, c.k, c.k)
-		cb, gb := p.weight(p.randn(c.o, 1), backend.Head, c.o)
-		p.check(fmt.Sprintf("ConvTranspose2D %+v", c), p.gpu.ConvTranspose2D(gx, gw, gb, c.k), fx.cpu.ConvTranspose2D(cx, cw, cb, c.k), tolFP32)
+	for _, p := range pairs(t, 11) {
+		for _, c := range []struct{ n, c, h, w, o, k int }{{2, 8, 5, 7, 6, 2}, {1, 16, 3, 4, 4, 4}} {
+			cx, gx := p.in(p.randn(c.n*c.c*c.h*c.w, 1), c.n, c.c, c.h, c.w)
+			cw, gw := p.weight(p.randn(c.c*c.o*c.k*c.k, 0.3), backend.Head, c.c, c.o, c.k, c.k)
+			cb, gb := p.weight(p.randn(c.o, 1), backend.Head, c.o)
+			p.check(fmt.Sprintf("ConvTranspose2D %+v", c), p.gpu.ConvTranspose2D(gx, gw, gb, c.k), fx.cpu.ConvTranspose2D(cx, cw, cb, c.k), headConvTol(p))
+		}
 	}
+}
+
+// headConvTol: head convolutions are exact fp32 in FP32 mode and run on the
+// TF32 tensor cores in BF16 mode (as the reference's cuDNN convolutions).
+func headConvTol(p pair) float64 {
+	if p.gpu == fx.bf16 {
+		return tolTF32
+	}
+	return tolFP32
 }
 
 func TestResizeBilinear(t *testing.T) {
@@ -301,5 +316,78 @@ func TestCompileErrorShowsLog(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "undefined_name") {
 		t.Errorf("error lacks the NVRTC log: %v", err)
+	}
+}
+
+// In BF16 mode a trunk matrix is kept only as its bf16 copy; an op other than
+// a GEMM that reads it gets the fp32 values back exactly (rounded to bf16,
+// as the reference stores them).
+func TestTrunkMatrixKeptInBF16Only(t *testing.T) {
+	g := fx.bf16.(*gpu)
+	p := pairs(t, 14)[1]
+	const rows, cols = 384, 256
+	data := p.randn(rows*cols, 0.1)
+	before := g.MemStats()
+	w := g.Weight("w", data, backend.Trunk, rows, cols)
+	after := g.MemStats()
+	if d := after.WeightsBF16 - before.WeightsBF16; d != sizeClass(rows*cols*2) {
+		t.Errorf("bf16 weight bytes grew by %d, want %d", d, sizeClass(rows*cols*2))
+	}
+	if d := after.Weights - before.Weights; d != 0 {
+		t.Errorf("fp32 weight bytes grew by %d for a bf16-only trunk matrix", d)
+	}
+	cw := fx.cpu.Weight("w", data, backend.Trunk, rows, cols)
+	cx, gx := p.in(p.randn(7*cols, 1), 7, cols)
+	p.check("Linear on a bf16-only weight", g.Linear(gx, w, nil, backend.ActNone), fx.cpu.Linear(cx, cw, nil, backend.ActNone), p.tol)
+	got := g.ToHost(w) // restores the fp32 copy
+	for i, v := range data {
+		want := math.Float32frombits((math.Float32bits(v) + 0x7fff + (math.Float32bits(v)>>16)&1) &^ 0xffff)
+		if got[i] != want {
+			t.Fatalf("restored element %d = %g, want %g (bf16 of %g)", i, got[i], want, v)
+		}
+	}
+	if d := g.MemStats().Weights - after.Weights; d != sizeClass(rows*cols*4) {
+		t.Errorf("restoring the fp32 copy added %d bytes, want %d", d, sizeClass(rows*cols*4))
+	}
+	g.Free(w)
+	if err := g.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Freed buffers past Config.CacheLimit go back to the driver, those of the
+// size asked for least recently first.
+func TestCacheLimitReleases(t *testing.T) {
+	g := fx.fp32.(*gpu)
+	const n = 768 << 10 / 4 // 768 KiB tensors, under a 1 MiB cache
+	_ = g.own.do(func() error { g.pool.trim(); g.pool.limit = 1 << 20; return nil })
+	defer g.own.do(func() error { g.pool.limit = max(DefaultConfig().CacheLimit, 0); return nil })
+	a, b := g.Zeros(n), g.Zeros(n)
+	before := g.MemStats()
+	g.Free(a)
+	g.Free(b)
+	after := g.MemStats()
+	if err := g.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if after.Released-before.Released != 1 || after.Cached > 1<<20 || after.Reserved != before.Reserved-sizeClass(n*4) {
+		t.Errorf("freeing two 768 KiB tensors under a 1 MiB cache limit: before %+v, after %+v", before, after)
+	}
+	// A buffer of another size, freed now, evicts the older class's buffer
+	// and is itself kept.
+	c := g.Zeros(n + 1024)
+	g.Free(c)
+	last := g.MemStats()
+	if last.Released-after.Released != 1 || last.Cached != sizeClass((n+1024)*4) {
+		t.Errorf("a newer size class should evict the older one: before %+v, after %+v", after, last)
+	}
+	d := g.Zeros(n + 1024) // served from the cache
+	if m := g.MemStats().Mallocs; m != last.Mallocs {
+		t.Errorf("the kept buffer was not reused: %d mallocs, want %d", m, last.Mallocs)
+	}
+	g.Free(d)
+	g.Trim()
+	if s := g.MemStats(); s.Cached != 0 || s.Reserved != last.Reserved-sizeClass((n+1024)*4) {
+		t.Errorf("Trim left %d bytes cached (stats before %+v, after %+v)", s.Cached, last, s)
 	}
 }

@@ -35,6 +35,11 @@ type Config struct {
 	SlidingWindow int `mapstructure:"sliding_window"`
 	// MaxFrames caps committed frames per cache reset (the 3D RoPE table size).
 	MaxFrames int `mapstructure:"max_frames"`
+	// CacheHeadroom is the number of spare KV pages beyond scale frames +
+	// sliding window. The reference keeps 16; 2 is enough (one frame appended
+	// before the eviction, one deferred in flow mode) and saves a page of
+	// every global block per unit (about 98 MB at 518×378 in bf16).
+	CacheHeadroom int `mapstructure:"cache_headroom"`
 	// CameraIterations of the camera head's refinement.
 	CameraIterations int `mapstructure:"camera_iterations"`
 
@@ -82,6 +87,7 @@ func DefaultConfig() Config {
 		ScaleFrames:       8,
 		SlidingWindow:     64,
 		MaxFrames:         1024,
+		CacheHeadroom:     16,
 		CameraIterations:  4,
 		KeyframeInterval:  1,
 		MaxNonKeyframeGap: 30,
@@ -119,6 +125,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxFrames <= c.ScaleFrames {
 		bad("max_frames", "must exceed scale_frames (%d), not %d", c.ScaleFrames, c.MaxFrames)
+	}
+	if c.CacheHeadroom < 2 {
+		bad("cache_headroom", "must be ≥ 2, not %d", c.CacheHeadroom)
 	}
 	if c.CameraIterations < 1 {
 		bad("camera_iterations", "must be ≥ 1, not %d", c.CameraIterations)

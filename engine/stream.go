@@ -47,6 +47,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (Stream, error) {
 		SlidingWindow:    cfg.SlidingWindow,
 		MaxFrames:        cfg.MaxFrames,
 		CameraIterations: cfg.CameraIterations,
+		CacheHeadroom:    cfg.CacheHeadroom,
 		SelectedLayers:   cfg.SelectedLayers,
 		Log:              log,
 	})
@@ -288,6 +289,11 @@ func (s *stream) runPhase1(ctx context.Context) ([]Result, error) {
 	w.lastKF = out.PoseEnc[len(w.buf)-1]
 	w.lastKn = len(w.buf) - 1
 	w.buf = nil
+	// phase 1 works on several frames at once; a GPU backend can give the
+	// memory it cached for those shapes back now
+	if t, ok := s.be.(interface{ Trim() }); ok {
+		t.Trim()
+	}
 	return s.emit(res)
 }
 

@@ -32,6 +32,7 @@ type benchOptions struct {
 	threads     int
 	memEvery    int
 	cpuProfile  string
+	warmup      int
 }
 
 func newBenchCmd() *cobra.Command {
@@ -61,6 +62,7 @@ set on the CPU, and what the backend reports on a GPU, at peak and every
 	f.IntVar(&o.window, "sliding-window", 64, "live frames kept in the KV cache")
 	f.IntVar(&o.threads, "threads", 0, "CPU threads (0 = all cores)")
 	f.IntVar(&o.memEvery, "mem-every", 0, "print memory every N frames (0 = only at the end)")
+	f.IntVar(&o.warmup, "warmup", 0, "run phase 1 and this many frames once, then reset, before timing (kernel compiles and first-use work stay out of the figures)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed frames to this file (go tool pprof)")
 	return cmd
 }
@@ -89,7 +91,7 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 	defer st.Close()
 	load := time.Since(t0)
 	fmt.Fprintf(out, "bench: device %s (%s), model %s, %d×%d, %d scale + %d frames, window %d, %d CPU threads\n",
-		o.device, o.precision, firstNonEmpty(o.weights, "random "+o.modelSize), o.width, o.height, o.scaleFrames, o.frames, o.window, runtime.GOMAXPROCS(0))
+		o.device, precisionOf(o), firstNonEmpty(o.weights, "random "+o.modelSize), o.width, o.height, o.scaleFrames, o.frames, o.window, runtime.GOMAXPROCS(0))
 	fmt.Fprintf(out, "model load: %.2f s\n", load.Seconds())
 
 	r := rand.New(rand.NewPCG(7, 11))
@@ -99,6 +101,18 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 			pix[j] = r.Float32()
 		}
 		return engine.Frame{Seq: uint64(i), Stamp: time.Unix(int64(i), 0), Pixels: pix, Width: o.width, Height: o.height}
+	}
+	if o.warmup > 0 {
+		t := time.Now()
+		for i := 0; i < o.scaleFrames+o.warmup; i++ {
+			if _, err := st.Push(ctx, frame(i)); err != nil {
+				return err
+			}
+		}
+		if err := st.Reset(); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "warm-up (%d scale + %d frames, then reset): %.2f s\n", o.scaleFrames, o.warmup, time.Since(t).Seconds())
 	}
 	// phase 1
 	var phase1 time.Duration
@@ -192,4 +206,12 @@ func firstNonEmpty(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// precisionOf names the arithmetic: the CPU backend is always float32.
+func precisionOf(o *benchOptions) string {
+	if o.device == "cpu" {
+		return "fp32"
+	}
+	return o.precision
 }

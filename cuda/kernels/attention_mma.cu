@@ -11,8 +11,19 @@
 #define HD 64
 #define SROW 72
 
+// Two floats to a bf16 pair, round to nearest even, in one instruction
+// (the software rounding in f32_to_bf16 costs ~5 integer ops a value).
 __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
-    return (unsigned)f32_to_bf16(lo) | ((unsigned)f32_to_bf16(hi) << 16);
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// 2^x as the single MUFU instruction (exp2f adds denormal handling).
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
 }
 
 __device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b0, unsigned b1) {
@@ -393,4 +404,251 @@ extern "C" __global__ void __launch_bounds__(128) attn_mma2_paged_bf(const float
             *(float2*)(dst + c) = make_float2(o[n][2 * half] * mul, o[n][2 * half + 1] * mul);
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// FA2-style paged kernel: 128 queries per block, each of the 4 warps owns 32
+// query rows (two m16 tiles), so every K and V fragment read from shared
+// memory (ldmatrix, 16 bytes a lane) feeds two MMAs instead of one — the
+// 16-row kernel above is bound by shared-memory bandwidth (one 256-byte B
+// fragment per 4096-MAC mma). Softmax runs in base 2 with the scale folded
+// into one FFMA per score; keys past the end are masked only in the last
+// tile. The page of a tile's first key is found once per tile; a 64-key tile
+// then spans at most two pages when the page size is at least 64.
+#define FQ 128
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+template <int STAGES>
+__device__ __forceinline__ void fa_paged(const float* __restrict__ q, const bf16_t* __restrict__ k,
+                                         const bf16_t* __restrict__ v, const int* __restrict__ pages, int ps, int nq,
+                                         int nk, int h, float scale, float* __restrict__ out, float* __restrict__ pm,
+                                         float* __restrict__ pl) {
+    // STAGES × (K tile, V tile), dynamic: three stages need more than 48 KB.
+    extern __shared__ __align__(16) bf16_t fa_smem[];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
+    const int hd = blockIdx.y % h; // batch 1: the paged cache serves one stream
+    const i64 ld = (i64)h * HD;
+
+    const int nsplit = gridDim.z;
+    int chunk = (nk + nsplit - 1) / nsplit;
+    chunk = (chunk + MK - 1) / MK * MK;
+    const int k0 = blockIdx.z * chunk;
+    const int k1 = min(nk, k0 + chunk);
+    const int ntiles = k1 > k0 ? (k1 - k0 + MK - 1) / MK : 0;
+
+    // Thread tid copies rows (tid >> 3) + 16·i, i < 4, columns (tid & 7)·8.
+    const int lrow = tid >> 3, lcol = (tid & 7) * 8;
+    const bf16_t* kb = k + (i64)hd * HD + lcol;
+    const bf16_t* vb = v + (i64)hd * HD + lcol;
+    auto load_tile = [&](int t, int stage) {
+        const int t0 = k0 + t * MK;
+        int pi = 0, rem = 0;
+        if (ps >= MK) {
+            pi = t0 / ps;
+            rem = t0 - pi * ps;
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int j = lrow + 16 * i;
+            const int gk = t0 + j;
+            const bool in = gk < k1;
+            i64 row = 0;
+            if (in) {
+                if (ps >= MK) {
+                    int r = rem + j, p = pi;
+                    if (r >= ps) {
+                        r -= ps;
+                        p++;
+                    }
+                    row = (i64)pages[p] * ps + r;
+                } else {
+                    row = (i64)pages[gk / ps] * ps + (gk % ps);
+                }
+            }
+            bf16_t* kst = fa_smem + stage * (2 * MK * SROW);
+            cp_async16(&kst[j * SROW + lcol], kb + row * ld, in);
+            cp_async16(&kst[MK * SROW + j * SROW + lcol], vb + row * ld, in);
+        }
+        cp_async_commit();
+    };
+    // Prologue: the first STAGES-1 tiles (empty groups keep the count uniform).
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; st++) {
+        if (st < ntiles) load_tile(st, st);
+        else cp_async_commit();
+    }
+
+    // Q as A fragments of two m16 tiles, rounded to bf16 like the reference's q.
+    unsigned qa[2][4][4];
+    int rows[2][2];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+        rows[mt][0] = blockIdx.x * FQ + warp * 32 + mt * 16 + g;
+        rows[mt][1] = rows[mt][0] + 8;
+        const bool ok0 = rows[mt][0] < nq, ok1 = rows[mt][1] < nq;
+        const float* q0 = q + (i64)(ok0 ? rows[mt][0] : 0) * ld + (i64)hd * HD;
+        const float* q1 = q + (i64)(ok1 ? rows[mt][1] : 0) * ld + (i64)hd * HD;
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            const int c = kk * 16 + 2 * tg;
+            const float2 z = make_float2(0.f, 0.f);
+            const float2 x0 = ok0 ? *(const float2*)(q0 + c) : z, x1 = ok1 ? *(const float2*)(q1 + c) : z;
+            const float2 y0 = ok0 ? *(const float2*)(q0 + c + 8) : z, y1 = ok1 ? *(const float2*)(q1 + c + 8) : z;
+            qa[mt][kk][0] = pack_bf16(x0.x, x0.y);
+            qa[mt][kk][1] = pack_bf16(x1.x, x1.y);
+            qa[mt][kk][2] = pack_bf16(y0.x, y0.y);
+            qa[mt][kk][3] = pack_bf16(y1.x, y1.y);
+        }
+    }
+    const float sl2 = scale * 1.4426950408889634f; // softmax in base 2
+    float o[2][8][4];
+    float m[2][2], l[2][2];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.f;
+    }
+
+    for (int t = 0; t < ntiles; t++) {
+        // Tile t has landed once at most STAGES-2 later groups are pending;
+        // the barrier also says every warp is done with tile t-1, whose
+        // stage the next load refills.
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        if (t + STAGES - 1 < ntiles) load_tile(t + STAGES - 1, (t + STAGES - 1) % STAGES);
+        else cp_async_commit();
+        const bf16_t* kt = fa_smem + (t % STAGES) * (2 * MK * SROW);
+        const bf16_t* vt = kt + MK * SROW;
+
+        // S = Q·Kᵀ (raw, unscaled): 32 rows × 64 keys per warp.
+        float s[2][8][4];
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < 4; kk += 2) {
+                unsigned b[4];
+                ldmatrix_x4(b, &kt[(n * 8 + (lane & 7)) * SROW + kk * 16 + (lane >> 3) * 8]);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    mma_bf16(s[mt][n], qa[mt][kk], b[0], b[1]);
+                    mma_bf16(s[mt][n], qa[mt][kk + 1], b[2], b[3]);
+                }
+            }
+        }
+        const int nt = k1 - (k0 + t * MK);
+        if (nt < MK) {
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int n = 0; n < 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++)
+                        if (n * 8 + 2 * tg + e >= nt) s[mt][n][e] = s[mt][n][2 + e] = -INFINITY;
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                mx0 = fmaxf(mx0, fmaxf(s[mt][n][0], s[mt][n][1]));
+                mx1 = fmaxf(mx1, fmaxf(s[mt][n][2], s[mt][n][3]));
+            }
+            const float mn0 = fmaxf(m[mt][0], quad_max(mx0)), mn1 = fmaxf(m[mt][1], quad_max(mx1));
+            const float c0 = ex2((m[mt][0] - mn0) * sl2), c1 = ex2((m[mt][1] - mn1) * sl2); // 0 on the first tile
+            m[mt][0] = mn0;
+            m[mt][1] = mn1;
+            l[mt][0] *= c0;
+            l[mt][1] *= c1;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                o[mt][i][0] *= c0; o[mt][i][1] *= c0;
+                o[mt][i][2] *= c1; o[mt][i][3] *= c1;
+            }
+            const float ms0 = mn0 * sl2, ms1 = mn1 * sl2;
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                s[mt][n][0] = ex2(fmaf(s[mt][n][0], sl2, -ms0));
+                s[mt][n][1] = ex2(fmaf(s[mt][n][1], sl2, -ms0));
+                s[mt][n][2] = ex2(fmaf(s[mt][n][2], sl2, -ms1));
+                s[mt][n][3] = ex2(fmaf(s[mt][n][3], sl2, -ms1));
+                l[mt][0] += s[mt][n][0] + s[mt][n][1];
+                l[mt][1] += s[mt][n][2] + s[mt][n][3];
+            }
+        }
+
+        // O += P·V, P rounded to bf16 as A fragments straight from registers.
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            unsigned a[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                a[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                a[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                a[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                a[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
+            const bf16_t* vrow = &vt[(kk * 16 + (lane & 15)) * SROW + (lane >> 4) * 8];
+#pragma unroll
+            for (int n = 0; n < 8; n += 2) {
+                unsigned b[4];
+                ldmatrix_x4_trans(b, vrow + n * 8);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    mma_bf16(o[mt][n], a[mt], b[0], b[1]);
+                    mma_bf16(o[mt][n + 1], a[mt], b[2], b[3]);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int r = rows[mt][half];
+            const float lsum = quad_sum(l[mt][half]);
+            if (r >= nq) continue;
+            float* dst;
+            float mul = 1.f;
+            if (nsplit == 1) {
+                dst = out + (i64)r * ld + (i64)hd * HD;
+                mul = lsum > 0.f ? 1.f / lsum : 0.f;
+            } else {
+                const i64 prow = ((i64)blockIdx.z * nq + r) * h + hd;
+                dst = out + prow * HD;
+                if (tg == 0) {
+                    pm[prow] = m[mt][half] * sl2; // attn_combine works in base-2 units of scaled scores
+                    pl[prow] = lsum;
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                const int c = n * 8 + 2 * tg;
+                *(float2*)(dst + c) = make_float2(o[mt][n][2 * half] * mul, o[mt][n][2 * half + 1] * mul);
+            }
+        }
+    }
+}
+
+// Three cp.async stages (default) and two (kept for comparison).
+extern "C" __global__ void __launch_bounds__(128, 2) attn_fa_paged_bf(const float* q, const bf16_t* k, const bf16_t* v,
+                                                                      const int* pages, int ps, int nq, int nk, int h,
+                                                                      float scale, float* out, float* pm, float* pl) {
+    fa_paged<3>(q, k, v, pages, ps, nq, nk, h, scale, out, pm, pl);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 2) attn_fa2_paged_bf(const float* q, const bf16_t* k, const bf16_t* v,
+                                                                       const int* pages, int ps, int nq, int nk, int h,
+                                                                       float scale, float* out, float* pm, float* pl) {
+    fa_paged<2>(q, k, v, pages, ps, nq, nk, h, scale, out, pm, pl);
 }

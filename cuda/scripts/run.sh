@@ -5,10 +5,10 @@
 #
 #   cuda/scripts/run.sh [STAGE...]     run in the order given; stages: info build
 #                                     test bench verify (= verify-bf16 verify-fp32)
-#                                     benchcmd ref (default: info build test bench)
+#                                     benchcmd ref peak profile (default: info build test bench)
 #   TEST_RUN=regexp   go test -run filter (default: all tests)
 #   BENCH=regexp      go test -bench filter (default: all benchmarks)
-#   GOLDEN=dir        a golden case for 'verify' (default .gpu/golden/stream_kf1)
+#   GOLDEN="dir..."   golden cases for 'verify' (default: every case in .gpu/golden)
 #   BENCH_FRAMES=n    streaming frames for benchcmd after 8 scale frames (default 22)
 #   REF_FRAMES=n      frames for the reference timing in 'ref' (default 30; needs
 #                     .ref/make_golden.py and .ref/lingbot-map, see pack.sh)
@@ -23,6 +23,7 @@ say() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 
 # --- toolchain -----------------------------------------------------------
 if [ -f .gpu/vendor.tar.xz ] && [ ! -d .gpu/vendor ]; then tar -C .gpu -xJf .gpu/vendor.tar.xz; fi
+if [ -f .gpu/golden.tar.xz ] && [ ! -d .gpu/golden ]; then mkdir -p .gpu/golden && tar -C .gpu/golden -xJf .gpu/golden.tar.xz; fi
 # The compatibility header must come before the toolkit's include directory.
 export CGO_CFLAGS="-I$root/cuda/compat -O2"
 # shellcheck disable=SC1091
@@ -83,13 +84,33 @@ stage_bench() {
 }
 
 stage_verify() { # $1 = precision
-  local golden=${GOLDEN:-.gpu/golden/stream_kf1}
-  say "lingbotmap verify $golden --device cuda --precision $1"
-  timeout 240 /tmp/lingbotmap verify "$golden" --device cuda --precision "$1" 2>&1 | tee "$OUT/verify-$1.log" | tail -24 | tee -a "$OUT/summary.txt"
+  local cases=${GOLDEN:-$(ls -d .gpu/golden/*/ 2>/dev/null)} c name
+  [ -n "$cases" ] || { say "no golden cases packed (cuda/scripts/pack.sh)"; status=1; return; }
+  for c in $cases; do
+    name=$(basename "$c")
+    timeout 240 /tmp/lingbotmap verify "$c" --device cuda --precision "$1" >"$OUT/verify-$1-$name.log" 2>&1
+    local rc=$?
+    # The worst relative error per output, and the verdict.
+    say "verify $name $1: exit $rc, $(grep -E '^(PASS|FAIL)$' "$OUT/verify-$1-$name.log" | tail -1)"
+    grep -E 'FAIL|problem:|frame types' "$OUT/verify-$1-$name.log" | head -8 | tee -a "$OUT/summary.txt"
+    awk 'NF>=8 && $7 ~ /e-/ {if ($6+0 > w[$1]) w[$1]=$6+0} END {for (o in w) printf "  %s %.3g\n", o, w[o]}' \
+      "$OUT/verify-$1-$name.log" | sort | tee -a "$OUT/summary.txt"
+    [ "$rc" = 0 ] || status=1
+  done
 }
 
 stage_benchcmd() {
-  timeout 200 /tmp/lingbotmap bench --device cuda --frames "${BENCH_FRAMES:-22}" 2>&1 | tee "$OUT/bench-cmd.log" | tail -8 | tee -a "$OUT/summary.txt"
+  timeout 200 /tmp/lingbotmap bench --device cuda --frames "${BENCH_FRAMES:-22}" --mem-every "${MEM_EVERY:-0}" 2>&1 | tee "$OUT/bench-cmd.log" \
+    | grep -E 'phase 1|steady|KV cache|memory|after [0-9]+ frames|rror' | tee -a "$OUT/summary.txt"
+}
+
+stage_peak() {
+  PYTHONUNBUFFERED=1 timeout 120 python3 cuda/scripts/peak.py 2>&1 | tee "$OUT/peak.log" | grep -E '^peak' | tee -a "$OUT/summary.txt"
+}
+
+stage_profile() { # where a frame's time goes (synchronises after every op)
+  LINGBOTMAP_CUDA_PROFILE=1 timeout 200 /tmp/lingbotmap bench --device cuda --frames "${PROFILE_FRAMES:-20}" >"$OUT/profile.log" 2>&1
+  grep -E 'cuda profile' "$OUT/profile.log" | head -16 | sed -E 's/^.*INFO cuda profile //' | tee -a "$OUT/summary.txt"
 }
 
 stage_ref() {
@@ -109,6 +130,8 @@ for st in $stages; do
     verify-fp32) stage_verify fp32 ;;
     benchcmd) stage_benchcmd ;;
     ref) stage_ref ;;
+    peak) stage_peak ;;
+    profile) stage_profile ;;
     *) say "unknown stage $st"; status=2 ;;
   esac
 done

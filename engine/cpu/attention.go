@@ -38,27 +38,18 @@ func attend(q []float32, nq, ldq, hoff, d int, chunks []kvChunk, scale float32, 
 		sgemm(false, true, nq, c.n, d, scale, q[hoff:], ldq, c.k[hoff:], c.ld, 0, scores, c.n)
 		for i := 0; i < nq; i++ {
 			row := scores[i*c.n : (i+1)*c.n]
-			m := mx[i]
-			for _, s := range row {
-				if float64(s) > m {
-					m = float64(s)
-				}
-			}
+			m := max(float64(rowMax(row)), mx[i])
 			corr := math.Exp(mx[i] - m)
 			if math.IsInf(mx[i], -1) {
 				corr = 0
 			}
 			mx[i] = m
-			sum[i] *= corr
 			a := acc[i*d : (i+1)*d]
 			for j := range a {
 				a[j] *= corr
 			}
-			for j, s := range row {
-				p := math.Exp(float64(s) - m)
-				sum[i] += p
-				row[j] = float32(p)
-			}
+			// row becomes exp(score − m), vectorised (softmax.go)
+			sum[i] = sum[i]*corr + expSubSum(row, float32(m))
 		}
 		// tmp[nq, d] = P · v_h, then acc += tmp (acc was rescaled above).
 		sgemm(false, false, nq, d, c.n, 1, scores, c.n, c.v[hoff:], c.ld, 0, tmp, d)

@@ -473,7 +473,9 @@ func (m *Model) CameraFrames() int { return m.camera.frames }
 // head's cache now (a backend storing bf16 uses half of the first part).
 func (m *Model) KVBytes() int64 {
 	var n int64
-	if m.store != nil {
+	if b, ok := m.store.(interface{ Bytes() int64 }); ok {
+		n = b.Bytes() // the backend's own element size (bf16 on the GPU)
+	} else if m.store != nil {
 		n = m.storeSpec.Bytes(4)
 	}
 	return n + int64(m.camera.frames)*int64(len(m.camera.k)*len(m.camera.trunk))*2*int64(m.sizes.CamDim)*4

@@ -1,0 +1,139 @@
+//go:build cuda
+
+package cuda
+
+/*
+#cgo LDFLAGS: -lcuda
+#include <stdint.h>
+#include <stdlib.h>
+#include <cuda.h>
+
+static int lbm_module_load(const char *image, CUmodule *m) { return (int)cuModuleLoadData(m, image); }
+static int lbm_module_function(CUmodule m, const char *name, CUfunction *f) { return (int)cuModuleGetFunction(f, m, name); }
+
+// The parameter array points at the slots; both live in one C block that the
+// backend reuses for every launch (launches are serialised by the owner).
+static int lbm_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                      unsigned shared, uint64_t *slots, void **params, int n) {
+	for (int i = 0; i < n; i++) params[i] = &slots[i];
+	return (int)cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, 0, params, 0);
+}
+
+static int lbm_max_dynamic_smem(CUfunction f, int bytes) {
+	return (int)cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes);
+}
+
+static const char *lbm_error_name(int r) {
+	const char *s = 0;
+	if (cuGetErrorName((CUresult)r, &s) != CUDA_SUCCESS || !s) return "unknown CUDA error";
+	return s;
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"gorgonia.org/cu"
+)
+
+// maxKernelArgs bounds the parameters of any kernel in kernels/.
+const maxKernelArgs = 32
+
+// driverError turns a CUresult into an error naming it.
+func driverError(r C.int) error {
+	if r == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s (CUDA error %d)", C.GoString(C.lbm_error_name(r)), int(r))
+}
+
+// launcher owns the C block of kernel parameters: gorgonia's Launch mallocs
+// and frees two arrays per launch, which at ~1000 launches a frame is
+// measurable host time.
+type launcher struct {
+	slots  *C.uint64_t
+	params *unsafe.Pointer
+}
+
+func newLauncher() *launcher {
+	block := C.malloc(C.size_t(maxKernelArgs * 16))
+	return &launcher{slots: (*C.uint64_t)(block), params: (*unsafe.Pointer)(unsafe.Add(block, maxKernelArgs*8))}
+}
+
+func (l *launcher) free() {
+	if l != nil && l.slots != nil {
+		C.free(unsafe.Pointer(l.slots))
+		l.slots = nil
+	}
+}
+
+// kernelFunc is a loaded kernel.
+type kernelFunc struct{ fn C.CUfunction }
+
+// kernelModule is a loaded PTX module.
+type kernelModule struct{ m C.CUmodule }
+
+func loadModule(image string) (kernelModule, error) {
+	cs := C.CString(image)
+	defer C.free(unsafe.Pointer(cs))
+	var m C.CUmodule
+	if err := driverError(C.lbm_module_load(cs, &m)); err != nil {
+		return kernelModule{}, err
+	}
+	return kernelModule{m}, nil
+}
+
+func (m kernelModule) function(name string) (kernelFunc, error) {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	var f C.CUfunction
+	if err := driverError(C.lbm_module_function(m.m, cs, &f)); err != nil {
+		return kernelFunc{}, err
+	}
+	return kernelFunc{f}, nil
+}
+
+// allowSharedMemory lets f use more than 48 KB of dynamic shared memory.
+func (f kernelFunc) allowSharedMemory(bytes int) error {
+	return driverError(C.lbm_max_dynamic_smem(f.fn, C.int(bytes)))
+}
+
+// launch runs f on the default stream. Every argument takes an 8-byte slot:
+// pointers and int64 as they are, int as int64 (the kernel reads the low 4
+// bytes of an int parameter), float32 in the low 4 bytes.
+func (l *launcher) launch(f kernelFunc, name string, grid, block [3]int, shared int, args []any) error {
+	if len(args) > maxKernelArgs {
+		return fmt.Errorf("kernel %s: %d arguments, at most %d supported", name, len(args), maxKernelArgs)
+	}
+	slots := unsafe.Slice((*uint64)(unsafe.Pointer(l.slots)), maxKernelArgs)
+	for i, a := range args {
+		switch v := a.(type) {
+		case cu.DevicePtr:
+			slots[i] = uint64(v)
+		case int:
+			slots[i] = uint64(int64(v))
+		case int64:
+			slots[i] = uint64(v)
+		case int32:
+			slots[i] = uint64(uint32(v))
+		case float32:
+			slots[i] = uint64(math.Float32bits(v))
+		default:
+			return fmt.Errorf("kernel %s: argument %d has unsupported type %T", name, i, a)
+		}
+	}
+	for i := range 3 {
+		if grid[i] <= 0 || grid[i] > math.MaxInt32 || block[i] <= 0 || block[i] > 1024 {
+			return fmt.Errorf("kernel %s: bad launch shape grid %v block %v", name, grid, block)
+		}
+	}
+	r := C.lbm_launch(f.fn, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]), C.uint(block[0]), C.uint(block[1]), C.uint(block[2]),
+		C.uint(shared), l.slots, l.params, C.int(len(args)))
+	if err := driverError(r); err != nil {
+		return fmt.Errorf("launching %s (grid %v, block %v): %w", name, grid, block, err)
+	}
+	return nil
+}
