@@ -33,6 +33,8 @@ type benchOptions struct {
 	memEvery    int
 	cpuProfile  string
 	warmup      int
+	headroom    int
+	maxFrames   int
 }
 
 func newBenchCmd() *cobra.Command {
@@ -62,6 +64,8 @@ set on the CPU, and what the backend reports on a GPU, at peak and every
 	f.IntVar(&o.window, "sliding-window", 64, "live frames kept in the KV cache")
 	f.IntVar(&o.threads, "threads", 0, "CPU threads (0 = all cores)")
 	f.IntVar(&o.memEvery, "mem-every", 0, "print memory every N frames (0 = only at the end)")
+	f.IntVar(&o.headroom, "cache-headroom", 16, "spare KV pages beyond scale + window (2 is enough)")
+	f.IntVar(&o.maxFrames, "max-frames", 0, "committed frames the special-token pool is sized for (0 = what the run needs, at least 1024)")
 	f.IntVar(&o.warmup, "warmup", 0, "run phase 1 and this many frames once, then reset, before timing (kernel compiles and first-use work stay out of the figures)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed frames to this file (go tool pprof)")
 	return cmd
@@ -83,6 +87,10 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 	cfg.Device, cfg.Precision, cfg.ModelSize, cfg.Weights = o.device, o.precision, o.modelSize, o.weights
 	cfg.ScaleFrames, cfg.SlidingWindow, cfg.Threads = o.scaleFrames, o.window, o.threads
 	cfg.MaxFrames = max(cfg.MaxFrames, o.frames+o.scaleFrames+1)
+	if o.maxFrames > 0 {
+		cfg.MaxFrames = o.maxFrames
+	}
+	cfg.CacheHeadroom = o.headroom
 	t0 := time.Now()
 	st, err := engine.New(ctx, cfg, nil)
 	if err != nil {
