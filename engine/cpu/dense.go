@@ -49,18 +49,9 @@ func (b *Backend) Linear(x, w, bias backend.Tensor, act backend.Activation) back
 		sgemm(false, true, rows, m, k, 1, xt.data, k, wt.data, k, 0, out.data, m)
 	}
 	if act == backend.ActGELU {
-		b.parallelFor(len(out.data), func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				out.data[i] = gelu(out.data[i])
-			}
-		})
+		b.parallelFor(len(out.data), func(lo, hi int) { geluInPlace(out.data[lo:hi]) })
 	}
 	return out
-}
-
-func gelu(x float32) float32 {
-	v := float64(x)
-	return float32(0.5 * v * (1 + math.Erf(v/math.Sqrt2)))
 }
 
 // LayerNorm over the last dimension, statistics in float64.
@@ -110,10 +101,14 @@ func (b *Backend) LayerNorm(x, w, bias backend.Tensor, eps float32) backend.Tens
 func (b *Backend) Unary(op backend.UnaryOp, x backend.Tensor) backend.Tensor {
 	xt := ct(x)
 	out := b.alloc(xt.shape...)
+	if op == backend.OpGELU {
+		// vectorised kernel (gelu.go) on a copy
+		copy(out.data, xt.data)
+		b.parallelFor(len(out.data), func(lo, hi int) { geluInPlace(out.data[lo:hi]) })
+		return out
+	}
 	var f func(float32) float32
 	switch op {
-	case backend.OpGELU:
-		f = gelu
 	case backend.OpSiLU:
 		f = func(v float32) float32 { return float32(float64(v) / (1 + math.Exp(-float64(v)))) }
 	case backend.OpReLU:

@@ -25,7 +25,7 @@ import "math"
 // |GELU(x)| ≥ 1e-37, absolute error ≤ 2e-7·max(1, |x|) everywhere.
 // Measured worst cases: 4.2e-7 relative (7 ulps, SIMD kernels) and 4.8e-7
 // (8 ulps, geluGo without fused multiply-adds), both in the negative tail;
-// 8e-8·max(1, |x|) absolute. For
+// 9.3e-8·max(1, |x|) absolute; over all 2^32 inputs (go test -gelu.all). For
 // x ≥ 5.5 the result is exactly x (Φ rounds to 1); for x ≤ −13.25 (true
 // |GELU| < 6e-39, subnormal) it is −0. NaN gives NaN, +Inf gives +Inf and
 // −Inf gives −0.
