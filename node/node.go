@@ -359,7 +359,14 @@ func (n *Node) process(ctx context.Context, qf queuedFrame) {
 			return
 		}
 		n.stats.engineErrors.Add(1)
-		n.log.Error("the engine failed on a frame; skipping it", "seq", qf.frame.Seq, "err", err)
+		if errors.Is(err, engine.ErrCacheFull) {
+			// every later frame fails the same way until ~reset: say it once
+			if n.stats.cacheFull.CompareAndSwap(false, true) {
+				n.log.Error("the KV cache is full: no more frames are mapped until ~reset; use windowed mode, a keyframe interval or flow keyframes for long runs", "seq", qf.frame.Seq, "err", err)
+			}
+		} else {
+			n.log.Error("the engine failed on a frame; skipping it", "seq", qf.frame.Seq, "err", err)
+		}
 		n.mu.Lock()
 		delete(n.frameIDs, qf.frame.Seq)
 		n.mu.Unlock()
@@ -376,6 +383,7 @@ func (n *Node) reset() error {
 	n.engineMu.Lock()
 	err := n.stream.Reset()
 	n.engineMu.Unlock()
+	n.stats.cacheFull.Store(false)
 	drained := n.queue.Drain()
 	n.mu.Lock()
 	n.path = nil

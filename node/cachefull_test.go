@@ -1,0 +1,129 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bluenviron/goroslib/v2"
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
+
+	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/test/rostest"
+)
+
+// fullStream is the real engine's behaviour once its cache is full: every
+// push fails with engine.ErrCacheFull until Reset.
+type fullStream struct {
+	*ReplayStream
+	mu     sync.Mutex
+	pushes int
+	limit  int
+}
+
+func (s *fullStream) Push(ctx context.Context, f engine.Frame) ([]engine.Result, error) {
+	s.mu.Lock()
+	s.pushes++
+	full := s.pushes > s.limit
+	s.mu.Unlock()
+	if full {
+		return nil, engine.ErrCacheFull
+	}
+	return s.ReplayStream.Push(ctx, f)
+}
+
+func (s *fullStream) Reset() error {
+	s.mu.Lock()
+	s.pushes = 0
+	s.mu.Unlock()
+	return s.ReplayStream.Reset()
+}
+
+// syncLog is a goroutine-safe log sink.
+type syncLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A full cache is reported once in the log and as cache_full in /diagnostics,
+// every later frame is counted as an engine error, and ~reset clears it.
+func TestNodeReportsFullCacheOnce(t *testing.T) {
+	master := rostest.StartMaster(t)
+	frames := rostest.Frames(t, 10)
+	replay, err := NewReplayStream(goldenDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.QueuePolicy, cfg.DiagnosticsRate = "all", 20
+	ros := ROSEnv{MasterAddress: master.Addr, Host: "127.0.0.1", Namespace: "/", Name: "lbmfull", Remaps: map[string]string{}}
+	logs := &syncLog{}
+	stream := &fullStream{ReplayStream: replay, limit: 5}
+	n, err := New(Options{Config: cfg, ROS: ros, Log: slog.New(slog.NewTextHandler(logs, nil)),
+		NewStream: func(context.Context, Config) (engine.Stream, error) { return stream, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- n.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	rec := &recorder{}
+	listener := rec.subscribe(t, master.Addr, "/lbmfull")
+	defer listener.Close()
+	master.WaitSubscribed(t, "/image", "/lbmfull", 10*time.Second)
+	pubNode, err := goroslib.NewNode(goroslib.NodeConf{Name: "lbmfull_camera", MasterAddress: master.Addr, Host: "127.0.0.1",
+		LogDestinations: goroslib.LogDestinationCallback})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pubNode.Close()
+	imgPub, err := goroslib.NewPublisher(goroslib.PublisherConf{Node: pubNode, Topic: "/image", Msg: &sensor_msgs.Image{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer imgPub.Close()
+	waitConnected(t, pubNode, "/lbmfull_camera", "/lbmfull", "/image")
+	waitConnected(t, listener, "/lbmfull", "/lbm_listener", "/diagnostics")
+	for i, f := range frames {
+		imgPub.Write(rostest.ImageMsg(f, std_msgs.Header{Stamp: rostest.StampOf(i), FrameId: "cam"}))
+	}
+	waitFor(t, "five engine errors and cache_full in /diagnostics", 20*time.Second, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return diagValue(rec.diag, "engine_errors") == "5" && diagValue(rec.diag, "cache_full") == "true"
+	})
+	if c := strings.Count(logs.String(), "the KV cache is full"); c != 1 {
+		t.Fatalf("the full cache was logged %d times, want once:\n%s", c, logs.String())
+	}
+	if out := master.Run(t, 20*time.Second, "rosservice", "call", "/lbmfull/reset"); !strings.Contains(out, "success: True") {
+		t.Fatalf("reset: %s", out)
+	}
+	waitFor(t, "cache_full cleared by ~reset", 10*time.Second, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return diagValue(rec.diag, "cache_full") == "false"
+	})
+}
