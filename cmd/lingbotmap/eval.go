@@ -96,7 +96,8 @@ func runEval(o *evalOptions, stdout io.Writer) error {
 		for i, p := range rep.Reference {
 			times[i] = p.Time - rep.Reference[0].Time
 		}
-		title := fmt.Sprintf("ATE RMSE %.4g m (%s alignment, scale %.4g), %d pairs; RPE(Δ=%d) %.4g m, %.3g°",
+		// ASCII only: the plot font has no Δ or °
+		title := fmt.Sprintf("ATE RMSE %.4g m (%s alignment, scale %.4g), %d pairs; RPE(delta %d) %.4g m, %.3g deg",
 			rep.ATE.RMSE, rep.Options.Align, rep.Alignment.S, rep.Pairs, rep.Options.Delta, rep.RPETrans.RMSE, rep.RPERot.RMSE)
 		img, err := render.EvalPlot(rep.Reference.Positions(), rep.Aligned.Positions(), rep.ATEErrors, times, render.EvalPlotOptions{Title: title})
 		if err != nil {
