@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bluenviron/goroslib/v2"
-	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine"
@@ -73,40 +71,10 @@ func TestNodeReportsFullCacheOnce(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.QueuePolicy, cfg.DiagnosticsRate = "all", 20
-	ros := ROSEnv{MasterAddress: master.Addr, Host: "127.0.0.1", Namespace: "/", Name: "lbmfull", Remaps: map[string]string{}}
 	logs := &syncLog{}
 	stream := &fullStream{ReplayStream: replay, limit: 5}
-	n, err := New(Options{Config: cfg, ROS: ros, Log: slog.New(slog.NewTextHandler(logs, nil)),
-		NewStream: func(context.Context, Config) (engine.Stream, error) { return stream, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- n.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-runErr; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	rec := &recorder{}
-	listener := rec.subscribe(t, master.Addr, "/lbmfull")
-	defer listener.Close()
-	master.WaitSubscribed(t, "/image", "/lbmfull", 10*time.Second)
-	pubNode, err := goroslib.NewNode(goroslib.NodeConf{Name: "lbmfull_camera", MasterAddress: master.Addr, Host: "127.0.0.1",
-		LogDestinations: goroslib.LogDestinationCallback})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pubNode.Close()
-	imgPub, err := goroslib.NewPublisher(goroslib.PublisherConf{Node: pubNode, Topic: "/image", Msg: &sensor_msgs.Image{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer imgPub.Close()
-	waitConnected(t, pubNode, "/lbmfull_camera", "/lbmfull", "/image")
-	waitConnected(t, listener, "/lbmfull", "/lbm_listener", "/diagnostics")
+	r := startRig(t, master, "lbmfull", cfg, stream, slog.New(slog.NewTextHandler(logs, nil)), "/diagnostics")
+	rec, imgPub := r.rec, r.camera
 	for i, f := range frames {
 		imgPub.Write(rostest.ImageMsg(f, std_msgs.Header{Stamp: rostest.StampOf(i), FrameId: "cam"}))
 	}

@@ -515,38 +515,8 @@ func TestNodeBaseFrame(t *testing.T) {
 	cfg.QueuePolicy = "all"
 	cfg.BaseFrame = "base_link"
 	cfg.BaseToCamera = "0.1 0 0.2 -0.5 0.5 -0.5 0.5"
-	ros := ROSEnv{MasterAddress: master.Addr, Host: "127.0.0.1", Namespace: "/", Name: "lbm", Remaps: map[string]string{}}
-	n, err := New(Options{Config: cfg, ROS: ros, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		NewStream: func(context.Context, Config) (engine.Stream, error) { return replay, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- n.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-runErr; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	rec := &recorder{}
-	listener := rec.subscribe(t, master.Addr, "/lbm")
-	defer listener.Close()
-	master.WaitSubscribed(t, "/image", "/lbm", 10*time.Second)
-	pubNode, err := goroslib.NewNode(goroslib.NodeConf{Name: "lbm_camera", MasterAddress: master.Addr, Host: "127.0.0.1",
-		LogDestinations: goroslib.LogDestinationCallback})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pubNode.Close()
-	imgPub, err := goroslib.NewPublisher(goroslib.PublisherConf{Node: pubNode, Topic: "/image", Msg: &sensor_msgs.Image{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer imgPub.Close()
-	waitConnected(t, pubNode, "/lbm_camera", "/lbm", "/image")
-	waitConnected(t, listener, "/lbm", "/lbm_listener", "/lbm/pose", "/lbm/odom", "/tf", "/tf_static")
+	r := startRig(t, master, "lbm", cfg, replay, nil, "/lbm/pose", "/lbm/odom", "/tf", "/tf_static")
+	rec, imgPub := r.rec, r.camera
 	for i, f := range frames {
 		imgPub.Write(rostest.ImageMsg(f, std_msgs.Header{Stamp: rostest.StampOf(i), FrameId: "cam_optical"}))
 	}
@@ -597,6 +567,56 @@ func (s slowStream) Push(ctx context.Context, f engine.Frame) ([]engine.Result, 
 	return s.ReplayStream.Push(ctx, f)
 }
 
+// rig is an in-process node on a private master, a recorder subscribed to its
+// outputs and a camera publishing on /image.
+type rig struct {
+	rec      *recorder
+	listener *goroslib.Node
+	camera   *goroslib.Publisher
+}
+
+// startRig runs a node named name with cfg and stream, and connects the
+// recorder and the camera to it; listened are the topics to wait for.
+func startRig(t *testing.T, master *rostest.Master, name string, cfg Config, stream engine.Stream, log *slog.Logger, listened ...string) *rig {
+	t.Helper()
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	ros := ROSEnv{MasterAddress: master.Addr, Host: "127.0.0.1", Namespace: "/", Name: name, Remaps: map[string]string{}}
+	n, err := New(Options{Config: cfg, ROS: ros, Log: log,
+		NewStream: func(context.Context, Config) (engine.Stream, error) { return stream, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- n.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	r := &rig{rec: &recorder{}}
+	r.listener = r.rec.subscribe(t, master.Addr, "/"+name)
+	t.Cleanup(r.listener.Close)
+	master.WaitSubscribed(t, "/image", "/"+name, 10*time.Second)
+	pubNode, err := goroslib.NewNode(goroslib.NodeConf{Name: name + "_camera", MasterAddress: master.Addr, Host: "127.0.0.1",
+		LogDestinations: goroslib.LogDestinationCallback})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pubNode.Close)
+	r.camera, err = goroslib.NewPublisher(goroslib.PublisherConf{Node: pubNode, Topic: "/image", Msg: &sensor_msgs.Image{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.camera.Close)
+	waitConnected(t, pubNode, "/"+name+"_camera", "/"+name, "/image")
+	waitConnected(t, r.listener, "/"+name, "/lbm_listener", listened...)
+	return r
+}
+
 // TestNodeLatestPolicyDropsAndCounts floods a slow engine: with policy
 // latest the node drops waiting frames, counts them in /diagnostics, and
 // every received frame is either processed or counted as dropped.
@@ -609,40 +629,8 @@ func TestNodeLatestPolicyDropsAndCounts(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.QueuePolicy, cfg.QueueSize, cfg.DiagnosticsRate = "latest", 1, 20
-	ros := ROSEnv{MasterAddress: master.Addr, Host: "127.0.0.1", Namespace: "/", Name: "lbm", Remaps: map[string]string{}}
-	n, err := New(Options{Config: cfg, ROS: ros, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		NewStream: func(context.Context, Config) (engine.Stream, error) {
-			return slowStream{replay, 60 * time.Millisecond}, nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- n.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-runErr; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	rec := &recorder{}
-	listener := rec.subscribe(t, master.Addr, "/lbm")
-	defer listener.Close()
-	master.WaitSubscribed(t, "/image", "/lbm", 10*time.Second)
-	pubNode, err := goroslib.NewNode(goroslib.NodeConf{Name: "lbm_camera", MasterAddress: master.Addr, Host: "127.0.0.1",
-		LogDestinations: goroslib.LogDestinationCallback})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pubNode.Close()
-	imgPub, err := goroslib.NewPublisher(goroslib.PublisherConf{Node: pubNode, Topic: "/image", Msg: &sensor_msgs.Image{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer imgPub.Close()
-	waitConnected(t, pubNode, "/lbm_camera", "/lbm", "/image")
-	waitConnected(t, listener, "/lbm", "/lbm_listener", "/lbm/pose", "/diagnostics")
+	r := startRig(t, master, "lbm", cfg, slowStream{replay, 60 * time.Millisecond}, nil, "/lbm/pose", "/diagnostics")
+	rec, imgPub := r.rec, r.camera
 	for i, f := range frames {
 		imgPub.Write(rostest.ImageMsg(f, std_msgs.Header{Stamp: rostest.StampOf(i), FrameId: "cam"}))
 		time.Sleep(5 * time.Millisecond) // a 200 Hz camera
