@@ -432,18 +432,7 @@ func TestNodeAgainstRealMaster(t *testing.T) {
 		if out := master.Run(t, 20*time.Second, "rosservice", "call", "/lbm/pause"); !strings.Contains(out, "success: True") {
 			t.Fatalf("pause: %s", out)
 		}
-		pubNode, err := goroslib.NewNode(goroslib.NodeConf{Name: "lbm_camera", MasterAddress: master.Addr, Host: "127.0.0.1",
-			LogDestinations: goroslib.LogDestinationCallback})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pubNode.Close()
-		imgPub, err := goroslib.NewPublisher(goroslib.PublisherConf{Node: pubNode, Topic: "/cam/image_raw", Msg: &sensor_msgs.Image{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer imgPub.Close()
-		waitConnected(t, pubNode, "/lbm_camera", "/lbm", "/cam/image_raw")
+		imgPub := camera(t, master, "lbm_camera", "/cam/image_raw", "/lbm")
 		imgPub.Write(rostest.ImageMsg(frames[0], hdr(200)))
 		waitFor(t, "the paused frame to be counted", 10*time.Second, func() bool {
 			rec.mu.Lock()
@@ -473,18 +462,7 @@ func TestNodeAgainstRealMaster(t *testing.T) {
 		rec2 := &recorder{}
 		l2 := rec2.subscribe(t, master.Addr, "/lbm")
 		defer l2.Close()
-		pub2, err := goroslib.NewNode(goroslib.NodeConf{Name: "lbm_camera2", MasterAddress: master.Addr, Host: "127.0.0.1",
-			LogDestinations: goroslib.LogDestinationCallback})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pub2.Close()
-		p2, err := goroslib.NewPublisher(goroslib.PublisherConf{Node: pub2, Topic: "/cam/image_raw", Msg: &sensor_msgs.Image{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p2.Close()
-		waitConnected(t, pub2, "/lbm_camera2", "/lbm", "/cam/image_raw")
+		p2 := camera(t, master, "lbm_camera2", "/cam/image_raw", "/lbm")
 		waitConnected(t, l2, "/lbm", "/lbm_listener", "/lbm/pose")
 		for i := range 4 {
 			p2.Write(rostest.ImageMsg(frames[i], hdr(300+i)))
@@ -601,20 +579,28 @@ func startRig(t *testing.T, master *rostest.Master, name string, cfg Config, str
 	r.listener = r.rec.subscribe(t, master.Addr, "/"+name)
 	t.Cleanup(r.listener.Close)
 	master.WaitSubscribed(t, "/image", "/"+name, 10*time.Second)
-	pubNode, err := goroslib.NewNode(goroslib.NodeConf{Name: name + "_camera", MasterAddress: master.Addr, Host: "127.0.0.1",
+	r.camera = camera(t, master, name+"_camera", "/image", "/"+name)
+	waitConnected(t, r.listener, "/"+name, "/lbm_listener", listened...)
+	return r
+}
+
+// camera publishes sensor_msgs/Image on topic from its own node, connected to
+// the node under test (peer) before it returns; both close with the test.
+func camera(t *testing.T, master *rostest.Master, name, topic, peer string) *goroslib.Publisher {
+	t.Helper()
+	gn, err := goroslib.NewNode(goroslib.NodeConf{Name: name, MasterAddress: master.Addr, Host: "127.0.0.1",
 		LogDestinations: goroslib.LogDestinationCallback})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(pubNode.Close)
-	r.camera, err = goroslib.NewPublisher(goroslib.PublisherConf{Node: pubNode, Topic: "/image", Msg: &sensor_msgs.Image{}})
+	t.Cleanup(gn.Close)
+	pub, err := goroslib.NewPublisher(goroslib.PublisherConf{Node: gn, Topic: topic, Msg: &sensor_msgs.Image{}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(r.camera.Close)
-	waitConnected(t, pubNode, "/"+name+"_camera", "/"+name, "/image")
-	waitConnected(t, r.listener, "/"+name, "/lbm_listener", listened...)
-	return r
+	t.Cleanup(pub.Close)
+	waitConnected(t, gn, "/"+name, peer, topic)
+	return pub
 }
 
 // TestNodeLatestPolicyDropsAndCounts floods a slow engine: with policy

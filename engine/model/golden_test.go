@@ -352,36 +352,23 @@ func TestGoldenStreamKF1(t *testing.T) {
 	checkStats(t, gc, res)
 }
 
-func TestGoldenStreamKF2(t *testing.T) {
-	gc := loadCase(t, "stream_kf2")
-	mdl := loadTiny(t, gc.m, false)
-	res := runStream(t, mdl, gc, kindsFromFrameTypes(t, gc.m, false))
-	want, _ := readTensor(t, gc.outputs, "pose_enc")
-	compare(t, "pose_enc", res.pose, want)
-	checkDense(t, gc, res)
-	checkStats(t, gc, res)
-}
-
-// TestGoldenStreamFlowDecisions replays the flow case's keyframe decisions
-// (from the manifest) through DeferEviction + Commit/Rollback.
-func TestGoldenStreamFlowDecisions(t *testing.T) {
-	gc := loadCase(t, "stream_flow")
-	mdl := loadTiny(t, gc.m, false)
-	res := runStream(t, mdl, gc, kindsFromFrameTypes(t, gc.m, true))
-	want, _ := readTensor(t, gc.outputs, "pose_enc")
-	compare(t, "pose_enc", res.pose, want)
-	checkDense(t, gc, res)
-	checkStats(t, gc, res)
-}
-
-// TestGoldenRealImages runs the 16 preprocessed courthouse frames (real
-// images rather than noise) through the same streaming schedule.
-func TestGoldenRealImages(t *testing.T) {
-	gc := loadCase(t, "images_kf1")
-	mdl := loadTiny(t, gc.m, false)
-	res := runStream(t, mdl, gc, kindsFromFrameTypes(t, gc.m, false))
-	want, _ := readTensor(t, gc.outputs, "pose_enc")
-	compare(t, "pose_enc", res.pose, want)
-	checkDense(t, gc, res)
-	checkStats(t, gc, res)
+// TestGoldenStreams runs the other streaming cases through the same schedule:
+// interval non-keyframes (kf2), the flow case's keyframe decisions replayed from
+// the manifest through DeferEviction + Commit/Rollback, and the 16 preprocessed
+// courthouse frames (real images rather than noise).
+func TestGoldenStreams(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		flow bool
+	}{{"stream_kf2", false}, {"stream_flow", true}, {"images_kf1", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			gc := loadCase(t, c.name)
+			mdl := loadTiny(t, gc.m, false)
+			res := runStream(t, mdl, gc, kindsFromFrameTypes(t, gc.m, c.flow))
+			want, _ := readTensor(t, gc.outputs, "pose_enc")
+			compare(t, "pose_enc", res.pose, want)
+			checkDense(t, gc, res)
+			checkStats(t, gc, res)
+		})
+	}
 }
