@@ -106,9 +106,8 @@ type window struct {
 	// windowed mode
 	sim     geom.Similarity
 	aligned bool
-	raw     []Result    // results not yet aligned (windows after the first)
-	tail    []input     // the last Overlap inputs, re-run by the next window
-	kinds   []FrameKind // per processed frame
+	raw     []Result // results not yet aligned (windows after the first)
+	tail    []input  // the last Overlap inputs, re-run by the next window
 }
 
 type stream struct {
@@ -334,7 +333,7 @@ func (s *stream) runFlowFrame(ctx context.Context, in input, local int) (Result,
 	return r, nil
 }
 
-// remember keeps the inputs a next window re-runs, and the frame kinds.
+// remember keeps the inputs a next window re-runs.
 func (s *stream) remember(in input) {
 	if !s.cfg.Windowed {
 		return
@@ -362,9 +361,6 @@ func (s *stream) result(in input, out *model.Output, i int, kind FrameKind) Resu
 	}
 	if len(out.Points) > i {
 		r.Points, r.PointsConf = out.Points[i], out.PointsConf[i]
-	}
-	if s.cfg.Windowed {
-		s.win.kinds = append(s.win.kinds, kind)
 	}
 	return r
 }
