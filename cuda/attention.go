@@ -155,6 +155,11 @@ func (g *gpu) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pag
 			// Nothing cached yet: the reference returns zeros.
 			return cu.MemsetD32(out.ptr(), 0, int64(qt.numel()))
 		}
+		for _, p := range pages {
+			if err := st.back(int(p)); err != nil { // normally written before, so backed
+				return err
+			}
+		}
 		table, err := st.table(pages)
 		if err != nil {
 			return err
@@ -175,7 +180,7 @@ func (g *gpu) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pag
 		default:
 			k = fmaKernel(fmt.Sprintf("attn_paged_f32_d%d", d))
 		}
-		kp, vp := st.k[layer].ptr, st.v[layer].ptr
+		kp, vp := st.k[layer], st.v[layer]
 		return g.attend(k, out.ptr(), 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
 			return []any{qt.ptr(), kp, vp, table, ps, nq, nk, h, scale, o, pm, pl}
 		})

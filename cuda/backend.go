@@ -9,9 +9,8 @@ package cuda
 import (
 	"fmt"
 	"log/slog"
-	"sort"
+	"os"
 	"sync"
-	"time"
 
 	"gorgonia.org/cu"
 )
@@ -56,8 +55,16 @@ func New(cfg Config) (Backend, error) {
 	}
 	g := &gpu{cfg: cfg, log: log, own: own, info: info, launcher: newLauncher(), smemAllowed: map[string]int{}}
 	g.pool.limit = max(cfg.CacheLimit, 0)
+	// For timing the paged attention kernels against each other in a whole
+	// frame (cuda/scripts/run.sh).
+	switch v := os.Getenv("LINGBOTMAP_CUDA_PAGED_KERNEL"); v {
+	case pagedFA, pagedFA3, pagedMMA2, pagedSimple, pagedExact:
+		g.pagedVariant = v
+	default:
+		log.Warn("cuda: unknown LINGBOTMAP_CUDA_PAGED_KERNEL, using the default", "value", v)
+	}
 	if cfg.Profile {
-		g.prof = &profile{calls: map[string]int{}, time: map[string]time.Duration{}}
+		g.prof = newProfile()
 	}
 	g.kernels = newKernelCache(cfg.CacheDir, info, log)
 	if err := own.do(func() error {
@@ -96,12 +103,13 @@ func (g *gpu) fail(err error) {
 // Close waits for pending work, frees all memory and destroys the context.
 func (g *gpu) Close() error {
 	if g.prof != nil {
-		_ = g.own.do(func() error { g.prof.report(g.log); return nil })
+		_ = g.own.do(func() error { return g.prof.report(g.log) })
 	}
 	if s := g.MemStats(); s.Mallocs > 0 {
 		g.log.Info("cuda memory at close", "in_use", human(s.InUse), "peak", human(s.Peak), "weights_fp32", human(s.Weights),
 			"weights_bf16", human(s.WeightsBF16), "kv_cache", human(s.KV), "activations", human(s.Activations),
-			"cached_free", human(s.Cached), "reserved", human(s.Reserved), "mallocs", s.Mallocs, "released", s.Released)
+			"cached_free", human(s.Cached), "reserved", human(s.Reserved), "peak_reserved", human(s.PeakReserved),
+			"device_used", human(s.DeviceUsed), "mallocs", s.Mallocs, "released", s.Released)
 	}
 	err := g.own.do(func() error {
 		serr := cu.Synchronize()
@@ -120,6 +128,9 @@ func (g *gpu) Close() error {
 // Trim frees the allocator's cached buffers (Backend.Trim).
 func (g *gpu) Trim() {
 	_ = g.own.do(func() error {
+		if g.prof != nil {
+			g.prof.restart()
+		}
 		g.pool.trim()
 		return nil
 	})
@@ -141,42 +152,6 @@ func (g *gpu) run(op string, fn func() error) {
 	}
 	if err := g.own.do(fn); err != nil {
 		g.fail(fmt.Errorf("cuda: %s: %w", op, err))
-	}
-}
-
-// profile times every operation to its end on the device (it synchronises
-// after each, so a profiled run is slower; the shares are what count).
-type profile struct {
-	calls map[string]int
-	time  map[string]time.Duration
-}
-
-func (p *profile) wrap(op string, fn func() error) func() error {
-	return func() error {
-		start := time.Now()
-		err := fn()
-		if err == nil {
-			err = cu.Synchronize()
-		}
-		p.calls[op]++
-		p.time[op] += time.Since(start)
-		return err
-	}
-}
-
-// report logs the operations by total time, largest first.
-func (p *profile) report(log *slog.Logger) {
-	ops := make([]string, 0, len(p.time))
-	var total time.Duration
-	for op, t := range p.time {
-		ops = append(ops, op)
-		total += t
-	}
-	sort.Slice(ops, func(i, j int) bool { return p.time[ops[i]] > p.time[ops[j]] })
-	for _, op := range ops {
-		log.Info("cuda profile", "op", op, "calls", p.calls[op], "total", p.time[op].Round(time.Microsecond),
-			"per_call", (p.time[op] / time.Duration(p.calls[op])).Round(100*time.Nanosecond),
-			"share", fmt.Sprintf("%.1f%%", 100*float64(p.time[op])/float64(max(total, 1))))
 	}
 }
 

@@ -46,8 +46,14 @@ type Config struct {
 	// (every cuMemFree stalls the GPU), since one frame's working set (the
 	// DPT head's im2col buffers) exceeds it. Call Trim after phase 1 instead.
 	CacheLimit int64
-	// Profile synchronises after every operation and logs the time per
-	// operation kind at Close (slow; for finding where a frame's time goes).
+	// EagerKV allocates every KV cache page when the store is made, rather
+	// than giving a page memory when it is first written (which needs the
+	// driver's virtual memory management; without it pages are eager anyway).
+	EagerKV bool
+	// Profile times every operation on the device with CUDA events (no
+	// synchronisation, so the stream runs as it does unprofiled) and logs the
+	// time per operation kind and the device's idle time at Close; what ran
+	// before the first Trim (compilation, phase 1) is left out.
 	// DefaultConfig sets it when LINGBOTMAP_CUDA_PROFILE=1.
 	Profile bool
 	// Logger receives compile and memory events; nil means slog.Default().

@@ -4,15 +4,38 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 
 	"gorgonia.org/cu"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 )
 
-// Conv2D by im2col + one GEMM per image: out[o, hw] = w[o, ck]·col[ck, hw],
-// which is already NCHW. A 1×1 convolution with stride 1 skips im2col.
+// defaultConvScratch bounds the transient scratch of one convolution call
+// (im2col columns and their bf16 copy, or ConvTranspose2D's products): the
+// full model's DPT head would otherwise take up to 896 MiB per call
+// (output_conv2.0 at 518×378, BenchmarkConv2DBound).
+const defaultConvScratch = 64 << 20
+
+// convChunkCols is the granularity of a Conv2D chunk in output pixels: a
+// GEMM narrower than ~128 columns leaves the tensor-core tiles half empty,
+// and 128 fp32 columns keep every chunk's output offset 512-byte aligned.
+// The smallest chunk is 128 columns even when that passes the bound (at most
+// 128·C·kh·kw·6 bytes, ~7 MB for the widest layer, C=1024 at 3×3).
+const convChunkCols = 128
+
+// Conv2D by im2col + GEMM, in chunks of output pixels so that the im2col
+// scratch stays within defaultConvScratch.
 func (g *gpu) Conv2D(x, w, b backend.Tensor, stride, pad int) backend.Tensor {
+	return g.conv2D(x, w, b, stride, pad, defaultConvScratch)
+}
+
+// conv2D computes, per image and per chunk [p0, p0+np) of output pixels,
+// col[ck, np] by im2col and out[o, p0:p0+np] = w[o, ck]·col[ck, np] straight
+// into the NCHW output (ldc = Ho·Wo); the bias follows in one pass. A 1×1
+// convolution with stride 1 reads x directly. limit (bytes, ≤ 0 for the
+// default) bounds the scratch.
+func (g *gpu) conv2D(x, w, b backend.Tensor, stride, pad int, limit int64) backend.Tensor {
 	xt, wt, bt := g.tensor(x), g.tensor(w), g.tensor(b)
 	if len(xt.shape) != 4 || len(wt.shape) != 4 || wt.shape[1] != xt.shape[1] || stride < 1 || pad < 0 {
 		panic(fmt.Sprintf("cuda: Conv2D x %v w %v stride %d pad %d", xt.shape, wt.shape, stride, pad))
@@ -27,39 +50,41 @@ func (g *gpu) Conv2D(x, w, b backend.Tensor, stride, pad int) backend.Tensor {
 	if bt != nil && bt.numel() != o {
 		panic(fmt.Sprintf("cuda: Conv2D bias %v for %d channels", bt.shape, o))
 	}
-	ck, hw := c*kh*kw, ho*wo
-	direct := kh == 1 && kw == 1 && stride == 1 && pad == 0
+	if limit <= 0 {
+		limit = defaultConvScratch
+	}
+	hw := ho * wo
 	return g.output([]int{n, o, ho, wo}, "Conv2D", func(out *Tensor) error {
+		if n == 0 || o == 0 {
+			return nil
+		}
+		if hw > math.MaxInt32 || h*wd > math.MaxInt32 {
+			return fmt.Errorf("convolution of a %dx%d image to %dx%d is too large for the 32-bit pixel indices of the kernels", h, wd, ho, wo)
+		}
 		wp, bf, err := g.weightOperand(wt)
 		if err != nil {
 			return err
 		}
-		var col *buffer
-		if !direct {
-			if col, err = g.scratch(int64(ck) * int64(hw) * 4); err != nil {
-				return err
-			}
-			defer g.pool.put(col)
-		}
-		for img := 0; img < n; img++ {
-			src := xt.ptr() + cu.DevicePtr(int64(img)*int64(c*h*wd)*4)
-			cp := src
-			if !direct {
-				if err := g.launch1D("conv", "im2col_f32", int64(ck)*int64(hw), col.ptr, src, c, h, wd, kh, kw, stride, pad, ho, wo); err != nil {
+		prec := g.gemmPrec(bf, true)
+		// Reading x directly needs no im2col; in bf16 only while the bf16
+		// copy of a whole image fits the bound.
+		direct := kh == 1 && kw == 1 && stride == 1 && pad == 0 && (!bf || int64(c)*int64(hw)*2 <= limit)
+		if direct {
+			for img := 0; img < n; img++ {
+				src := xt.ptr() + cu.DevicePtr(int64(img)*int64(c)*int64(hw)*4)
+				dst := out.ptr() + cu.DevicePtr(int64(img)*int64(o)*int64(hw)*4)
+				bp, tmp, err := g.operand(src, int64(c)*int64(hw), bf)
+				if err != nil {
 					return err
 				}
-				cp = col.ptr
+				err = g.rowGemm(prec, false, false, o, hw, c, wp, c, bp, hw, dst, hw, 0)
+				g.pool.put(tmp)
+				if err != nil {
+					return err
+				}
 			}
-			bp, tmp, err := g.operand(cp, int64(ck)*int64(hw), bf)
-			if err != nil {
-				return err
-			}
-			dst := out.ptr() + cu.DevicePtr(int64(img)*int64(o*hw)*4)
-			err = g.rowGemm(g.gemmPrec(bf, true), false, false, o, hw, ck, wp, ck, bp, hw, dst, hw, 0)
-			g.pool.put(tmp)
-			if err != nil {
-				return err
-			}
+		} else if err := g.conv2DChunked(xt, wt, wp, bf, out, stride, pad, ho, wo, limit); err != nil {
+			return err
 		}
 		if bt == nil {
 			return nil
@@ -69,9 +94,78 @@ func (g *gpu) Conv2D(x, w, b backend.Tensor, stride, pad int) backend.Tensor {
 	})
 }
 
-// ConvTranspose2D with kernel = stride and no padding: per image one GEMM
-// prod[hw, o·k·k] = xᵀ·w, then a scatter into the k×k output blocks (+ bias).
+// conv2DChunked is conv2D's im2col path: one col scratch (and one bf16 copy
+// of it when the weight is bf16) sized for a chunk, reused by every chunk of
+// every image.
+func (g *gpu) conv2DChunked(xt, wt *Tensor, wp cu.DevicePtr, bf bool, out *Tensor, stride, pad, ho, wo int, limit int64) error {
+	n, c, h, wd := xt.shape[0], xt.shape[1], xt.shape[2], xt.shape[3]
+	o, kh, kw := wt.shape[0], wt.shape[2], wt.shape[3]
+	ck, hw := c*kh*kw, ho*wo
+	perElem := int64(4)
+	if bf {
+		perElem += 2
+	}
+	cols := convChunk(ck, hw, perElem, limit)
+	col, err := g.scratch(int64(ck) * int64(cols) * 4)
+	if err != nil {
+		return err
+	}
+	defer g.pool.put(col)
+	bp := col.ptr
+	if bf {
+		colBF, err := g.scratch(int64(ck) * int64(cols) * 2)
+		if err != nil {
+			return err
+		}
+		defer g.pool.put(colBF)
+		bp = colBF.ptr
+	}
+	prec := g.gemmPrec(bf, true)
+	for img := 0; img < n; img++ {
+		src := xt.ptr() + cu.DevicePtr(int64(img)*int64(c)*int64(h*wd)*4)
+		dst := out.ptr() + cu.DevicePtr(int64(img)*int64(o)*int64(hw)*4)
+		for p0 := 0; p0 < hw; p0 += cols {
+			np := min(cols, hw-p0)
+			elems := int64(ck) * int64(np)
+			if err := g.launch1D("conv", "im2col_f32", elems, col.ptr, src, c, h, wd, kh, kw, stride, pad, wo, p0, np); err != nil {
+				return err
+			}
+			if bf {
+				if err := g.toBF16(bp, col.ptr, elems); err != nil {
+					return err
+				}
+			}
+			if err := g.rowGemm(prec, false, false, o, np, ck, wp, ck, bp, np, dst+cu.DevicePtr(int64(p0)*4), hw, 0); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// convChunk is how many output pixels one im2col chunk holds: as many as
+// fit limit at perElem bytes per (row, pixel), rounded down to a multiple of
+// convChunkCols, at least convChunkCols, at most hw.
+func convChunk(ck, hw int, perElem, limit int64) int {
+	perCol := int64(ck) * perElem
+	if perCol <= 0 || limit/perCol >= int64(hw) {
+		return hw
+	}
+	cols := int(limit/perCol) / convChunkCols * convChunkCols
+	return min(max(cols, convChunkCols), hw)
+}
+
+// ConvTranspose2D with kernel = stride and no padding: per image and per
+// band of input rows, one GEMM prod[pixels, o·k·k] = xᵀ·w, then a scatter
+// into the k×k output blocks (+ bias). The bands keep prod within
+// defaultConvScratch.
 func (g *gpu) ConvTranspose2D(x, w, b backend.Tensor, stride int) backend.Tensor {
+	return g.convTranspose2D(x, w, b, stride, defaultConvScratch)
+}
+
+// convTranspose2D is ConvTranspose2D with the scratch bound limit (bytes,
+// ≤ 0 for the default).
+func (g *gpu) convTranspose2D(x, w, b backend.Tensor, stride int, limit int64) backend.Tensor {
 	xt, wt, bt := g.tensor(x), g.tensor(w), g.tensor(b)
 	if len(xt.shape) != 4 || len(wt.shape) != 4 || wt.shape[0] != xt.shape[1] || wt.shape[2] != stride || wt.shape[3] != stride || stride < 1 {
 		panic(fmt.Sprintf("cuda: ConvTranspose2D x %v w %v stride %d", xt.shape, wt.shape, stride))
@@ -81,38 +175,77 @@ func (g *gpu) ConvTranspose2D(x, w, b backend.Tensor, stride int) backend.Tensor
 	if bt != nil && bt.numel() != o {
 		panic(fmt.Sprintf("cuda: ConvTranspose2D bias %v for %d channels", bt.shape, o))
 	}
+	if limit <= 0 {
+		limit = defaultConvScratch
+	}
 	okk, hw := o*k*k, h*wd
 	return g.output([]int{n, o, h * k, wd * k}, "ConvTranspose2D", func(out *Tensor) error {
-		if n == 0 || hw == 0 {
+		if n == 0 || hw == 0 || o == 0 {
 			return nil
+		}
+		if int64(hw)*int64(k*k) > math.MaxInt32 {
+			return fmt.Errorf("transposed convolution of a %dx%d image by %d is too large for the 32-bit pixel indices of the kernels", h, wd, k)
 		}
 		wp, bf, err := g.weightOperand(wt)
 		if err != nil {
 			return err
 		}
-		prod, err := g.scratch(int64(hw) * int64(okk) * 4)
+		rows := convTransposeRows(h, wd, okk, limit)
+		prod, err := g.scratch(int64(rows) * int64(wd) * int64(okk) * 4)
 		if err != nil {
 			return err
 		}
 		defer g.pool.put(prod)
+		elem := int64(4)
+		if bf {
+			elem = 2
+		}
+		prec := g.gemmPrec(bf, true)
 		for img := 0; img < n; img++ {
-			src := xt.ptr() + cu.DevicePtr(int64(img)*int64(c*hw)*4)
+			src := xt.ptr() + cu.DevicePtr(int64(img)*int64(c)*int64(hw)*4)
+			// The bf16 copy is of the whole image: input-sized, not a blow-up.
 			ap, tmp, err := g.operand(src, int64(c)*int64(hw), bf)
 			if err != nil {
 				return err
 			}
-			err = g.rowGemm(g.gemmPrec(bf, true), true, false, hw, okk, c, ap, hw, wp, okk, prod.ptr, okk, 0)
+			dst := out.ptr() + cu.DevicePtr(int64(img)*int64(o)*int64(hw)*int64(k*k)*4)
+			for y0 := 0; y0 < h && err == nil; y0 += rows {
+				nr := min(rows, h-y0)
+				a := ap + cu.DevicePtr(int64(y0)*int64(wd)*elem)
+				err = g.rowGemm(prec, true, false, nr*wd, okk, c, a, hw, wp, okk, prod.ptr, okk, 0)
+				if err == nil {
+					err = g.launch1D("conv", "convt_scatter_f32", int64(o)*int64(nr*k)*int64(wd*k), dst, prod.ptr, ptrOf(bt), o, h, wd, k, y0, nr)
+				}
+			}
 			g.pool.put(tmp)
 			if err != nil {
-				return err
-			}
-			dst := out.ptr() + cu.DevicePtr(int64(img)*int64(o*hw*k*k)*4)
-			if err := g.launch1D("conv", "convt_scatter_f32", int64(o)*int64(hw*k*k), dst, prod.ptr, ptrOf(bt), o, h, wd, k); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// convTransposeRows is how many input rows one band of ConvTranspose2D
+// holds: as many as fit limit, rounded down to a multiple of the smallest
+// band whose pixel count is a multiple of 8, so that every band's operand
+// starts 16-byte aligned in fp32 and bf16 alike (at most 8 rows, even past
+// the bound); at most h.
+func convTransposeRows(h, wd, okk int, limit int64) int {
+	rowBytes := int64(wd) * int64(okk) * 4
+	if rowBytes <= 0 || limit/rowBytes >= int64(h) {
+		return h
+	}
+	step := 8 / gcd(wd, 8)
+	rows := int(limit/rowBytes) / step * step
+	return min(max(rows, step), h)
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // ResizeBilinear follows PyTorch's bilinear interpolation (antialias off).

@@ -68,6 +68,9 @@ func (g *gpu) AddScaled(x, y, gamma backend.Tensor) backend.Tensor {
 	}
 	n := int64(xt.numel())
 	return g.output(xt.shape, "AddScaled", func(out *Tensor) error {
+		if c%4 == 0 && fits4(n) && aligned(16, out.ptr(), xt.ptr(), yt.ptr(), gt.ptr()) {
+			return g.launch1D("elementwise", "add_scaled_v4", n/4, out.ptr(), xt.ptr(), yt.ptr(), gt.ptr(), int(n/4), c/4)
+		}
 		return g.launch1D("elementwise", "add_scaled_f32", n, out.ptr(), xt.ptr(), yt.ptr(), gt.ptr(), n, c)
 	})
 }

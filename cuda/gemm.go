@@ -63,7 +63,7 @@ func (g *gpu) operand(x cu.DevicePtr, n int64, bf bool) (cu.DevicePtr, *buffer, 
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := g.launch1D("elementwise", "f32_to_bf16_k", n, s.ptr, x, n); err != nil {
+	if err := g.toBF16(s.ptr, x, n); err != nil {
 		g.pool.put(s)
 		return 0, nil, err
 	}

@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"unsafe"
@@ -14,11 +15,22 @@ import (
 
 // kvStore is the paged KV cache on the device: per layer one K and one V
 // array of [Pages, PageSize, Heads, HeadDim], bf16 in BF16 mode (as the
-// reference's FlashInfer cache) and fp32 in FP32 mode.
+// reference's FlashInfer cache) and fp32 in FP32 mode. The arrays are regions
+// of one reserved address range (vmSpace) that gets memory a page at a time,
+// when a page is first written; without virtual memory management every page
+// is allocated up front.
 type kvStore struct {
 	spec backend.KVSpec
 	bf   bool
-	k, v []*buffer
+	elem int64
+	// k[l] and v[l] are the layer's arrays.
+	k, v []cu.DevicePtr
+	vm   *vmSpace  // nil: eager buffers in bufs
+	bufs []*buffer // eager storage, or nil
+	// backed[p] says page p has memory (always true with eager storage).
+	backed []bool
+	g      *gpu
+	pool   *pool
 	// The page table lives on the device; uploading is skipped when a block
 	// asks for the same table as the previous one (all global blocks share it).
 	pt     *buffer
@@ -29,12 +41,34 @@ func (s *kvStore) Layers() int   { return s.spec.Layers }
 func (s *kvStore) Pages() int    { return s.spec.Pages }
 func (s *kvStore) PageSize() int { return s.spec.PageSize }
 
-// Bytes is the device memory of the pages: 2 bytes an element in BF16 mode.
+// Bytes is the device memory the pages hold now (2 bytes an element in BF16
+// mode): with lazily backed pages, only the pages written so far.
 func (s *kvStore) Bytes() int64 {
-	if s.bf {
-		return s.spec.Bytes(2)
+	if s.vm != nil {
+		return s.vm.bytes
 	}
-	return s.spec.Bytes(4)
+	return s.spec.Bytes(int(s.elem))
+}
+
+func (s *kvStore) pageBytes() int64 {
+	return int64(s.spec.PageSize) * int64(s.spec.Heads*s.spec.HeadDim) * s.elem
+}
+
+// back gives page p memory in every layer if it has none yet (owner thread).
+func (s *kvStore) back(p int) error {
+	if s.backed[p] {
+		return nil
+	}
+	pb := s.pageBytes()
+	added, err := s.vm.ensure(int64(p)*pb, pb)
+	s.pool.external(added, catKV)
+	if err != nil {
+		free, total, _ := memInfo()
+		return fmt.Errorf("the KV cache could not get memory for page %d (%s for %d layers; the GPU has %s free of %s): %w",
+			p, human(2*pb*int64(s.spec.Layers)), s.spec.Layers, human(free), human(total), err)
+	}
+	s.backed[p] = true
+	return nil
 }
 
 func (g *gpu) kv(s backend.KVStore) *kvStore {
@@ -45,8 +79,9 @@ func (g *gpu) kv(s backend.KVStore) *kvStore {
 	return c
 }
 
-// NewKVStore allocates all pages of all layers at once, after checking that
-// the device has the memory.
+// NewKVStore reserves the pages of all layers after checking that the device
+// has the memory for all of them, so that a stream does not run out later
+// (unless something else takes the memory meanwhile).
 func (g *gpu) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 	if spec.Layers <= 0 || spec.Pages <= 0 || spec.PageSize <= 0 || spec.Heads <= 0 || spec.HeadDim <= 0 {
 		return nil, fmt.Errorf("cuda: invalid KV store size %v", spec)
@@ -57,49 +92,97 @@ func (g *gpu) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 	if err := g.Err(); err != nil {
 		return nil, err
 	}
-	st := &kvStore{spec: spec, bf: g.cfg.Precision == BF16}
-	elem := int64(4)
+	st := &kvStore{spec: spec, bf: g.cfg.Precision == BF16, elem: 4, g: g, pool: &g.pool, backed: make([]bool, spec.Pages)}
 	if st.bf {
-		elem = 2
+		st.elem = 2
 	}
-	per := int64(spec.Pages) * int64(spec.PageSize) * int64(spec.Heads*spec.HeadDim) * elem
+	per := int64(spec.Pages) * st.pageBytes()
 	err := g.own.do(func() error {
 		free, total, err := memInfo()
 		if err != nil {
 			return err
 		}
-		need := spec.Bytes(int(elem))
+		need := spec.Bytes(int(st.elem))
 		if need > free {
 			return fmt.Errorf("the KV cache needs %s (%v, %d-byte elements) but the GPU has %s free of %s",
-				human(need), spec, elem, human(free), human(total))
+				human(need), spec, st.elem, human(free), human(total))
+		}
+		if st.pt, err = g.pool.getAs(int64(spec.Pages)*4, catKV); err != nil {
+			return err
+		}
+		if !g.cfg.EagerKV {
+			st.vm, err = newVMSpace(2*spec.Layers, per)
+			if err == nil {
+				for l := 0; l < spec.Layers; l++ {
+					st.k = append(st.k, st.vm.region(2*l))
+					st.v = append(st.v, st.vm.region(2*l+1))
+				}
+				return nil
+			}
+			if !errors.Is(err, errNoVMM) {
+				return err
+			}
+			g.log.Info("cuda: no virtual memory management; the whole KV cache is allocated now")
+		}
+		for range 2 * spec.Layers {
+			b, err := g.pool.getAs(per, catKV)
+			if err != nil {
+				return fmt.Errorf("the KV cache (%v) does not fit: %w", spec, err)
+			}
+			// Zero like the reference, so a stray read sees zeros, not garbage.
+			if err := cu.MemsetD32(b.ptr, 0, b.size/4); err != nil {
+				return err
+			}
+			st.bufs = append(st.bufs, b)
 		}
 		for l := 0; l < spec.Layers; l++ {
-			for _, dst := range []*[]*buffer{&st.k, &st.v} {
-				b, err := g.pool.getAs(per, catKV)
-				if err != nil {
-					return fmt.Errorf("the KV cache (%v) does not fit: %w", spec, err)
-				}
-				// Zero like the reference, so a stray read sees zeros, not garbage.
-				if err := cu.MemsetD32(b.ptr, 0, b.size/4); err != nil {
-					return err
-				}
-				*dst = append(*dst, b)
-			}
+			st.k = append(st.k, st.bufs[2*l].ptr)
+			st.v = append(st.v, st.bufs[2*l+1].ptr)
 		}
-		st.pt, err = g.pool.getAs(int64(spec.Pages)*4, catKV)
-		return err
+		for i := range st.backed {
+			st.backed[i] = true
+		}
+		return nil
 	})
 	if err != nil {
 		_ = g.own.do(func() error {
-			for _, b := range append(st.k, st.v...) {
-				g.pool.put(b)
-			}
+			st.free()
 			g.pool.trim()
 			return nil
 		})
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	return st, nil
+}
+
+// free gives the store's memory back (owner thread).
+func (s *kvStore) free() {
+	for _, b := range s.bufs {
+		s.pool.put(b)
+	}
+	s.bufs = nil
+	if s.vm != nil {
+		s.pool.external(-s.vm.bytes, catKV)
+		s.vm.release()
+		s.vm = nil
+	}
+	s.pool.put(s.pt)
+	s.pt = nil
+	s.k, s.v = nil, nil
+	clear(s.backed)
+}
+
+// Close gives the store's device memory back; the store must not be used
+// afterwards.
+func (s *kvStore) Close() error {
+	err := s.g.own.do(func() error {
+		s.free()
+		return nil
+	})
+	if errors.Is(err, errClosed) {
+		return nil // the context and all its memory are gone already
+	}
+	return err
 }
 
 // table uploads the page list unless it is the one already on the device (owner thread).
@@ -129,6 +212,9 @@ func (g *gpu) WriteKV(s backend.KVStore, layer, page, dstRow int, k, v backend.T
 		return
 	}
 	g.run("WriteKV", func() error {
+		if err := st.back(page); err != nil {
+			return err
+		}
 		elem := int64(4)
 		kernel := "write_kv_f32"
 		if st.bf {
@@ -137,6 +223,10 @@ func (g *gpu) WriteKV(s backend.KVStore, layer, page, dstRow int, k, v backend.T
 		dst := cu.DevicePtr((int64(page)*int64(st.spec.PageSize) + int64(dstRow)) * int64(ld) * elem)
 		src := cu.DevicePtr(int64(srcRow) * int64(ld) * 4)
 		cnt := int64(n) * int64(ld)
-		return g.launch1D("movement", kernel, cnt, st.k[layer].ptr+dst, st.v[layer].ptr+dst, kt.ptr()+src, vt.ptr()+src, cnt)
+		kd, vd, ks, vs := st.k[layer]+dst, st.v[layer]+dst, kt.ptr()+src, vt.ptr()+src
+		if st.bf && fits4(cnt) && aligned(16, ks, vs) && aligned(8, kd, vd) {
+			return g.launch1D("elementwise", "write_kv_bf_v4", cnt/4, kd, vd, ks, vs, int(cnt/4))
+		}
+		return g.launch1D("movement", kernel, cnt, st.k[layer]+dst, st.v[layer]+dst, kt.ptr()+src, vt.ptr()+src, cnt)
 	})
 }

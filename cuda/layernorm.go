@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 )
@@ -18,6 +19,11 @@ func (g *gpu) LayerNorm(x, w, b backend.Tensor, eps float32) backend.Tensor {
 	return g.output(xt.shape, "LayerNorm", func(out *Tensor) error {
 		if rows == 0 {
 			return nil
+		}
+		if (c == 64 || c == 128 || c == 1024) && rows < math.MaxInt32/32 && aligned(8, out.ptr(), xt.ptr()) {
+			// One warp a row, eight rows a block.
+			return g.launch("layernorm", fmt.Sprintf("layernorm_w%d", c), [3]int{(rows + 7) / 8, 1, 1}, [3]int{256, 1, 1}, 0,
+				out.ptr(), xt.ptr(), ptrOf(wt), ptrOf(bt), rows, eps)
 		}
 		threads := 256
 		if c <= 128 {

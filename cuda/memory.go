@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"math/bits"
 	"unsafe"
 
 	"gorgonia.org/cu"
@@ -57,23 +58,37 @@ func (t *Tensor) ptr() cu.DevicePtr { return t.buf.ptr }
 // shapes every frame, so after the first frame cuMemAlloc is not called at
 // all. It is used only on the owner thread.
 type pool struct {
-	free     map[int64][]cu.DevicePtr
-	cached   int64 // bytes held in free lists
-	inUse    int64
-	inUseBy  [numCats]int64
-	peak     int64 // largest inUse seen
-	mallocs  int64 // cuMemAlloc calls so far
-	reserved int64 // bytes obtained from the driver
-	limit    int64 // most bytes kept in free lists; 0: no limit
-	released int64 // buffers given back to the driver past the limit
+	free         map[int64][]cu.DevicePtr
+	cached       int64 // bytes held in free lists
+	inUse        int64
+	inUseBy      [numCats]int64
+	peak         int64 // largest inUse seen
+	mallocs      int64 // cuMemAlloc calls so far
+	reserved     int64 // bytes obtained from the driver (allocations and mapped KV pages)
+	peakReserved int64
+	limit        int64 // most bytes kept in free lists; 0: no limit
+	released     int64 // cached buffers given back to the driver (limit or sweep)
 	// lastGet[size class] is when that class was last asked for (a count
 	// of gets): past the limit, the class unused for longest goes first.
 	lastGet map[int64]int64
 	gets    int64
+	// lowFree[size class] is the shortest its free list has been since the
+	// last sweep: that many buffers were never needed in the window.
+	lowFree map[int64]int
 }
 
+// sweepGets is the window (in allocations) over which the pool watches each
+// size class's free list: several frames of the full model. Every window,
+// the buffers a class kept free throughout go back to the driver. This
+// catches buffers a stream stops needing, chiefly those the camera head's
+// caches leave behind: they grow by a row per frame (the reference's design),
+// so their old sizes are either never asked for again or asked for less
+// often than they were freed.
+const sweepGets = 1 << 15
+
 // sizeClass rounds small sizes to 512 B and large ones to 2 MiB so that
-// nearby sizes share buffers.
+// nearby sizes share buffers. Parameters and the KV cache use it: exact
+// sizes matter there, and they are allocated once.
 func sizeClass(n int64) int64 {
 	const small, large = 512, 2 << 20
 	if n <= 0 {
@@ -85,18 +100,40 @@ func sizeClass(n int64) int64 {
 	return (n + large - 1) / large * large
 }
 
+// activationClass rounds an activation or scratch size up to one of eight
+// classes per doubling above 64 KiB (at most 12.5 % more): a buffer that grows
+// a little each frame then reuses the same class for many frames rather than
+// needing a new one every frame.
+func activationClass(n int64) int64 {
+	const geometricFrom = 64 << 10
+	if n <= geometricFrom {
+		return sizeClass(n)
+	}
+	step := int64(1) << (bits.Len64(uint64(n-1)) - 4)
+	return (n + step - 1) / step * step
+}
+
 func (p *pool) get(bytes int64) (*buffer, error) { return p.getAs(bytes, catOther) }
 
 func (p *pool) getAs(bytes int64, cat memCat) (*buffer, error) {
 	sz := sizeClass(bytes)
+	if cat == catOther {
+		sz = activationClass(bytes)
+	}
 	if p.lastGet == nil {
 		p.lastGet = map[int64]int64{}
 	}
 	p.gets++
 	p.lastGet[sz] = p.gets
+	if p.gets%sweepGets == 0 {
+		p.sweep()
+	}
 	if l := p.free[sz]; len(l) > 0 {
 		ptr := l[len(l)-1]
 		p.free[sz] = l[:len(l)-1]
+		if low, ok := p.lowFree[sz]; ok && len(l)-1 < low {
+			p.lowFree[sz] = len(l) - 1
+		}
 		p.cached -= sz
 		p.use(sz, cat)
 		return &buffer{ptr: ptr, size: sz, cat: cat, live: true}, nil
@@ -112,8 +149,49 @@ func (p *pool) getAs(bytes int64, cat memCat) (*buffer, error) {
 	}
 	p.mallocs++
 	p.reserved += sz
+	p.peakReserved = max(p.peakReserved, p.reserved)
 	p.use(sz, cat)
 	return &buffer{ptr: ptr, size: sz, cat: cat, live: true}, nil
+}
+
+// external counts memory obtained outside the free lists (KV pages mapped
+// through vmSpace); negative bytes when it is given back.
+func (p *pool) external(bytes int64, cat memCat) {
+	p.reserved += bytes
+	p.peakReserved = max(p.peakReserved, p.reserved)
+	p.inUseBy[cat] += bytes
+	p.inUse += bytes
+	p.peak = max(p.peak, p.inUse)
+}
+
+// sweep gives back, per size class, the buffers that stayed free through
+// the whole window since the last sweep, and starts a new window.
+func (p *pool) sweep() {
+	if p.lowFree == nil {
+		p.lowFree = map[int64]int{}
+	}
+	for sz, l := range p.free {
+		idle, ok := p.lowFree[sz]
+		if !ok {
+			idle = 0 // freed into the list during this window: watch it first
+		}
+		idle = min(idle, len(l)) // the cache limit may have taken some
+		for _, ptr := range l[len(l)-idle:] {
+			if cu.MemFree(ptr) == nil {
+				p.reserved -= sz
+			}
+			p.released++
+			p.cached -= sz
+		}
+		l = l[:len(l)-idle]
+		if len(l) == 0 {
+			delete(p.free, sz)
+			delete(p.lowFree, sz)
+			continue
+		}
+		p.free[sz] = l
+		p.lowFree[sz] = len(l)
+	}
 }
 
 func (p *pool) use(sz int64, cat memCat) {
@@ -193,6 +271,7 @@ func (p *pool) trim() {
 		}
 	}
 	p.free = map[int64][]cu.DevicePtr{}
+	p.lowFree = nil
 	p.cached = 0
 }
 
@@ -318,7 +397,7 @@ func (g *gpu) uploadMatrixBF16(data []float32, shape []int) backend.Tensor {
 		if err != nil {
 			return err
 		}
-		if err := g.launch1D("elementwise", "f32_to_bf16_k", n, bf.ptr, tmp.ptr, n); err != nil {
+		if err := g.toBF16(bf.ptr, tmp.ptr, n); err != nil {
 			g.pool.put(bf)
 			return err
 		}
@@ -332,22 +411,43 @@ func (g *gpu) uploadMatrixBF16(data []float32, shape []int) backend.Tensor {
 }
 
 func (g *gpu) upload(data []float32, shape []int, weight, trunk bool) backend.Tensor {
-	return g.output(shape, "upload", func(t *Tensor) error {
-		t.buf.trunk = trunk
-		if weight {
-			g.pool.recategorise(t.buf, catWeight)
-		}
-		if len(data) == 0 {
-			return nil
-		}
-		if err := cu.MemcpyHtoD(t.ptr(), unsafe.Pointer(&data[0]), int64(len(data))*4); err != nil {
+	if !weight {
+		return g.output(shape, "upload", func(t *Tensor) error { return g.fill(t, data, false) })
+	}
+	// Parameters get an exact size class: they live as long as the model.
+	var out *Tensor
+	g.run("upload", func() error {
+		buf, err := g.pool.getAs(int64(len(data))*4, catWeight)
+		if err != nil {
 			return err
 		}
-		if trunk {
-			return g.launch1D("elementwise", "round_bf16", int64(len(data)), t.ptr(), int64(len(data)))
+		buf.trunk = trunk
+		t := &Tensor{buf: buf, shape: append([]int(nil), shape...)}
+		if err := g.fill(t, data, trunk); err != nil {
+			g.pool.put(buf)
+			return err
 		}
+		out = t
 		return nil
 	})
+	if out == nil {
+		return placeholder(shape)
+	}
+	return out
+}
+
+// fill copies data into t, rounding it to bf16 for a trunk parameter.
+func (g *gpu) fill(t *Tensor, data []float32, trunk bool) error {
+	if len(data) == 0 {
+		return nil
+	}
+	if err := cu.MemcpyHtoD(t.ptr(), unsafe.Pointer(&data[0]), int64(len(data))*4); err != nil {
+		return err
+	}
+	if trunk {
+		return g.launch1D("elementwise", "round_bf16", int64(len(data)), t.ptr(), int64(len(data)))
+	}
+	return nil
 }
 
 // bf16 returns the bf16 copy of a trunk weight, making it on first use
@@ -361,7 +461,7 @@ func (g *gpu) bf16(t *Tensor) (cu.DevicePtr, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := g.launch1D("elementwise", "f32_to_bf16_k", n, b.ptr, t.ptr(), n); err != nil {
+	if err := g.toBF16(b.ptr, t.ptr(), n); err != nil {
 		g.pool.put(b)
 		return 0, err
 	}
@@ -442,20 +542,27 @@ func (g *gpu) output(shape []int, op string, fn func(out *Tensor) error) *Tensor
 // MemStats describes the allocator.
 type MemStats struct {
 	Mallocs  int64 // cuMemAlloc calls so far
-	Reserved int64 // bytes obtained from the driver
-	InUse    int64 // bytes in live tensors and KV stores
-	Peak     int64 // largest InUse so far
-	Cached   int64 // bytes kept for reuse
-	Released int64 // buffers freed to the driver past Config.CacheLimit
+	Reserved int64 // bytes obtained from the driver: live, cached and KV pages
+	// PeakReserved is the largest Reserved so far: the backend's footprint.
+	PeakReserved int64
+	InUse        int64 // bytes in live tensors and KV stores
+	Peak         int64 // largest InUse so far
+	Cached       int64 // bytes kept for reuse
+	Released     int64 // buffers freed to the driver past Config.CacheLimit
 	// InUse by what it holds.
 	Weights, WeightsBF16, KV, Activations int64
+	// DeviceUsed is the whole device's used memory (cuMemGetInfo): this
+	// backend's Reserved plus the CUDA context, kernels, cuBLASLt and any
+	// other process on the GPU.
+	DeviceUsed int64
 }
 
-// MemoryUsage is the device memory held by live tensors, KV stores and
-// scratch (current and peak bytes); cached free buffers are not counted.
+// MemoryUsage is the device memory this backend holds from the driver:
+// live tensors, KV pages and the allocator's cached free buffers (current and
+// peak bytes). The CUDA context, kernels and cuBLASLt's own state come on top.
 func (g *gpu) MemoryUsage() (current, peak int64) {
 	s := g.MemStats()
-	return s.InUse, s.Peak
+	return s.Reserved, s.PeakReserved
 }
 
 // MemStats reports the allocator's counters.
@@ -463,8 +570,11 @@ func (g *gpu) MemStats() MemStats {
 	var s MemStats
 	_ = g.own.do(func() error {
 		p := &g.pool
-		s = MemStats{Mallocs: p.mallocs, Reserved: p.reserved, InUse: p.inUse, Peak: p.peak, Cached: p.cached, Released: p.released,
+		s = MemStats{Mallocs: p.mallocs, Reserved: p.reserved, PeakReserved: p.peakReserved, InUse: p.inUse, Peak: p.peak, Cached: p.cached, Released: p.released,
 			Weights: p.inUseBy[catWeight], WeightsBF16: p.inUseBy[catWeightBF], KV: p.inUseBy[catKV], Activations: p.inUseBy[catOther]}
+		if free, total, err := memInfo(); err == nil {
+			s.DeviceUsed = total - free
+		}
 		return nil
 	})
 	return s

@@ -101,12 +101,6 @@ func (g *gpu) ConcatCols(xs ...backend.Tensor) backend.Tensor {
 	})
 }
 
-// copy2D copies a rows×cols block of floats between row strides.
-func (g *gpu) copy2D(dst cu.DevicePtr, ldd int, src cu.DevicePtr, lds int, rows, cols int) error {
-	n := int64(rows) * int64(cols)
-	return g.launch1D("movement", "copy2d_f32", n, dst, int64(ldd), src, int64(lds), int64(rows), int64(cols))
-}
-
 // Transpose swaps the last two dimensions.
 func (g *gpu) Transpose(x backend.Tensor) backend.Tensor {
 	xt := g.tensor(x)

@@ -370,7 +370,7 @@ func TestCacheLimitReleases(t *testing.T) {
 	if err := g.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if after.Released-before.Released != 1 || after.Cached > 1<<20 || after.Reserved != before.Reserved-sizeClass(n*4) {
+	if after.Released-before.Released != 1 || after.Cached > 1<<20 || after.Reserved != before.Reserved-activationClass(n*4) {
 		t.Errorf("freeing two 768 KiB tensors under a 1 MiB cache limit: before %+v, after %+v", before, after)
 	}
 	// A buffer of another size, freed now, evicts the older class's buffer
@@ -378,7 +378,7 @@ func TestCacheLimitReleases(t *testing.T) {
 	c := g.Zeros(n + 1024)
 	g.Free(c)
 	last := g.MemStats()
-	if last.Released-after.Released != 1 || last.Cached != sizeClass((n+1024)*4) {
+	if last.Released-after.Released != 1 || last.Cached != activationClass((n+1024)*4) {
 		t.Errorf("a newer size class should evict the older one: before %+v, after %+v", after, last)
 	}
 	d := g.Zeros(n + 1024) // served from the cache
@@ -387,7 +387,7 @@ func TestCacheLimitReleases(t *testing.T) {
 	}
 	g.Free(d)
 	g.Trim()
-	if s := g.MemStats(); s.Cached != 0 || s.Reserved != last.Reserved-sizeClass((n+1024)*4) {
+	if s := g.MemStats(); s.Cached != 0 || s.Reserved != last.Reserved-activationClass((n+1024)*4) {
 		t.Errorf("Trim left %d bytes cached (stats before %+v, after %+v)", s.Cached, last, s)
 	}
 }

@@ -1,13 +1,15 @@
-// Convolution helpers: im2col for Conv2D (then one GEMM per image), the
-// scatter of ConvTranspose2D (kernel = stride), and PyTorch bilinear resize.
+// Convolution helpers: im2col for Conv2D (then one GEMM per chunk of output
+// pixels), the scatter of ConvTranspose2D (kernel = stride) by bands of input
+// rows, and PyTorch bilinear resize.
 
-// col [(ci, ky, kx), (oy, ox)] of one image x [c, h, w].
+// col [(ci, ky, kx), j] for the output pixels p0 + j, j < np, of one image
+// x [c, h, w] whose output is wo pixels wide.
 extern "C" __global__ void im2col_f32(float* col, const float* x, int c, int h, int w, int kh, int kw,
-                                      int stride, int pad, int ho, int wo) {
-    const i64 hw = (i64)ho * wo, n = (i64)c * kh * kw * hw;
+                                      int stride, int pad, int wo, int p0, int np) {
+    const i64 n = (i64)c * kh * kw * np;
     for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (i64)gridDim.x * blockDim.x) {
-        const i64 r = t / hw;
-        const int p = (int)(t % hw);
+        const i64 r = t / np;
+        const int p = p0 + (int)(t % np);
         const int ci = (int)(r / (kh * kw)), ky = (int)((r / kw) % kh), kx = (int)(r % kw);
         const int oy = p / wo, ox = p % wo;
         const int iy = oy * stride - pad + ky, ix = ox * stride - pad + kx;
@@ -15,19 +17,21 @@ extern "C" __global__ void im2col_f32(float* col, const float* x, int c, int h, 
     }
 }
 
-// prod [(y, x), (o, a, b)] of one image -> out [o, h·k, w·k] (+ bias[o]).
-extern "C" __global__ void convt_scatter_f32(float* out, const float* prod, const float* bias, int o, int h, int w, int k) {
-    const int ow = w * k;
-    const i64 n = (i64)o * h * k * ow;
+// prod [(y - y0, x), (o, a, b)] for the input rows y0 <= y < y0 + rows of one
+// image -> those rows' k×k blocks of out [o, h·k, w·k] (+ bias[o]).
+extern "C" __global__ void convt_scatter_f32(float* out, const float* prod, const float* bias, int o, int h, int w, int k,
+                                             int y0, int rows) {
+    const int ow = w * k, bh = rows * k;
+    const i64 n = (i64)o * bh * ow;
     const i64 okk = (i64)o * k * k;
     for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (i64)gridDim.x * blockDim.x) {
         const int ox = (int)(t % ow);
-        const int oy = (int)((t / ow) % (h * k));
-        const int oc = (int)(t / ((i64)ow * h * k));
-        const int y = oy / k, a = oy % k, x = ox / k, b = ox % k;
+        const int by = (int)((t / ow) % bh);
+        const int oc = (int)(t / ((i64)ow * bh));
+        const int y = by / k, a = by % k, x = ox / k, b = ox % k;
         float v = prod[((i64)y * w + x) * okk + ((i64)oc * k + a) * k + b];
         if (bias) v += bias[oc];
-        out[t] = v;
+        out[((i64)oc * h * k + (i64)y0 * k + by) * ow + ox] = v;
     }
 }
 

@@ -62,3 +62,43 @@ extern "C" __global__ void bias_act_f32(float* y, const float* bias, i64 rows, i
 extern "C" __global__ void bias_nchw_f32(float* y, const float* bias, i64 n, int c, int hw) {
     GRID_LOOP(i, n) y[i] += bias[(i / hw) % c];
 }
+
+// Vector forms of the hottest elementwise kernels: four values a thread with
+// 16-byte loads and 32-bit indexing (the callers check that n is a multiple
+// of 4, the pointers are aligned and n/4 fits an int).
+__device__ __forceinline__ uint2 bf16x4(float4 v) {
+    unsigned lo, hi;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(lo) : "f"(v.y), "f"(v.x));
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(hi) : "f"(v.w), "f"(v.z));
+    return make_uint2(lo, hi);
+}
+
+#define GRID_LOOP32(i, n) for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += gridDim.x * blockDim.x)
+
+extern "C" __global__ void f32_to_bf16_v4(uint2* y, const float4* x, int n4) {
+    GRID_LOOP32(i, n4) y[i] = bf16x4(x[i]);
+}
+
+// y = x + gamma ⊙ r with c4 = c/4 float4s of gamma.
+extern "C" __global__ void add_scaled_v4(float4* y, const float4* x, const float4* r, const float4* gamma, int n4, int c4) {
+    GRID_LOOP32(i, n4) {
+        const float4 a = x[i], b = r[i], g = gamma[i % c4];
+        y[i] = make_float4(fmaf(g.x, b.x, a.x), fmaf(g.y, b.y, a.y), fmaf(g.z, b.z, a.z), fmaf(g.w, b.w, a.w));
+    }
+}
+
+// KV append into a bf16 page, four values at a time.
+extern "C" __global__ void write_kv_bf_v4(uint2* kd, uint2* vd, const float4* ks, const float4* vs, int n4) {
+    GRID_LOOP32(i, n4) {
+        kd[i] = bf16x4(ks[i]);
+        vd[i] = bf16x4(vs[i]);
+    }
+}
+
+// copy2d_f32 on float4 columns (all leading dimensions multiples of 4).
+extern "C" __global__ void copy2d_v4(float4* dst, int ldd4, const float4* src, int lds4, int rows, int cols4) {
+    GRID_LOOP32(t, rows * cols4) {
+        const int r = t / cols4, c = t - r * cols4;
+        dst[(i64)r * ldd4 + c] = src[(i64)r * lds4 + c];
+    }
+}

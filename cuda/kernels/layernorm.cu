@@ -47,3 +47,47 @@ __device__ void layernorm_row(float* y, const float* x, const P* w, const P* b, 
 extern "C" __global__ void layernorm_f32(float* y, const float* x, const float* w, const float* b, int c, float eps) {
     layernorm_row<float>(y, x, w, b, c, eps);
 }
+
+// One warp per row for the model's widths (64: qk-norm of a head, 1024: the
+// trunk): the row stays in registers, so x is read once; 8 rows a block.
+template <int PER>
+__device__ __forceinline__ void layernorm_warp(float* y, const float* x, const float* w, const float* b, int rows, float eps) {
+    const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (row >= rows) return; // whole warps leave together
+    constexpr int c = PER * 32, V = PER / 2;
+    const float2* xr = (const float2*)(x + (i64)row * c);
+    float2 v[V];
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        v[j] = xr[j * 32 + lane];
+        s += v[j].x + v[j].y;
+    }
+    const float mean = warp_sum(s) / c;
+    float q = 0.f;
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        const float a = v[j].x - mean, d = v[j].y - mean;
+        q += a * a + d * d;
+    }
+    const float inv = rsqrtf(warp_sum(q) / c + eps);
+    float2* yr = (float2*)(y + (i64)row * c);
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        const int e = 2 * (j * 32 + lane);
+        float o0 = (v[j].x - mean) * inv, o1 = (v[j].y - mean) * inv;
+        if (w) { o0 *= w[e]; o1 *= w[e + 1]; }
+        if (b) { o0 += b[e]; o1 += b[e + 1]; }
+        yr[j * 32 + lane] = make_float2(o0, o1);
+    }
+}
+
+extern "C" __global__ void layernorm_w64(float* y, const float* x, const float* w, const float* b, int rows, float eps) {
+    layernorm_warp<2>(y, x, w, b, rows, eps);
+}
+extern "C" __global__ void layernorm_w128(float* y, const float* x, const float* w, const float* b, int rows, float eps) {
+    layernorm_warp<4>(y, x, w, b, rows, eps);
+}
+extern "C" __global__ void layernorm_w1024(float* y, const float* x, const float* w, const float* b, int rows, float eps) {
+    layernorm_warp<32>(y, x, w, b, rows, eps);
+}

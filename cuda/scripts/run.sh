@@ -5,11 +5,14 @@
 #
 #   cuda/scripts/run.sh [STAGE...]     run in the order given; stages: info build
 #                                     test bench verify (= verify-bf16 verify-fp32)
-#                                     benchcmd ref peak profile (default: info build test bench)
-#   TEST_RUN=regexp   go test -run filter (default: all tests)
+#                                     benchcmd ref peak profile sanitize (default: info build test bench)
+#   TEST_RUN=regexp   go test -run filter (default: all tests); TEST_SKIP=regexp -skip
+#   SANITIZE_RUN=re   tests for the 'sanitize' stage (compute-sanitizer memcheck)
 #   BENCH=regexp      go test -bench filter (default: all benchmarks)
 #   GOLDEN="dir..."   golden cases for 'verify' (default: every case in .gpu/golden)
 #   BENCH_FRAMES=n    streaming frames for benchcmd after 8 scale frames (default 22)
+#   BENCH_ARGS="..."  more flags for the bench command in benchcmd and profile
+#   BENCH_TIMEOUT=s   limit for benchcmd (default 200)
 #   REF_FRAMES=n      frames for the reference timing in 'ref' (default 30; needs
 #                     .ref/make_golden.py and .ref/lingbot-map, see pack.sh)
 set -uo pipefail
@@ -66,7 +69,7 @@ stage_build() {
 }
 
 stage_test() {
-  go test -tags cuda -count=1 -v -timeout "${TEST_TIMEOUT:-240s}" -run "${TEST_RUN:-.}" ./cuda/ 2>&1 | tee "$OUT/test.log"
+  go test -tags cuda -count=1 -v -timeout "${TEST_TIMEOUT:-240s}" -run "${TEST_RUN:-.}" -skip "${TEST_SKIP:-^$}" ./cuda/ 2>&1 | tee "$OUT/test.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   grep -E '^(--- FAIL|FAIL|ok|PASS)|relative error|device error|panic' "$OUT/test.log" | head -40 | tee -a "$OUT/summary.txt"
   # If a tensor-core attention kernel is wrong, time and verify the rest with
@@ -100,17 +103,29 @@ stage_verify() { # $1 = precision
 }
 
 stage_benchcmd() {
-  timeout 200 /tmp/lingbotmap bench --device cuda --frames "${BENCH_FRAMES:-22}" --mem-every "${MEM_EVERY:-0}" 2>&1 | tee "$OUT/bench-cmd.log" \
-    | grep -E 'phase 1|steady|KV cache|memory|after [0-9]+ frames|rror' | tee -a "$OUT/summary.txt"
+  # shellcheck disable=SC2086
+  timeout "${BENCH_TIMEOUT:-200}" /tmp/lingbotmap bench --device cuda --frames "${BENCH_FRAMES:-22}" --mem-every "${MEM_EVERY:-0}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench-cmd.log" \
+    | grep -E 'phase 1|steady|KV cache|memory|after [0-9]+ frames|rror|cuda memory at close' | tee -a "$OUT/summary.txt"
 }
 
 stage_peak() {
   PYTHONUNBUFFERED=1 timeout 120 python3 cuda/scripts/peak.py 2>&1 | tee "$OUT/peak.log" | grep -E '^peak' | tee -a "$OUT/summary.txt"
 }
 
-stage_profile() { # where a frame's time goes (synchronises after every op)
-  LINGBOTMAP_CUDA_PROFILE=1 timeout 200 /tmp/lingbotmap bench --device cuda --frames "${PROFILE_FRAMES:-20}" >"$OUT/profile.log" 2>&1
-  grep -E 'cuda profile' "$OUT/profile.log" | head -16 | sed -E 's/^.*INFO cuda profile //' | tee -a "$OUT/summary.txt"
+stage_profile() { # device time per operation kind and idle time, from CUDA events
+  # shellcheck disable=SC2086
+  LINGBOTMAP_CUDA_PROFILE=1 timeout 200 /tmp/lingbotmap bench --device cuda --frames "${PROFILE_FRAMES:-20}" ${BENCH_ARGS:-} >"$OUT/profile.log" 2>&1
+  grep -E 'steady' "$OUT/profile.log" | tee -a "$OUT/summary.txt"
+  grep -E 'cuda profile' "$OUT/profile.log" | head -24 | sed -E 's/^.*INFO cuda profile //' | tee -a "$OUT/summary.txt"
+}
+
+stage_sanitize() { # compute-sanitizer memcheck on the tests SANITIZE_RUN selects
+  local cs
+  cs=$(command -v compute-sanitizer || ls "$cuda"/bin/compute-sanitizer 2>/dev/null | head -1)
+  [ -n "$cs" ] || { say "no compute-sanitizer on this machine"; return; }
+  go test -c -tags cuda -o /tmp/cuda.test ./cuda/ || { say "test binary does not build"; status=1; return; }
+  (cd cuda && timeout 300 "$cs" --tool memcheck --show-backtrace device /tmp/cuda.test -test.run "${SANITIZE_RUN:-.}" -test.v) 2>&1 | tee "$OUT/sanitize.log" \
+    | grep -E '^(=+ (Invalid|Error|ERROR SUMMARY)|=+ +at |--- |ok|FAIL|PASS)' | head -30 | tee -a "$OUT/summary.txt"
 }
 
 stage_ref() {
@@ -132,6 +147,7 @@ for st in $stages; do
     ref) stage_ref ;;
     peak) stage_peak ;;
     profile) stage_profile ;;
+    sanitize) stage_sanitize ;;
     *) say "unknown stage $st"; status=2 ;;
   esac
 done

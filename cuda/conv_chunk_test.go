@@ -1,0 +1,231 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+)
+
+// scratchOf runs op and returns the most pool memory it held at once beyond
+// its output (which it leaves allocated): the convolution's scratch. The
+// pool's peak is lowered to the current use first so that it records this
+// call alone.
+func scratchOf(t *testing.T, g *gpu, op func() backend.Tensor) (backend.Tensor, int64) {
+	t.Helper()
+	var before, peak int64
+	_ = g.own.do(func() error { before = g.pool.inUse; g.pool.peak = g.pool.inUse; return nil })
+	out := op()
+	_ = g.own.do(func() error { peak = g.pool.peak; return nil })
+	if err := g.Err(); err != nil {
+		t.Fatalf("device error: %v", err)
+	}
+	return out, peak - before - out.(*Tensor).buf.size
+}
+
+// roundingSlack allows for the allocator's size classes: scratch is measured
+// as allocated, the bound applies to the bytes asked for (classes are at most
+// 12.5 % or 512 B larger than the request).
+func roundingSlack(bytes int64, buffers int) int64 { return bytes/8 + int64(buffers)*512 }
+
+// Conv2D in many chunks (a tiny scratch bound, partial last chunks) must
+// match the CPU and keep its scratch within the bound, or within one
+// minimum chunk of convChunkCols columns where that is larger.
+func TestConv2DChunked(t *testing.T) {
+	cases := []struct{ n, c, h, w, o, k, stride, pad int }{
+		{2, 5, 37, 29, 7, 3, 1, 1},   // 1073 pixels
+		{2, 6, 33, 27, 4, 3, 2, 0},   // 16×13 = 208
+		{2, 8, 31, 23, 5, 3, 2, 1},   // 16×12 = 192
+		{2, 4, 41, 35, 6, 1, 2, 0},   // 1×1 stride 2: im2col, 21×18 = 378
+		{2, 5, 17, 19, 4, 1, 1, 1},   // 1×1 padded: im2col, 19×21 = 399
+		{2, 9, 23, 21, 3, 1, 1, 0},   // 1×1 stride 1: direct in fp32, chunked in bf16 past the bound
+		{2, 3, 30, 44, 8, 3, 1, 0},   // 28×42 = 1176
+		{2, 16, 19, 25, 12, 3, 1, 1}, // wide ck = 144
+	}
+	for _, p := range pairs(t, 20) {
+		g := p.gpu.(*gpu)
+		for _, c := range cases {
+			cx, gx := p.in(p.randn(c.n*c.c*c.h*c.w, 1), c.n, c.c, c.h, c.w)
+			ho := (c.h+2*c.pad-c.k)/c.stride + 1
+			wo := (c.w+2*c.pad-c.k)/c.stride + 1
+			ck, hw := int64(c.c*c.k*c.k), int64(ho*wo)
+			for _, prec := range []backend.Precision{backend.Trunk, backend.Head} {
+				cw, gw := p.weight(p.randn(c.o*c.c*c.k*c.k, 0.2), prec, c.o, c.c, c.k, c.k)
+				cb, gb := p.weight(p.randn(c.o, 1), prec, c.o)
+				tol, perElem := headConvTol(p), int64(4)
+				if prec == backend.Trunk {
+					tol = p.tol
+					if p.gpu == fx.bf16 {
+						perElem = 6 // fp32 columns and their bf16 copy
+					}
+				}
+				// 1: the smallest chunk; then ~2.5 and ~4.5 chunks' worth,
+				// which round down to 2 and 4 times convChunkCols (or the
+				// whole image where it is smaller).
+				for _, limit := range []int64{1, ck * perElem * convChunkCols * 5 / 2, ck * perElem * convChunkCols * 9 / 2} {
+					what := fmt.Sprintf("Conv2D %+v prec %d limit %d", c, prec, limit)
+					want := fx.cpu.Conv2D(cx, cw, cb, c.stride, c.pad)
+					p.check(what, g.conv2D(gx, gw, gb, c.stride, c.pad, limit), want, tol)
+					wantNB := fx.cpu.Conv2D(cx, cw, nil, c.stride, c.pad)
+					p.check(what+" no bias", g.conv2D(gx, gw, nil, c.stride, c.pad, limit), wantNB, tol)
+
+					// Measured on a repeat, once the bf16 weight copy exists.
+					out, got := scratchOf(t, g, func() backend.Tensor { return g.conv2D(gx, gw, gb, c.stride, c.pad, limit) })
+					g.Free(out)
+					bound := max(limit, ck*min(convChunkCols, hw)*perElem)
+					bound += roundingSlack(bound, 2)
+					if got > bound {
+						t.Errorf("%s (%s): scratch %d bytes, bound %d", what, p.name(), got, bound)
+					}
+					direct := c.k == 1 && c.stride == 1 && c.pad == 0 && perElem == 4
+					if whole := ck * hw * perElem; limit == 1 && !direct && whole <= bound {
+						t.Fatalf("%s: test case too small: one image's im2col (%d bytes) fits the bound %d", what, whole, bound)
+					}
+				}
+				p.gpu.Free(gw)
+				p.gpu.Free(gb)
+			}
+			p.gpu.Free(gx)
+		}
+	}
+}
+
+// ConvTranspose2D in bands of input rows must match the CPU and keep its
+// product scratch within the bound, or one smallest band (8/gcd(w, 8)
+// rows) where that is larger.
+func TestConvTranspose2DChunked(t *testing.T) {
+	cases := []struct{ n, c, h, w, o, k int }{
+		{2, 6, 21, 11, 5, 2}, // bands of 8 rows: 8+8+5, then 16+5
+		{2, 4, 23, 7, 3, 4},  // 8+8+7, then 16+7
+		{1, 8, 13, 6, 4, 3},  // bands of 4 rows: 4+4+4+1, then 8+5
+		{2, 5, 7, 12, 6, 2},  // bands of 2 rows: 2+2+2+1, then 4+3
+	}
+	for _, p := range pairs(t, 21) {
+		g := p.gpu.(*gpu)
+		for _, c := range cases {
+			cx, gx := p.in(p.randn(c.n*c.c*c.h*c.w, 1), c.n, c.c, c.h, c.w)
+			rowBytes := int64(c.w * c.o * c.k * c.k * 4)
+			step := int64(8 / gcd(c.w, 8))
+			for _, prec := range []backend.Precision{backend.Head, backend.Trunk} {
+				cw, gw := p.weight(p.randn(c.c*c.o*c.k*c.k, 0.3), prec, c.c, c.o, c.k, c.k)
+				cb, gb := p.weight(p.randn(c.o, 1), prec, c.o)
+				tol, xCopy := headConvTol(p), int64(0)
+				if prec == backend.Trunk {
+					tol = p.tol
+					if p.gpu == fx.bf16 {
+						xCopy = int64(c.c*c.h*c.w) * 2 // the image's bf16 copy
+						xCopy += roundingSlack(xCopy, 1)
+					}
+				}
+				for _, limit := range []int64{1, rowBytes * step * 5 / 2} {
+					what := fmt.Sprintf("ConvTranspose2D %+v prec %d limit %d", c, prec, limit)
+					want := fx.cpu.ConvTranspose2D(cx, cw, cb, c.k)
+					p.check(what, g.convTranspose2D(gx, gw, gb, c.k, limit), want, tol)
+					wantNB := fx.cpu.ConvTranspose2D(cx, cw, nil, c.k)
+					p.check(what+" no bias", g.convTranspose2D(gx, gw, nil, c.k, limit), wantNB, tol)
+
+					out, got := scratchOf(t, g, func() backend.Tensor { return g.convTranspose2D(gx, gw, gb, c.k, limit) })
+					g.Free(out)
+					bound := max(limit, rowBytes*min(step, int64(c.h)))
+					bound += roundingSlack(bound, 1) + xCopy
+					if got > bound {
+						t.Errorf("%s (%s): scratch %d bytes, bound %d", what, p.name(), got, bound)
+					}
+					if whole := rowBytes * int64(c.h); limit == 1 && whole+xCopy <= bound {
+						t.Fatalf("%s: test case too small: one image's products (%d bytes) fit the bound %d", what, whole, bound)
+					}
+				}
+				p.gpu.Free(gw)
+				p.gpu.Free(gb)
+			}
+			p.gpu.Free(gx)
+		}
+	}
+}
+
+// The chunk policies themselves: multiples of the granularity, never below
+// it, never above the image.
+func TestConvChunkPolicy(t *testing.T) {
+	for _, c := range []struct {
+		ck, hw       int
+		perElem, lim int64
+		want         int
+	}{
+		{144, 1073, 4, 1, 128},                     // below one chunk: the minimum
+		{144, 100, 4, 1, 100},                      // the image is smaller than the minimum
+		{144, 1073, 4, 144 * 4 * 300, 256},         // 300 columns fit: rounded down to 256
+		{144, 1073, 4, 144 * 4 * 1073, 1073},       // the whole image fits
+		{144, 1073, 6, 144 * 4 * 1073, 640},        // bf16 copy: 715 columns fit
+		{2304, 63936, 4, defaultConvScratch, 7168}, // a DPT-sized layer at the default bound
+	} {
+		if got := convChunk(c.ck, c.hw, c.perElem, c.lim); got != c.want {
+			t.Errorf("convChunk(%d, %d, %d, %d) = %d, want %d", c.ck, c.hw, c.perElem, c.lim, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		h, w, okk int
+		lim       int64
+		want      int
+	}{
+		{13, 11, 20, 1, 8},          // one band of 8 rows (11 is odd)
+		{13, 12, 20, 1, 2},          // 12 pixels a row: 2 rows make 24
+		{13, 16, 20, 1, 1},          // whole rows are already multiples of 8
+		{5, 11, 20, 1, 5},           // the image is smaller than one band
+		{37, 27, 4096, 8 << 20, 16}, // 18 rows fit: a multiple of 8 rows
+		{37, 27, 4096, 1 << 40, 37}, // everything fits
+	} {
+		if got := convTransposeRows(c.h, c.w, c.okk, c.lim); got != c.want {
+			t.Errorf("convTransposeRows(%d, %d, %d, %d) = %d, want %d", c.h, c.w, c.okk, c.lim, got, c.want)
+		}
+	}
+}
+
+// BenchmarkConv2DBound times the full model's largest DPT convolutions (one
+// 518×378 frame, TF32 as in BF16 mode) with the default scratch bound, a
+// larger one and unbounded (one im2col buffer per image, as before
+// chunking), and reports the scratch each took.
+func BenchmarkConv2DBound(b *testing.B) {
+	layers := []struct {
+		name          string
+		c, h, w, o, k int
+	}{
+		{"output_conv2.0", 128, 378, 518, 32, 3},
+		{"output_conv1", 256, 216, 296, 128, 3},
+		{"refinenet1_rcu", 256, 216, 296, 256, 3},
+		{"layer1_rn", 256, 148, 108, 256, 3},
+	}
+	g := fx.bf16.(*gpu)
+	p := pairs(b, 23)[1]
+	for _, l := range layers {
+		x := g.FromHost(p.randn(l.c*l.h*l.w, 1), 1, l.c, l.h, l.w)
+		w := g.Weight("w", p.randn(l.o*l.c*l.k*l.k, 0.03), backend.Head, l.o, l.c, l.k, l.k)
+		bias := g.Weight("b", p.randn(l.o, 0.1), backend.Head, l.o)
+		for _, lim := range []struct {
+			name  string
+			bytes int64
+		}{{"bounded", defaultConvScratch}, {"bound256MiB", 256 << 20}, {"unbounded", 1 << 50}} {
+			b.Run(l.name+"/"+lim.name, func(b *testing.B) {
+				var before, peak int64
+				_ = g.own.do(func() error { before = g.pool.inUse; g.pool.peak = g.pool.inUse; return nil })
+				out := g.conv2D(x, w, bias, 1, 1, lim.bytes)
+				_ = g.own.do(func() error { peak = g.pool.peak; return nil })
+				scratch := peak - before - out.(*Tensor).buf.size
+				g.Free(out)
+				waitGPU(b, g)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					g.Free(g.conv2D(x, w, bias, 1, 1, lim.bytes))
+				}
+				waitGPU(b, g)
+				flops := 2 * float64(l.o) * float64(l.c*l.k*l.k) * float64(l.h*l.w)
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+				b.ReportMetric(float64(scratch)/(1<<20), "scratch-MiB")
+			})
+		}
+		g.Free(x)
+		g.Free(w)
+		g.Free(bias)
+	}
+}
