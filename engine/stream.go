@@ -91,6 +91,30 @@ type input struct {
 	seq   uint64
 	stamp time.Time
 	pix   []float32
+	rgb   *rgbJob
+}
+
+// rgbJob converts a frame's pixels to the 8-bit colours of its Result in a
+// goroutine, so that on a GPU the conversion overlaps the frame's model run
+// instead of following it.
+type rgbJob struct {
+	done chan struct{}
+	rgb  []uint8
+}
+
+func startRGB(pix []float32) *rgbJob {
+	j := &rgbJob{done: make(chan struct{})}
+	go func() {
+		j.rgb = preprocess.ToRGB8(pix)
+		close(j.done)
+	}()
+	return j
+}
+
+// get waits for the colours; results share them read-only.
+func (j *rgbJob) get() []uint8 {
+	<-j.done
+	return j.rgb
 }
 
 // window is the state of one cache lifetime: from a reset to the next.
@@ -206,7 +230,7 @@ func (s *stream) prepare(f Frame) (input, error) {
 	} else if h != s.h || w != s.w {
 		return input{}, fmt.Errorf("engine: frame %d is %d×%d at model resolution but the stream runs at %d×%d: the image size changed", f.Seq, w, h, s.w, s.h)
 	}
-	return input{seq: f.Seq, stamp: f.Stamp, pix: pix}, nil
+	return input{seq: f.Seq, stamp: f.Stamp, pix: pix, rgb: startRGB(pix)}, nil
 }
 
 // windowDone says whether the current window has taken all its frames.
@@ -352,7 +376,7 @@ func (s *stream) result(in input, out *model.Output, i int, kind FrameKind) Resu
 		Seq: in.seq, Stamp: in.stamp, Kind: kind,
 		PoseEnc: enc, Width: s.w, Height: s.h,
 		Window: s.win.index,
-		RGB:    preprocess.ToRGB8(in.pix),
+		RGB:    in.rgb.get(),
 	}
 	r.CamToWorld = geom.PoseEncToCamToWorld(enc)
 	r.Intrinsics = geom.IntrinsicsFromFoV(enc, s.h, s.w)

@@ -108,7 +108,9 @@ func (h *cameraHead) forward(be backend.Backend, last backend.Tensor, store bool
 	defer be.Free(cn)
 
 	iters := len(h.k)
-	out := make([][][poseDim]float32, iters)
+	// Each iteration's encoding stays on the device until the end: one copy
+	// to the host per frame rather than a pipeline stall per iteration.
+	preds := make([]backend.Tensor, 0, iters)
 	var pred backend.Tensor // pre-activation accumulated encoding [S, 9]
 	for i := 0; i < iters; i++ {
 		var u backend.Tensor
@@ -182,14 +184,21 @@ func (h *cameraHead) forward(be backend.Backend, last backend.Tensor, store bool
 		if pred == nil {
 			pred = delta
 		} else {
-			np := be.Add(pred, delta)
-			be.Free(pred)
+			pred = be.Add(pred, delta)
 			be.Free(delta)
-			pred = np
 		}
-		out[i] = activatePose(be.ToHost(pred), s)
+		preds = append(preds, pred)
 	}
-	be.Free(pred)
+	all := be.ConcatRows(preds...) // [iters·S, 9]
+	for _, p := range preds {
+		be.Free(p)
+	}
+	raw := be.ToHost(all)
+	be.Free(all)
+	out := make([][][poseDim]float32, iters)
+	for i := range out {
+		out[i] = activatePose(raw[i*s*poseDim:(i+1)*s*poseDim], s)
+	}
 	if store {
 		h.frames += s
 	}

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
@@ -159,15 +160,21 @@ func (d *dino) forward(be backend.Backend, images [][]float32, h, w int) backend
 	e := d.dim
 	d.prepare(be, gh, gw)
 
-	norm := make([]float32, 0, s*3*h*w)
-	for _, img := range images {
+	// One goroutine a plane: on a GPU this runs while the device waits.
+	norm := make([]float32, s*3*h*w)
+	var wg sync.WaitGroup
+	for i, img := range images {
 		for ch := 0; ch < 3; ch++ {
-			m, sd := imagenetMean[ch], imagenetStd[ch]
-			for _, v := range img[ch*h*w : (ch+1)*h*w] {
-				norm = append(norm, (v-m)/sd)
-			}
+			wg.Go(func() {
+				m, sd := imagenetMean[ch], imagenetStd[ch]
+				dst := norm[(i*3+ch)*h*w : (i*3+ch+1)*h*w]
+				for j, v := range img[ch*h*w : (ch+1)*h*w] {
+					dst[j] = (v - m) / sd
+				}
+			})
 		}
 	}
+	wg.Wait()
 	x := be.FromHost(norm, s, 3, h, w)
 	conv := be.Conv2D(x, d.projW, d.projB, d.patch, 0) // [S, E, gh, gw]
 	be.Free(x)
