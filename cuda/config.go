@@ -52,8 +52,9 @@ type Config struct {
 	EagerKV bool
 	// Profile times every operation on the device with CUDA events (no
 	// synchronisation, so the stream runs as it does unprofiled) and logs the
-	// time per operation kind and the device's idle time at Close; what ran
-	// before the first Trim (compilation, phase 1) is left out.
+	// time per operation kind and the device's idle time at Close. Each Trim
+	// (the engine's, after a phase 1) starts it afresh, so compilation and
+	// phase 1 are left out.
 	// DefaultConfig sets it when LINGBOTMAP_CUDA_PROFILE=1.
 	Profile bool
 	// Logger receives compile and memory events; nil means slog.Default().
