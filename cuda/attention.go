@@ -155,11 +155,6 @@ func (g *gpu) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pag
 			// Nothing cached yet: the reference returns zeros.
 			return cu.MemsetD32(out.ptr(), 0, int64(qt.numel()))
 		}
-		for _, p := range pages {
-			if err := st.back(int(p)); err != nil { // normally written before, so backed
-				return err
-			}
-		}
 		table, err := st.table(pages)
 		if err != nil {
 			return err

@@ -30,7 +30,6 @@ type kvStore struct {
 	// backed[p] says page p has memory (always true with eager storage).
 	backed []bool
 	g      *gpu
-	pool   *pool
 	// The page table lives on the device; uploading is skipped when a block
 	// asks for the same table as the previous one (all global blocks share it).
 	pt     *buffer
@@ -61,7 +60,7 @@ func (s *kvStore) back(p int) error {
 	}
 	pb := s.pageBytes()
 	added, err := s.vm.ensure(int64(p)*pb, pb)
-	s.pool.external(added, catKV)
+	s.g.pool.external(added, catKV)
 	if err != nil {
 		free, total, _ := memInfo()
 		return fmt.Errorf("the KV cache could not get memory for page %d (%s for %d layers; the GPU has %s free of %s): %w",
@@ -92,7 +91,7 @@ func (g *gpu) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 	if err := g.Err(); err != nil {
 		return nil, err
 	}
-	st := &kvStore{spec: spec, bf: g.cfg.Precision == BF16, elem: 4, g: g, pool: &g.pool, backed: make([]bool, spec.Pages)}
+	st := &kvStore{spec: spec, bf: g.cfg.Precision == BF16, elem: 4, g: g, backed: make([]bool, spec.Pages)}
 	if st.bf {
 		st.elem = 2
 	}
@@ -158,15 +157,15 @@ func (g *gpu) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 // free gives the store's memory back (owner thread).
 func (s *kvStore) free() {
 	for _, b := range s.bufs {
-		s.pool.put(b)
+		s.g.pool.put(b)
 	}
 	s.bufs = nil
 	if s.vm != nil {
-		s.pool.external(-s.vm.bytes, catKV)
+		s.g.pool.external(-s.vm.bytes, catKV)
 		s.vm.release()
 		s.vm = nil
 	}
-	s.pool.put(s.pt)
+	s.g.pool.put(s.pt)
 	s.pt = nil
 	s.k, s.v = nil, nil
 	clear(s.backed)
@@ -191,6 +190,13 @@ func (s *kvStore) table(pages []int32) (cu.DevicePtr, error) {
 		return 0, fmt.Errorf("page table of %d pages for a store of %d", len(pages), s.spec.Pages)
 	}
 	if !slices.Equal(pages, s.ptHost) {
+		// Pages are normally written, so backed, before they are attended;
+		// checked once per new table, not per layer.
+		for _, p := range pages {
+			if err := s.back(int(p)); err != nil {
+				return 0, err
+			}
+		}
 		if err := cu.MemcpyHtoD(s.pt.ptr, unsafe.Pointer(&pages[0]), int64(len(pages))*4); err != nil {
 			return 0, err
 		}

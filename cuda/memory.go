@@ -287,13 +287,13 @@ func human(n int64) string {
 }
 
 // newTensor allocates an uninitialised tensor (owner thread only).
-func (g *gpu) newTensor(shape []int) (*Tensor, error) {
+func (g *gpu) newTensor(shape []int, cat memCat) (*Tensor, error) {
 	for _, d := range shape {
 		if d < 0 {
 			return nil, fmt.Errorf("negative dimension in shape %v", shape)
 		}
 	}
-	buf, err := g.pool.get(int64(backend.Numel(shape)) * 4)
+	buf, err := g.pool.getAs(int64(backend.Numel(shape))*4, cat)
 	if err != nil {
 		return nil, err
 	}
@@ -415,25 +415,10 @@ func (g *gpu) upload(data []float32, shape []int, weight, trunk bool) backend.Te
 		return g.output(shape, "upload", func(t *Tensor) error { return g.fill(t, data, false) })
 	}
 	// Parameters get an exact size class: they live as long as the model.
-	var out *Tensor
-	g.run("upload", func() error {
-		buf, err := g.pool.getAs(int64(len(data))*4, catWeight)
-		if err != nil {
-			return err
-		}
-		buf.trunk = trunk
-		t := &Tensor{buf: buf, shape: append([]int(nil), shape...)}
-		if err := g.fill(t, data, trunk); err != nil {
-			g.pool.put(buf)
-			return err
-		}
-		out = t
-		return nil
+	return g.outputAs(shape, "upload", catWeight, func(t *Tensor) error {
+		t.buf.trunk = trunk
+		return g.fill(t, data, trunk)
 	})
-	if out == nil {
-		return placeholder(shape)
-	}
-	return out
 }
 
 // fill copies data into t, rounding it to bf16 for a trunk parameter.
@@ -517,12 +502,17 @@ func (g *gpu) Free(t backend.Tensor) {
 	})
 }
 
-// output allocates a tensor and fills it with fn on the owner thread; after
-// a device error it returns a placeholder.
+// output allocates an activation tensor and fills it with fn on the owner
+// thread; after a device error it returns a placeholder.
 func (g *gpu) output(shape []int, op string, fn func(out *Tensor) error) *Tensor {
+	return g.outputAs(shape, op, catOther, fn)
+}
+
+// outputAs is output for memory of the given kind (size class and breakdown).
+func (g *gpu) outputAs(shape []int, op string, cat memCat, fn func(out *Tensor) error) *Tensor {
 	var out *Tensor
 	g.run(op, func() error {
-		t, err := g.newTensor(shape)
+		t, err := g.newTensor(shape, cat)
 		if err != nil {
 			return err
 		}
