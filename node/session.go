@@ -40,6 +40,13 @@ type session struct {
 }
 
 func (s *session) close() {
+	s.closeEndpoints()
+	s.gn.Close()
+}
+
+// closeEndpoints stops the session's work and closes what it registered on
+// gn, but not gn itself.
+func (s *session) closeEndpoints() {
 	s.cancel()
 	for _, sub := range s.subs {
 		sub.Close()
@@ -52,7 +59,6 @@ func (s *session) close() {
 			p.Close()
 		}
 	}
-	s.gn.Close()
 }
 
 // attach registers publishers, subscribers and services on gn. On error the
@@ -61,18 +67,7 @@ func (n *Node) attach(gn *goroslib.Node) (*session, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &session{gn: gn, ctx: ctx, cancel: cancel}
 	fail := func(what string, err error) (*session, error) {
-		cancel()
-		for _, sub := range s.subs {
-			sub.Close()
-		}
-		for _, sp := range s.srvs {
-			sp.Close()
-		}
-		for _, p := range []*goroslib.Publisher{s.pose, s.path, s.odom, s.cloud, s.mapPub, s.depth, s.tf, s.tfStatic, s.diag} {
-			if p != nil {
-				p.Close()
-			}
-		}
+		s.closeEndpoints()
 		return nil, fmt.Errorf("node: %s: %w", what, err)
 	}
 	pub := func(dst **goroslib.Publisher, name string, msg any, latch bool) error {
