@@ -187,6 +187,27 @@ func (u *unpickler) popMark() ([]any, error) {
 	return items, nil
 }
 
+// memoIndex reads the memo index of a PUT or GET opcode: a decimal line for
+// the text forms (p, g), one byte for BINPUT/BINGET (q, h), four for the
+// LONG_ forms (r, j).
+func (u *unpickler) memoIndex(op byte) (uint64, error) {
+	switch op {
+	case 'q', 'h':
+		return u.readUint(1)
+	case 'r', 'j':
+		return u.readUint(4)
+	}
+	line, err := u.readLine()
+	if err != nil {
+		return 0, err
+	}
+	idx, err := strconv.ParseUint(line, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("bad memo index %q", line)
+	}
+	return idx, nil
+}
+
 func (u *unpickler) memoPut(idx uint64) error {
 	v, err := u.top()
 	if err != nil {
@@ -450,48 +471,16 @@ func (u *unpickler) step(op byte) error {
 			return err
 		}
 		return u.push(&pyList{items: items})
-	case 'p': // PUT
-		line, err := u.readLine()
-		if err != nil {
-			return err
-		}
-		idx, err := strconv.ParseUint(line, 10, 32)
-		if err != nil {
-			return fmt.Errorf("bad memo index %q", line)
-		}
-		return u.memoPut(idx)
-	case 'q': // BINPUT
-		idx, err := u.readUint(1)
-		if err != nil {
-			return err
-		}
-		return u.memoPut(idx)
-	case 'r': // LONG_BINPUT
-		idx, err := u.readUint(4)
+	case 'p', 'q', 'r': // PUT, BINPUT, LONG_BINPUT
+		idx, err := u.memoIndex(op)
 		if err != nil {
 			return err
 		}
 		return u.memoPut(idx)
 	case 0x94: // MEMOIZE
 		return u.memoPut(uint64(len(u.memo)))
-	case 'g': // GET
-		line, err := u.readLine()
-		if err != nil {
-			return err
-		}
-		idx, err := strconv.ParseUint(line, 10, 32)
-		if err != nil {
-			return fmt.Errorf("bad memo index %q", line)
-		}
-		return u.memoGet(idx)
-	case 'h': // BINGET
-		idx, err := u.readUint(1)
-		if err != nil {
-			return err
-		}
-		return u.memoGet(idx)
-	case 'j': // LONG_BINGET
-		idx, err := u.readUint(4)
+	case 'g', 'h', 'j': // GET, BINGET, LONG_BINGET
+		idx, err := u.memoIndex(op)
 		if err != nil {
 			return err
 		}
