@@ -39,7 +39,6 @@ const faStage = 2 * mmaTK * 72 * 2
 const (
 	pagedFA     = ""      // default: attn_fa2_paged_bf, two cp.async stages (measured 3% faster than three)
 	pagedFA3    = "fa3"   // attn_fa_paged_bf, the same with three stages
-	pagedMMA2   = "mma2"  // the previous 16-row pipelined kernel
 	pagedSimple = "mma"   // the unpipelined 16-row kernel
 	pagedExact  = "exact" // the fp32 FMA kernel on the bf16 cache
 )
@@ -164,8 +163,6 @@ func (g *gpu) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pag
 		switch {
 		case fast && g.pagedVariant == pagedSimple:
 			k = attnKernel{module: "attention_mma", name: "attn_mma_paged_bf", bq: mmaBQ, tk: mmaTK}
-		case fast && g.pagedVariant == pagedMMA2:
-			k = attnKernel{module: "attention_mma", name: "attn_mma2_paged_bf", bq: mmaBQ, tk: mmaTK}
 		case fast && g.pagedVariant == pagedFA3:
 			k = attnKernel{module: "attention_mma", name: "attn_fa_paged_bf", bq: faBQ, tk: mmaTK, perSM: 2, smem: 3 * faStage}
 		case fast && g.pagedVariant == pagedFA:

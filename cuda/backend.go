@@ -58,7 +58,7 @@ func New(cfg Config) (Backend, error) {
 	// For timing the paged attention kernels against each other in a whole
 	// frame (cuda/scripts/run.sh).
 	switch v := os.Getenv("LINGBOTMAP_CUDA_PAGED_KERNEL"); v {
-	case pagedFA, pagedFA3, pagedMMA2, pagedSimple, pagedExact:
+	case pagedFA, pagedFA3, pagedSimple, pagedExact:
 		g.pagedVariant = v
 	default:
 		log.Warn("cuda: unknown LINGBOTMAP_CUDA_PAGED_KERNEL, using the default", "value", v)

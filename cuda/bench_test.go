@@ -67,7 +67,7 @@ func BenchmarkPagedAttention(b *testing.B) {
 	}
 	q := g.FromHost(p.randn(nq*h*d, 1), nq, h, d)
 	keys := float64(frames*ps + specials)
-	for _, variant := range []string{pagedFA, pagedFA3, pagedMMA2} {
+	for _, variant := range []string{pagedFA, pagedFA3} {
 		name := "fa2"
 		if variant != pagedFA {
 			name = variant

@@ -219,11 +219,11 @@ extern "C" __global__ void __launch_bounds__(128) attn_mma_dense(const float* q,
 }
 
 // ---------------------------------------------------------------------------
-// Pipelined variant for the paged bf16 cache: K and V tiles are copied
+// Helpers of the pipelined paged kernel below: K and V tiles are copied
 // straight from the pages into shared memory with cp.async (16-byte chunks,
-// zero-filled past the last key), double-buffered so that the next tile
-// loads while this one is computed; V stays [key][dim] and its B fragments
-// come from ldmatrix.trans instead of transposing stores.
+// zero-filled past the last key) while the previous tile is computed; V stays
+// [key][dim] and its B fragments come from ldmatrix.trans instead of
+// transposing stores.
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
     unsigned r;
@@ -243,167 +243,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_addr(p)));
-}
-
-extern "C" __global__ void __launch_bounds__(128) attn_mma2_paged_bf(const float* __restrict__ q, const bf16_t* __restrict__ k,
-                                                                     const bf16_t* __restrict__ v, const int* __restrict__ pages,
-                                                                     int ps, int nq, int nk, int h, float scale,
-                                                                     float* __restrict__ out, float* __restrict__ pm,
-                                                                     float* __restrict__ pl) {
-    __shared__ __align__(16) bf16_t ks[2][MK * SROW];
-    __shared__ __align__(16) bf16_t vs[2][MK * SROW];
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
-    const int hd = blockIdx.y % h; // batch 1: the paged cache serves one stream
-    const i64 ld = (i64)h * HD;
-
-    const int nsplit = gridDim.z;
-    int chunk = (nk + nsplit - 1) / nsplit;
-    chunk = (chunk + MK - 1) / MK * MK;
-    const int k0 = blockIdx.z * chunk;
-    const int k1 = min(nk, k0 + chunk);
-    const int ntiles = k1 > k0 ? (k1 - k0 + MK - 1) / MK : 0;
-
-    // Each thread copies 4 of the 512 16-byte chunks of K and of V per tile.
-    auto load_tile = [&](int t, int stage) {
-        const int t0 = k0 + t * MK;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int c = tid + i * 128;
-            const int j = c >> 3, d0 = (c & 7) * 8;
-            const int gk = t0 + j;
-            const bool in = gk < k1;
-            const int gg = in ? gk : k0; // a valid address even when zero-filling
-            const i64 off = ((i64)pages[gg / ps] * ps + (gg % ps)) * ld + (i64)hd * HD + d0;
-            cp_async16(&ks[stage][j * SROW + d0], k + off, in);
-            cp_async16(&vs[stage][j * SROW + d0], v + off, in);
-        }
-        cp_async_commit();
-    };
-    if (ntiles > 0) load_tile(0, 0);
-
-    const int r0 = blockIdx.x * MQ + warp * 16 + g, r1 = r0 + 8;
-    const bool ok0 = r0 < nq, ok1 = r1 < nq;
-    unsigned qa[4][4];
-    {
-        const float* q0 = q + (i64)(ok0 ? r0 : 0) * ld + (i64)hd * HD;
-        const float* q1 = q + (i64)(ok1 ? r1 : 0) * ld + (i64)hd * HD;
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            const int c = kk * 16 + 2 * tg;
-            const float2 z = make_float2(0.f, 0.f);
-            const float2 x0 = ok0 ? *(const float2*)(q0 + c) : z, x1 = ok1 ? *(const float2*)(q1 + c) : z;
-            const float2 y0 = ok0 ? *(const float2*)(q0 + c + 8) : z, y1 = ok1 ? *(const float2*)(q1 + c + 8) : z;
-            qa[kk][0] = pack_bf16(x0.x, x0.y);
-            qa[kk][1] = pack_bf16(x1.x, x1.y);
-            qa[kk][2] = pack_bf16(y0.x, y0.y);
-            qa[kk][3] = pack_bf16(y1.x, y1.y);
-        }
-    }
-    const float sl2 = scale * 1.4426950408889634f;
-    float o[8][4];
-#pragma unroll
-    for (int i = 0; i < 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
-
-    for (int t = 0; t < ntiles; t++) {
-        const int stage = t & 1;
-        if (t + 1 < ntiles) {
-            load_tile(t + 1, stage ^ 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
-        const int nt = min(MK, k1 - (k0 + t * MK));
-        const bf16_t* kt = ks[stage];
-        const bf16_t* vt = vs[stage];
-
-        float s[8][4];
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) {
-                const bf16_t* kr = &kt[(n * 8 + g) * SROW + kk * 16 + 2 * tg];
-                mma_bf16(s[n], qa[kk], *(const unsigned*)kr, *(const unsigned*)(kr + 8));
-            }
-        }
-        float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const bool in = n * 8 + 2 * tg + e < nt;
-                s[n][e] = in ? s[n][e] * sl2 : -INFINITY;
-                s[n][2 + e] = in ? s[n][2 + e] * sl2 : -INFINITY;
-                mx0 = fmaxf(mx0, s[n][e]);
-                mx1 = fmaxf(mx1, s[n][2 + e]);
-            }
-        }
-        const float mn0 = fmaxf(m0, quad_max(mx0)), mn1 = fmaxf(m1, quad_max(mx1));
-        const float c0 = exp2f(m0 - mn0), c1 = exp2f(m1 - mn1);
-        m0 = mn0;
-        m1 = mn1;
-        l0 *= c0;
-        l1 *= c1;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            o[i][0] *= c0; o[i][1] *= c0;
-            o[i][2] *= c1; o[i][3] *= c1;
-        }
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            float p[2][4];
-#pragma unroll
-            for (int u = 0; u < 2; u++) {
-                p[u][0] = exp2f(s[2 * kk + u][0] - mn0);
-                p[u][1] = exp2f(s[2 * kk + u][1] - mn0);
-                p[u][2] = exp2f(s[2 * kk + u][2] - mn1);
-                p[u][3] = exp2f(s[2 * kk + u][3] - mn1);
-                l0 += p[u][0] + p[u][1];
-                l1 += p[u][2] + p[u][3];
-            }
-            const unsigned a[4] = {pack_bf16(p[0][0], p[0][1]), pack_bf16(p[0][2], p[0][3]),
-                                   pack_bf16(p[1][0], p[1][1]), pack_bf16(p[1][2], p[1][3])};
-            // Rows kk·16 + (lane & 15) of V; lanes 16–31 address the next 8 dims.
-            const bf16_t* vrow = &vt[(kk * 16 + (lane & 15)) * SROW + (lane >> 4) * 8];
-#pragma unroll
-            for (int n = 0; n < 8; n += 2) {
-                unsigned b[4];
-                ldmatrix_x4_trans(b, vrow + n * 8);
-                mma_bf16(o[n], a, b[0], b[1]);
-                mma_bf16(o[n + 1], a, b[2], b[3]);
-            }
-        }
-        __syncthreads(); // this stage is refilled two tiles from now
-    }
-    l0 = quad_sum(l0);
-    l1 = quad_sum(l1);
-
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int r = half ? r1 : r0;
-        if (r >= nq) continue;
-        const float m = half ? m1 : m0, l = half ? l1 : l0;
-        float* dst;
-        float mul = 1.f;
-        if (nsplit == 1) {
-            dst = out + (i64)r * ld + (i64)hd * HD;
-            mul = l > 0.f ? 1.f / l : 0.f;
-        } else {
-            const i64 prow = ((i64)blockIdx.z * nq + r) * h + hd;
-            dst = out + prow * HD;
-            if (tg == 0) {
-                pm[prow] = m;
-                pl[prow] = l;
-            }
-        }
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-            const int c = n * 8 + 2 * tg;
-            *(float2*)(dst + c) = make_float2(o[n][2 * half] * mul, o[n][2 * half + 1] * mul);
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------
