@@ -2,16 +2,14 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"sync"
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
+	"github.com/lingbotmap/lingbotmap/internal/golden"
 )
 
 // ReplayStream is an engine.Stream that answers with a golden case's
@@ -40,27 +38,19 @@ type ReplayStream struct {
 // NewReplayStream loads dir/outputs.safetensors, dir/inputs.safetensors (for
 // the colours) and dir/manifest.json (for the number of scale frames).
 func NewReplayStream(dir string) (*ReplayStream, error) {
-	out, err := weights.OpenSafeTensors(filepath.Join(dir, "outputs.safetensors"))
+	out, err := golden.Open(dir, golden.OutputsFile)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	defer out.Close()
-	in, err := weights.OpenSafeTensors(filepath.Join(dir, "inputs.safetensors"))
+	in, err := golden.Open(dir, golden.InputsFile)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	defer in.Close()
-	man, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	m, err := golden.Load(dir)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
-	}
-	var m struct {
-		Settings struct {
-			NumScaleFrames int `json:"num_scale_frames"`
-		} `json:"settings"`
-	}
-	if err := json.Unmarshal(man, &m); err != nil {
-		return nil, fmt.Errorf("replay: %s/manifest.json is not valid JSON: %w", dir, err)
 	}
 
 	inf, ok := out.Info("depth_conf")

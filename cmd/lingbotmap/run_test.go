@@ -25,7 +25,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/render"
 	"github.com/lingbotmap/lingbotmap/engine/source"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
-	"github.com/lingbotmap/lingbotmap/engine/weights"
+	"github.com/lingbotmap/lingbotmap/internal/golden"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
 	"github.com/lingbotmap/lingbotmap/msgs/bag"
 )
@@ -469,14 +469,15 @@ func TestRunVideoAndBagInputs(t *testing.T) {
 // (depth unprojected with the predicted pose and intrinsics) on the golden
 // stream: every pixel, every frame.
 func TestUnprojectMatchesReference(t *testing.T) {
-	path, err := shared.Path("golden", "stream_kf1", "outputs.safetensors")
+	dir, err := shared.Path("golden", "stream_kf1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := weights.OpenSafeTensors(path)
+	st, err := golden.Open(dir, golden.OutputsFile)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer st.Close()
 	get := func(name string) []float32 {
 		v, err := st.Float32(name)
 		if err != nil {
@@ -540,10 +541,15 @@ func TestRunGoldenImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := weights.OpenSafeTensors(filepath.Join(dir, "outputs.safetensors"))
+	man, err := golden.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	st, err := golden.Open(dir, golden.OutputsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
 	poseEnc, err := st.Float32("pose_enc")
 	if err != nil {
 		t.Fatal(err)
@@ -563,9 +569,10 @@ func TestRunGoldenImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The golden settings (manifest.json): 70 px wide, 3 scale frames, a
-	// sliding window of 4, every frame a keyframe.
-	o.cfg.ImageWidth, o.cfg.ScaleFrames, o.cfg.SlidingWindow, o.cfg.MaxFrames = 70, 3, 4, 256
+	// The golden settings (70 px wide, 3 scale frames, a sliding window of 4,
+	// every frame a keyframe).
+	o.cfg.ImageWidth, o.cfg.ScaleFrames = man.Config.ImgW, man.Settings.NumScaleFrames
+	o.cfg.SlidingWindow, o.cfg.MaxFrames = man.Settings.KVSlidingWindow, man.Config.MaxFrameNum
 	if err := runRun(context.Background(), o, true); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/preprocess"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
+	"github.com/lingbotmap/lingbotmap/internal/golden"
 )
 
 type verifyOptions struct {
@@ -63,68 +64,8 @@ the frames compared.`,
 	return cmd
 }
 
-// manifest is the part of make_golden.py's manifest.json that verify uses.
-type manifest struct {
-	Config struct {
-		SelectedIdx []int `json:"selected_idx"`
-		MaxFrameNum int   `json:"max_frame_num"`
-	} `json:"config"`
-	Settings struct {
-		Mode              string   `json:"mode"`
-		KeyframeInterval  int      `json:"keyframe_interval"`
-		NumScaleFrames    int      `json:"num_scale_frames"`
-		KVScaleFrames     int      `json:"kv_cache_scale_frames"`
-		KVSlidingWindow   int      `json:"kv_cache_sliding_window"`
-		WindowSize        int      `json:"window_size"`
-		OverlapSize       *int     `json:"overlap_size"`
-		OverlapKeyframes  *int     `json:"overlap_keyframes"`
-		CameraIterations  int      `json:"camera_num_iterations"`
-		FlowThreshold     float64  `json:"flow_threshold"`
-		MaxNonKeyframeGap int      `json:"max_non_keyframe_gap"`
-		Frames            int      `json:"frames"`
-		ImageHW           []int    `json:"image_hw"`
-		Dtype             string   `json:"dtype"`
-		ImageFiles        []string `json:"image_files"`
-	} `json:"settings"`
-	FrameType []int `json:"frame_type"`
-	PerCall   []struct {
-		Call       int  `json:"call"`
-		FramesIn   int  `json:"frames_in"`
-		SkipAppend bool `json:"skip_append"`
-		After      struct {
-			FrameCount    int `json:"frame_count"`
-			ScalePages    int `json:"scale_pages"`
-			LivePages     int `json:"live_pages"`
-			FreePages     int `json:"free_pages"`
-			SpecialTokens int `json:"special_tokens"`
-			VisiblePages  int `json:"visible_pages"`
-			LastPageLen   int `json:"last_page_len"`
-			PageSize      int `json:"page_size"`
-		} `json:"fi_after"`
-		CameraCacheFrames int `json:"camera_cache_frames"`
-	} `json:"per_call"`
-	Events []struct {
-		Event      string   `json:"event"`
-		AfterCall  *int     `json:"after_call"`
-		BeforeCall *int     `json:"before_call"`
-		Value      *float64 `json:"value"`
-	} `json:"events"`
-}
-
-func readManifest(dir string) (*manifest, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
-	if err != nil {
-		return nil, err
-	}
-	var m manifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s/manifest.json: %w", dir, err)
-	}
-	return &m, nil
-}
-
-// engineConfig maps the manifest's settings onto the engine's.
-func (m *manifest) engineConfig() (engine.Config, error) {
+// engineConfigFor maps the manifest's settings onto the engine's.
+func engineConfigFor(m *golden.Manifest) (engine.Config, error) {
 	s := m.Settings
 	cfg := engine.DefaultConfig()
 	if s.KVScaleFrames != 0 && s.KVScaleFrames != s.NumScaleFrames {
@@ -205,11 +146,11 @@ type verifyReport struct {
 }
 
 func runVerify(ctx context.Context, o *verifyOptions, out io.Writer) error {
-	m, err := readManifest(o.dir)
+	m, err := golden.Load(o.dir)
 	if err != nil {
 		return err
 	}
-	cfg, err := m.engineConfig()
+	cfg, err := engineConfigFor(m)
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.dir, err)
 	}
@@ -226,12 +167,12 @@ func runVerify(ctx context.Context, o *verifyOptions, out io.Writer) error {
 		}
 	}
 
-	in, err := weights.OpenSafeTensors(filepath.Join(o.dir, "inputs.safetensors"))
+	in, err := golden.Open(o.dir, golden.InputsFile)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	ref, err := weights.OpenSafeTensors(filepath.Join(o.dir, "outputs.safetensors"))
+	ref, err := golden.Open(o.dir, golden.OutputsFile)
 	if err != nil {
 		return err
 	}
@@ -449,7 +390,7 @@ func compareOutputs(rep *verifyReport, ref *weights.SafeTensors, results []engin
 }
 
 // compareSchedule checks the cache bookkeeping after every call and the flow decisions.
-func compareSchedule(rep *verifyReport, m *manifest, trace []engine.TraceEvent, flowTol float64, problem func(string, ...any)) {
+func compareSchedule(rep *verifyReport, m *golden.Manifest, trace []engine.TraceEvent, flowTol float64, problem func(string, ...any)) {
 	var calls []engine.TraceEvent
 	var decisions []engine.TraceEvent
 	for _, ev := range trace {
@@ -466,7 +407,7 @@ func compareSchedule(rep *verifyReport, m *manifest, trace []engine.TraceEvent, 
 	bad := 0
 	for i := 0; i < min(len(calls), len(m.PerCall)); i++ {
 		want, got := m.PerCall[i], calls[i]
-		a := want.After
+		a := want.FIAfter
 		s := got.Stats
 		if got.Frames != want.FramesIn || got.SkipAppend != want.SkipAppend ||
 			s.FrameCount != a.FrameCount || s.ScalePages != a.ScalePages || s.LivePages != a.LivePages ||

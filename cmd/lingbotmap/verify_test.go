@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lingbotmap/lingbotmap/internal/golden"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
 )
 
@@ -26,7 +27,7 @@ func goldenCases(t *testing.T) []string {
 	var dirs []string
 	for _, e := range entries {
 		d := filepath.Join(root, e.Name())
-		if _, err := os.Stat(filepath.Join(d, "manifest.json")); err == nil {
+		if _, err := os.Stat(filepath.Join(d, golden.ManifestFile)); err == nil {
 			dirs = append(dirs, d)
 		}
 	}

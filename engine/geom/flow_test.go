@@ -1,47 +1,22 @@
 package geom
 
 import (
-	"encoding/json"
 	"math"
-	"os"
 	"testing"
 
+	goldencase "github.com/lingbotmap/lingbotmap/internal/golden"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
 )
 
-type goldenManifest struct {
-	Settings struct {
-		NumScaleFrames    int     `json:"num_scale_frames"`
-		FlowThreshold     float32 `json:"flow_threshold"`
-		MaxNonKeyframeGap int     `json:"max_non_keyframe_gap"`
-		KeyframeInterval  int     `json:"keyframe_interval"`
-		WindowSize        int     `json:"window_size"`
-		OverlapSize       *int    `json:"overlap_size"`
-		OverlapKeyframes  *int    `json:"overlap_keyframes"`
-		Frames            int     `json:"frames"`
-	} `json:"settings"`
-	FrameType []int `json:"frame_type"`
-	Events    []struct {
-		Event      string  `json:"event"`
-		AfterCall  *int    `json:"after_call"`
-		BeforeCall *int    `json:"before_call"`
-		Value      float64 `json:"value"`
-	} `json:"events"`
-}
-
-func loadManifest(t *testing.T, c string) goldenManifest {
+func loadManifest(t *testing.T, c string) *goldencase.Manifest {
 	t.Helper()
-	p, err := shared.Path("golden", c, "manifest.json")
+	dir, err := shared.Path("golden", c)
 	if err != nil {
 		t.Fatalf("golden data: %v", err)
 	}
-	b, err := os.ReadFile(p)
+	m, err := goldencase.Load(dir)
 	if err != nil {
 		t.Fatalf("golden data: %v", err)
-	}
-	var m goldenManifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatalf("%s: %v", p, err)
 	}
 	return m
 }
@@ -67,7 +42,10 @@ func TestFlowKeyframesMatchGolden(t *testing.T) {
 	for _, e := range m.Events {
 		switch e.Event {
 		case "flow":
-			flows[*e.AfterCall] = e.Value
+			if e.Value == nil {
+				t.Fatalf("flow event after call %d has no value", *e.AfterCall)
+			}
+			flows[*e.AfterCall] = *e.Value
 		case "commit", "rollback":
 			decisions[*e.AfterCall] = e.Event == "commit"
 		}
@@ -76,7 +54,7 @@ func TestFlowKeyframesMatchGolden(t *testing.T) {
 		t.Fatalf("manifest logs %d flow values, want %d", len(flows), len(enc)-ns)
 	}
 
-	kf := NewFlowKeyframes(m.Settings.FlowThreshold, m.Settings.MaxNonKeyframeGap, ns, enc[ns-1])
+	kf := NewFlowKeyframes(float32(m.Settings.FlowThreshold), m.Settings.MaxNonKeyframeGap, ns, enc[ns-1])
 	var worst float64
 	for f := ns; f < len(enc); f++ {
 		call := f - ns + 1

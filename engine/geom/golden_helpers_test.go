@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/lingbotmap/lingbotmap/engine/weights"
+	goldencase "github.com/lingbotmap/lingbotmap/internal/golden"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
 )
 
@@ -22,15 +23,11 @@ func golden(t *testing.T, elem ...string) func(name string) ([]float32, []int) {
 	t.Cleanup(func() { st.Close() })
 	return func(name string) ([]float32, []int) {
 		t.Helper()
-		inf, ok := st.Info(name)
-		if !ok {
-			t.Fatalf("%s: no tensor %q", p, name)
-		}
-		data, err := st.Float32(name)
+		data, shape, err := goldencase.Tensor(st, name)
 		if err != nil {
-			t.Fatalf("%s: %v", p, err)
+			t.Fatal(err)
 		}
-		return data, inf.Shape
+		return data, shape
 	}
 }
 

@@ -1,11 +1,10 @@
 package kvcache
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/lingbotmap/lingbotmap/internal/golden"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
 )
 
@@ -13,47 +12,7 @@ import (
 // statistics around every forward call; replaying the same call sequence on a
 // Cache must reproduce them exactly.
 
-type fiStats struct {
-	FrameCount    *int `json:"frame_count"`
-	ScalePages    int  `json:"scale_pages"`
-	LivePages     int  `json:"live_pages"`
-	FreePages     *int `json:"free_pages"`
-	SpecialTokens int  `json:"special_tokens"`
-	VisiblePages  int  `json:"visible_pages"`
-	LastPageLen   int  `json:"last_page_len"`
-	PageSize      *int `json:"page_size"`
-	KVTokens      *int `json:"kv_tokens"`
-}
-
-type manifest struct {
-	Config struct {
-		ScaleFrames   int `json:"scale_frames"`
-		SlidingWindow int `json:"sliding_window"`
-		MaxFrameNum   int `json:"max_frame_num"`
-	} `json:"config"`
-	Settings struct {
-		ScaleFrames   int `json:"kv_cache_scale_frames"`
-		SlidingWindow int `json:"kv_cache_sliding_window"`
-	} `json:"settings"`
-	PerCall []struct {
-		Call        int      `json:"call"`
-		FramesIn    int      `json:"frames_in"`
-		SkipAppend  bool     `json:"skip_append"`
-		FIAfter     fiStats  `json:"fi_after"`
-		FIAttended  *fiStats `json:"fi_attended"`
-		TFPBefore   int      `json:"tfp_before"`
-		TFPAfter    int      `json:"tfp_after"`
-		RopeFirst   int      `json:"rope_frame_index_first"`
-		CameraCache int      `json:"camera_cache_frames"`
-	} `json:"per_call"`
-	Events []struct {
-		Event      string `json:"event"`
-		BeforeCall *int   `json:"before_call"`
-		AfterCall  *int   `json:"after_call"`
-	} `json:"events"`
-}
-
-func loadManifests(t *testing.T) map[string]*manifest {
+func loadManifests(t *testing.T) map[string]*golden.Manifest {
 	t.Helper()
 	dir, err := shared.Path("golden")
 	if err != nil {
@@ -63,15 +22,11 @@ func loadManifests(t *testing.T) map[string]*manifest {
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no golden manifests under %s (err %v)", dir, err)
 	}
-	out := map[string]*manifest{}
+	out := map[string]*golden.Manifest{}
 	for _, p := range paths {
-		b, err := os.ReadFile(p)
+		m, err := golden.Load(filepath.Dir(p))
 		if err != nil {
 			t.Fatal(err)
-		}
-		m := &manifest{}
-		if err := json.Unmarshal(b, m); err != nil {
-			t.Fatalf("%s: %v", p, err)
 		}
 		out[filepath.Base(filepath.Dir(p))] = m
 	}
@@ -92,14 +47,14 @@ func TestGoldenReplay(t *testing.T) {
 	}
 }
 
-func replay(t *testing.T, m *manifest) {
+func replay(t *testing.T, m *golden.Manifest) {
 	if len(m.PerCall) == 0 {
 		t.Fatal("manifest has no per_call log")
 	}
 	const pageSize = 15 // 3×5 patches of the tiny model
 	c, err := New(Config{
-		ScaleFrames:   m.Settings.ScaleFrames,
-		SlidingWindow: m.Settings.SlidingWindow,
+		ScaleFrames:   m.Settings.KVScaleFrames,
+		SlidingWindow: m.Settings.KVSlidingWindow,
 		PageSize:      pageSize,
 		MaxFrames:     m.Config.MaxFrameNum + 100,
 	})
@@ -181,7 +136,7 @@ func mustAppend(t *testing.T, c *Cache) {
 	}
 }
 
-func checkAttended(t *testing.T, c *Cache, call int, want *fiStats, table []int32) []int32 {
+func checkAttended(t *testing.T, c *Cache, call int, want *golden.CacheStats, table []int32) []int32 {
 	t.Helper()
 	if want == nil {
 		t.Fatalf("call %d: the manifest logs no attention for a streaming frame", call)
@@ -191,35 +146,34 @@ func checkAttended(t *testing.T, c *Cache, call int, want *fiStats, table []int3
 	if len(table) != want.VisiblePages || last != want.LastPageLen {
 		t.Errorf("call %d: visible table has %d pages, last %d rows; want %d, %d", call, len(table), last, want.VisiblePages, want.LastPageLen)
 	}
-	if want.KVTokens != nil {
-		if got := (len(table)-1)*c.cfg.PageSize + last; got != *want.KVTokens {
-			t.Errorf("call %d: %d visible tokens, want %d", call, got, *want.KVTokens)
+	if want.Logged("kv_tokens") {
+		if got := (len(table)-1)*c.cfg.PageSize + last; got != want.KVTokens {
+			t.Errorf("call %d: %d visible tokens, want %d", call, got, want.KVTokens)
 		}
 	}
 	checkTable(t, c, table)
 	return table
 }
 
-func checkStats(t *testing.T, c *Cache, call int, when string, want fiStats, pageSize int) {
+// checkStats compares the cache with a logged state; frame_count, free_pages
+// and page_size only where the manifest logged them (fi_after, not fi_attended).
+func checkStats(t *testing.T, c *Cache, call int, when string, want golden.CacheStats, pageSize int) {
 	t.Helper()
 	s := c.Stats()
-	got := fiStats{ScalePages: s.ScalePages, LivePages: s.LivePages, SpecialTokens: s.SpecialTokens,
-		VisiblePages: s.VisiblePages, LastPageLen: s.LastPageLen}
-	if want.FrameCount != nil && *want.FrameCount != s.FrameCount {
-		t.Errorf("call %d %s: frame_count %d, want %d", call, when, s.FrameCount, *want.FrameCount)
+	if want.Logged("frame_count") && want.FrameCount != s.FrameCount {
+		t.Errorf("call %d %s: frame_count %d, want %d", call, when, s.FrameCount, want.FrameCount)
 	}
-	if want.FreePages != nil && *want.FreePages != s.FreePages {
-		t.Errorf("call %d %s: free_pages %d, want %d", call, when, s.FreePages, *want.FreePages)
+	if want.Logged("free_pages") && want.FreePages != s.FreePages {
+		t.Errorf("call %d %s: free_pages %d, want %d", call, when, s.FreePages, want.FreePages)
 	}
-	if want.PageSize != nil && *want.PageSize != pageSize {
-		t.Errorf("call %d %s: manifest page size %d, replayed with %d", call, when, *want.PageSize, pageSize)
+	if want.Logged("page_size") && want.PageSize != pageSize {
+		t.Errorf("call %d %s: manifest page size %d, replayed with %d", call, when, want.PageSize, pageSize)
 	}
-	w := want
-	w.FrameCount, w.FreePages, w.PageSize, w.KVTokens = nil, nil, nil, nil
-	if got != w {
+	if s.ScalePages != want.ScalePages || s.LivePages != want.LivePages || s.SpecialTokens != want.SpecialTokens ||
+		s.VisiblePages != want.VisiblePages || s.LastPageLen != want.LastPageLen {
 		t.Errorf("call %d %s: scale/live/special/visible/last = %d/%d/%d/%d/%d, want %d/%d/%d/%d/%d", call, when,
-			got.ScalePages, got.LivePages, got.SpecialTokens, got.VisiblePages, got.LastPageLen,
-			w.ScalePages, w.LivePages, w.SpecialTokens, w.VisiblePages, w.LastPageLen)
+			s.ScalePages, s.LivePages, s.SpecialTokens, s.VisiblePages, s.LastPageLen,
+			want.ScalePages, want.LivePages, want.SpecialTokens, want.VisiblePages, want.LastPageLen)
 	}
 }
 

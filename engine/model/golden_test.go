@@ -2,16 +2,17 @@ package model
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine/cpu"
 	"github.com/lingbotmap/lingbotmap/engine/kvcache"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
+	"github.com/lingbotmap/lingbotmap/internal/golden"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
 )
 
@@ -24,40 +25,8 @@ import (
 // values near zero, whose relative error is meaningless.
 const goldenTol = 1e-4
 
-type manifest struct {
-	Config struct {
-		SelectedIdx      []int `json:"selected_idx"`
-		ScaleFrames      int   `json:"scale_frames"`
-		SlidingWindow    int   `json:"sliding_window"`
-		MaxFrameNum      int   `json:"max_frame_num"`
-		CameraIterations int   `json:"camera_iterations"`
-		ImgH             int   `json:"img_h"`
-		ImgW             int   `json:"img_w"`
-	} `json:"config"`
-	Settings struct {
-		NumScaleFrames   int `json:"num_scale_frames"`
-		KeyframeInterval int `json:"keyframe_interval"`
-	} `json:"settings"`
-	FrameType []int `json:"frame_type"`
-	PerCall   []struct {
-		FramesIn          int  `json:"frames_in"`
-		SkipAppend        bool `json:"skip_append"`
-		CameraCacheFrames int  `json:"camera_cache_frames"`
-		FIAfter           struct {
-			FrameCount    int `json:"frame_count"`
-			ScalePages    int `json:"scale_pages"`
-			LivePages     int `json:"live_pages"`
-			FreePages     int `json:"free_pages"`
-			SpecialTokens int `json:"special_tokens"`
-			VisiblePages  int `json:"visible_pages"`
-			LastPageLen   int `json:"last_page_len"`
-			PageSize      int `json:"page_size"`
-		} `json:"fi_after"`
-	} `json:"per_call"`
-}
-
 type goldenCase struct {
-	m       manifest
+	m       *golden.Manifest
 	images  [][]float32
 	h, w    int
 	outputs *weights.SafeTensors
@@ -88,44 +57,37 @@ func openST(t testing.TB, path string) *weights.SafeTensors {
 
 func readTensor(t testing.TB, st *weights.SafeTensors, name string) ([]float32, []int) {
 	t.Helper()
-	inf, ok := st.Info(name)
-	if !ok {
-		t.Fatalf("golden tensor %q missing", name)
-	}
-	v, err := st.Float32(name)
+	v, shape, err := golden.Tensor(st, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return v, inf.Shape
+	return v, shape
 }
 
 func loadCase(t testing.TB, name string) *goldenCase {
 	t.Helper()
-	gc := &goldenCase{}
-	raw, err := os.ReadFile(sharedPath(t, "golden", name, "manifest.json"))
+	dir := sharedPath(t, "golden", name)
+	m, err := golden.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(raw, &gc.m); err != nil {
-		t.Fatalf("%s manifest: %v", name, err)
-	}
-	in := openST(t, sharedPath(t, "golden", name, "inputs.safetensors"))
+	gc := &goldenCase{m: m}
+	in := openST(t, filepath.Join(dir, golden.InputsFile))
 	imgs, shape := readTensor(t, in, "images")
 	n, per := shape[0], shape[1]*shape[2]*shape[3]
 	gc.h, gc.w = shape[2], shape[3]
 	for i := 0; i < n; i++ {
 		gc.images = append(gc.images, imgs[i*per:(i+1)*per])
 	}
-	gc.outputs = openST(t, sharedPath(t, "golden", name, "outputs.safetensors"))
-	if p, err := shared.Path("golden", name, "intermediates.safetensors"); err == nil {
-		if _, err := os.Stat(p); err == nil {
-			gc.inter = openST(t, p)
-		}
+	gc.outputs = openST(t, filepath.Join(dir, golden.OutputsFile))
+	p := filepath.Join(dir, "intermediates.safetensors")
+	if _, err := os.Stat(p); err == nil {
+		gc.inter = openST(t, p)
 	}
 	return gc
 }
 
-func loadTiny(t testing.TB, m manifest, keep bool) *Model {
+func loadTiny(t testing.TB, m *golden.Manifest, keep bool) *Model {
 	t.Helper()
 	st := openST(t, sharedPath(t, "golden", "weights.safetensors"))
 	mdl, err := Load(cpu.New(cpu.Config{}), st, Options{
@@ -302,7 +264,7 @@ func checkStats(t *testing.T, gc *goldenCase, res streamResult) {
 	}
 }
 
-func kindsFromFrameTypes(t *testing.T, m manifest, deferred bool) []frameKind {
+func kindsFromFrameTypes(t *testing.T, m *golden.Manifest, deferred bool) []frameKind {
 	t.Helper()
 	var kinds []frameKind
 	for i, ft := range m.FrameType[m.Settings.NumScaleFrames:] {
