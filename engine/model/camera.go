@@ -94,10 +94,12 @@ func (h *cameraHead) reset(be backend.Backend) {
 	h.frames = 0
 }
 
-// forward takes the last selected aggregator layer [S, P, dim] and returns the
-// activated encoding of every iteration, [iters][S][9]. With store the frames'
-// camera tokens join the caches; without (non-keyframes) they only attend.
-func (h *cameraHead) forward(be backend.Backend, last backend.Tensor, store bool) [][][poseDim]float32 {
+// forward takes the last selected aggregator layer [S, P, dim] and queues
+// the head's work; once the device tensor it adds to dl is downloaded, *dst
+// holds the activated encoding of every iteration, [iters][S][9]. With store
+// the frames' camera tokens join the caches; without (non-keyframes) they
+// only attend.
+func (h *cameraHead) forward(be backend.Backend, last backend.Tensor, store bool, dl *downloads, dst *[][][poseDim]float32) {
 	sh := last.Shape()
 	s := sh[0]
 	tok := be.SliceCols(be.Reshape(last, s, sh[1]*sh[2]), 0, h.dim) // camera token, index 0
@@ -193,16 +195,16 @@ func (h *cameraHead) forward(be backend.Backend, last backend.Tensor, store bool
 	for _, p := range preds {
 		be.Free(p)
 	}
-	raw := be.ToHost(all)
-	be.Free(all)
-	out := make([][][poseDim]float32, iters)
-	for i := range out {
-		out[i] = activatePose(raw[i*s*poseDim:(i+1)*s*poseDim], s)
-	}
 	if store {
 		h.frames += s
 	}
-	return out
+	dl.add(all, func(raw []float32) {
+		out := make([][][poseDim]float32, iters)
+		for i := range out {
+			out[i] = activatePose(raw[i*s*poseDim:(i+1)*s*poseDim], s)
+		}
+		*dst = out
+	})
 }
 
 // mulBroadcast multiplies x [S, C] by g, which is [S, C] or [1, C].

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 	"github.com/lingbotmap/lingbotmap/engine/model/dpt"
@@ -44,16 +45,17 @@ func loadHeads(be backend.Backend, root *weights.Cursor, selected int) (heads, e
 	return hd, nil
 }
 
-// run fills out's dense maps from the selected layers [S, P, 2E].
-func (hd heads) run(be backend.Backend, layers []backend.Tensor, patchStart, gh, gw, h, w int, out *Output) error {
+// run queues the dense heads on the selected layers [S, P, 2E]; out's maps
+// are filled when dl is fetched.
+func (hd heads) run(be backend.Backend, layers []backend.Tensor, patchStart, gh, gw, h, w int, dl *downloads, out *Output) error {
 	s := layers[0].Shape()[0]
 	if hd.depth != nil {
 		raw, err := hd.depth.Forward(be, layers, patchStart, gh, gw, h, w)
 		if err != nil {
 			return fmt.Errorf("model: depth head: %w", err)
 		}
-		out.Depth = activatePlanes(be, raw, s, 0, 1, backend.OpExp)
-		out.DepthConf = activatePlanes(be, raw, s, 1, 1, backend.OpExpP1)
+		activatePlanes(be, raw, s, 0, 1, backend.OpExp, dl, &out.Depth)
+		activatePlanes(be, raw, s, 1, 1, backend.OpExpP1, dl, &out.DepthConf)
 		be.Free(raw)
 	}
 	if hd.point != nil {
@@ -61,37 +63,85 @@ func (hd heads) run(be backend.Backend, layers []backend.Tensor, patchStart, gh,
 		if err != nil {
 			return fmt.Errorf("model: point head: %w", err)
 		}
-		out.Points = activatePlanes(be, raw, s, 0, 3, backend.OpInvLog)
-		out.PointsConf = activatePlanes(be, raw, s, 3, 1, backend.OpExpP1)
+		activatePlanes(be, raw, s, 0, 3, backend.OpInvLog, dl, &out.Points)
+		activatePlanes(be, raw, s, 3, 1, backend.OpExpP1, dl, &out.PointsConf)
 		be.Free(raw)
 	}
 	return nil
 }
 
-// activatePlanes applies op to channels [c0, c0+n) of raw [S, C, H, W] and
-// returns them per frame, channels last ([H·W·n]).
-func activatePlanes(be backend.Backend, raw backend.Tensor, s, c0, n int, op backend.UnaryOp) [][]float32 {
+// activatePlanes applies op to channels [c0, c0+n) of raw [S, C, H, W]; once
+// dl is fetched, *dst holds them per frame, channels last ([H·W·n]).
+func activatePlanes(be backend.Backend, raw backend.Tensor, s, c0, n int, op backend.UnaryOp, dl *downloads, dst *[][]float32) {
 	sh := raw.Shape()
 	c, hw := sh[1], sh[2]*sh[3]
 	flat := be.Reshape(raw, s*c, hw)
-	out := make([][]float32, s)
+	*dst = make([][]float32, s)
 	for f := 0; f < s; f++ {
 		planes := be.SliceRows(flat, f*c+c0, n)
 		act := be.Unary(op, planes)
-		host := be.ToHost(act)
 		be.Free(planes)
-		be.Free(act)
-		if n == 1 {
-			out[f] = host
-			continue
-		}
-		hwc := make([]float32, hw*n)
-		for ch := 0; ch < n; ch++ {
-			for i, v := range host[ch*hw : (ch+1)*hw] {
-				hwc[i*n+ch] = v
+		dl.add(act, func(host []float32) {
+			if n == 1 {
+				(*dst)[f] = host
+				return
 			}
-		}
-		out[f] = hwc
+			(*dst)[f] = toChannelsLast(host, hw, n)
+		})
 	}
+}
+
+// toChannelsLast turns n planes of hw values into hw pixels of n values, in
+// four goroutines: a frame's points are ~200 000 pixels, and the GPU waits
+// for the host while this runs.
+func toChannelsLast(planes []float32, hw, n int) []float32 {
+	out := make([]float32, hw*n)
+	const parts = 4
+	var wg sync.WaitGroup
+	for part := 0; part < parts; part++ {
+		lo, hi := hw*part/parts, hw*(part+1)/parts
+		wg.Go(func() {
+			for ch := 0; ch < n; ch++ {
+				src := planes[ch*hw : (ch+1)*hw]
+				for i := lo; i < hi; i++ {
+					out[i*n+ch] = src[i]
+				}
+			}
+		})
+	}
+	wg.Wait()
 	return out
+}
+
+// downloads are device results whose copies to the host wait until all of a
+// call's work is queued: each copy synchronises, and the device would
+// otherwise idle while the host converts one head's output before queueing
+// the next head.
+type downloads []download
+
+type download struct {
+	t    backend.Tensor
+	done func([]float32)
+}
+
+func (d *downloads) add(t backend.Tensor, done func([]float32)) {
+	*d = append(*d, download{t, done})
+}
+
+// fetch copies every result to the host, hands it on and frees it.
+func (d *downloads) fetch(be backend.Backend) {
+	for _, x := range *d {
+		host := be.ToHost(x.t)
+		be.Free(x.t)
+		x.done(host)
+	}
+	*d = nil
+}
+
+// free drops the queued results (a call that failed half way).
+func (d *downloads) free(be backend.Backend) {
+	for _, x := range *d {
+		be.Free(x.t)
+	}
+	*d = nil
 }

@@ -349,12 +349,15 @@ func (m *Model) Forward(ctx context.Context, images [][]float32, h, w int, step 
 		}
 	}
 
-	out.PoseIters = m.camera.forward(be, layers[len(layers)-1], !step.SkipAppend)
-	out.PoseEnc = out.PoseIters[len(out.PoseIters)-1]
-
-	if err := m.heads.run(be, layers, m.agg.numSpecial, gh, gw, h, w, out); err != nil {
+	// Queue all heads before the first copy to the host synchronises.
+	var dl downloads
+	m.camera.forward(be, layers[len(layers)-1], !step.SkipAppend, &dl, &out.PoseIters)
+	if err := m.heads.run(be, layers, m.agg.numSpecial, gh, gw, h, w, &dl, out); err != nil {
+		dl.free(be)
 		return nil, err
 	}
+	dl.fetch(be)
+	out.PoseEnc = out.PoseIters[len(out.PoseIters)-1]
 	return out, nil
 }
 

@@ -46,6 +46,11 @@ func rope2DTables(numSpecial, gh, gw, headDim int, base float64) (cos, sin []flo
 // (10, 11, 11 pairs), base 10000, angles in float64.
 type rope3D struct {
 	tFreq, hFreq, wFreq []float64
+
+	// The height/width columns of one frame's rows, kept for the grid they
+	// were made for: only the time columns change from frame to frame.
+	grid         [3]int // numSpecial, gh, gw
+	spCos, spSin []float32
 }
 
 func newRope3D() rope3D {
@@ -61,16 +66,12 @@ func newRope3D() rope3D {
 	return rope3D{tFreq: freqs(tDim), hFreq: freqs(hDim), wFreq: freqs(hDim)}
 }
 
-// tables builds rows for frames f0 … f0+frames−1, each of numSpecial special
-// tokens (token j at (f, j, j)) then a gh×gw patch grid (patch (r, c) at
-// (f, numSpecial+r, numSpecial+c)).
-func (r rope3D) tables(f0, frames, numSpecial, gh, gw int) (cos, sin []float32) {
-	half := len(r.tFreq) + len(r.hFreq) + len(r.wFreq)
-	p := numSpecial + gh*gw
-	cos = make([]float32, frames*p*half)
-	sin = make([]float32, frames*p*half)
-	for f := 0; f < frames; f++ {
-		tpos := float64(f0 + f)
+// spatial returns the height/width columns of one frame's rows, [p][hw].
+func (r *rope3D) spatial(numSpecial, gh, gw int) (cos, sin []float32) {
+	if g := [3]int{numSpecial, gh, gw}; r.spCos == nil || r.grid != g {
+		hw := len(r.hFreq) + len(r.wFreq)
+		p := numSpecial + gh*gw
+		r.spCos, r.spSin = make([]float32, p*hw), make([]float32, p*hw)
 		for tok := 0; tok < p; tok++ {
 			var hp, wp float64
 			if tok < numSpecial {
@@ -79,19 +80,47 @@ func (r rope3D) tables(f0, frames, numSpecial, gh, gw int) (cos, sin []float32) 
 				q := tok - numSpecial
 				hp, wp = float64(numSpecial+q/gw), float64(numSpecial+q%gw)
 			}
-			row := (f*p + tok) * half
-			m := 0
-			put := func(pos float64, fr []float64) {
-				for _, w := range fr {
-					a := pos * w
-					cos[row+m] = float32(math.Cos(a))
-					sin[row+m] = float32(math.Sin(a))
+			m := tok * hw
+			for _, pw := range [2]struct {
+				pos float64
+				fr  []float64
+			}{{hp, r.hFreq}, {wp, r.wFreq}} {
+				for _, w := range pw.fr {
+					a := pw.pos * w
+					r.spCos[m], r.spSin[m] = float32(math.Cos(a)), float32(math.Sin(a))
 					m++
 				}
 			}
-			put(tpos, r.tFreq)
-			put(hp, r.hFreq)
-			put(wp, r.wFreq)
+		}
+		r.grid = g
+	}
+	return r.spCos, r.spSin
+}
+
+// tables builds rows for frames f0 … f0+frames−1, each of numSpecial special
+// tokens (token j at (f, j, j)) then a gh×gw patch grid (patch (r, c) at
+// (f, numSpecial+r, numSpecial+c)).
+func (r *rope3D) tables(f0, frames, numSpecial, gh, gw int) (cos, sin []float32) {
+	nt := len(r.tFreq)
+	spCos, spSin := r.spatial(numSpecial, gh, gw)
+	hw := len(spCos) / (numSpecial + gh*gw)
+	half := nt + hw
+	p := numSpecial + gh*gw
+	cos = make([]float32, frames*p*half)
+	sin = make([]float32, frames*p*half)
+	tc, ts := make([]float32, nt), make([]float32, nt)
+	for f := 0; f < frames; f++ {
+		tpos := float64(f0 + f)
+		for m, w := range r.tFreq {
+			a := tpos * w
+			tc[m], ts[m] = float32(math.Cos(a)), float32(math.Sin(a))
+		}
+		for tok := 0; tok < p; tok++ {
+			row := (f*p + tok) * half
+			copy(cos[row:], tc)
+			copy(sin[row:], ts)
+			copy(cos[row+nt:row+half], spCos[tok*hw:(tok+1)*hw])
+			copy(sin[row+nt:row+half], spSin[tok*hw:(tok+1)*hw])
 		}
 	}
 	return cos, sin
