@@ -17,7 +17,17 @@ const (
 	fmaTK = 32
 	mmaBQ = 64 // kernels/attention_mma.cu: 4 warps × 16 queries, bf16 tensor cores
 	mmaTK = 64
-	faBQ  = 128 // attn_fa_paged_bf: 4 warps × 32 queries
+	faBQ  = 128 // attn_fa2_*_bf: 4 warps × 32 queries
+)
+
+// The exact fp32 attention of at most decodeQueries queries a batch (the
+// camera head's one query per frame over its cache) runs one block of
+// decodeThreads per query and head (kernels/attention_decode.cu): the
+// query-per-thread kernel would leave a block's other threads idle and walk
+// a cache that grows with the stream serially.
+const (
+	decodeQueries = 8
+	decodeThreads = 256
 )
 
 // attnKernel is one attention launch configuration. perSM > 0 is how many
@@ -37,9 +47,8 @@ const faStage = 2 * mmaTK * 72 * 2
 
 // Paged kernel variants (gpu.pagedVariant), for tests and benchmarks.
 const (
-	pagedFA     = ""      // default: attn_fa2_paged_bf, two cp.async stages (measured 3% faster than three)
-	pagedFA3    = "fa3"   // attn_fa_paged_bf, the same with three stages
-	pagedSimple = "mma"   // the unpipelined 16-row kernel
+	pagedFA     = ""      // default: attn_fa2_paged_bf, cp.async pipelined, 32 queries a warp
+	pagedSimple = "mma"   // the unpipelined 16-row kernels (paged, and dense on fp32 k and v)
 	pagedExact  = "exact" // the fp32 FMA kernel on the bf16 cache
 )
 
@@ -108,15 +117,51 @@ func (g *gpu) Attention(q, k, v backend.Tensor, scale float32) backend.Tensor {
 		if qt.numel() == 0 {
 			return nil
 		}
-		k := fmaKernel(fmt.Sprintf("attn_dense_f32_d%d", d))
 		if g.cfg.Precision == BF16 && d == 64 && !g.cfg.ExactAttention {
 			// Trunk attention (DINO, frame and global blocks; the camera
 			// head's heads are 128 wide and stay fp32 like the reference).
-			k = attnKernel{module: "attention_mma", name: "attn_mma_dense", bq: mmaBQ, tk: mmaTK}
+			if g.pagedVariant == pagedSimple {
+				k := attnKernel{module: "attention_mma", name: "attn_mma_dense", bq: mmaBQ, tk: mmaTK}
+				return g.attend(k, out.ptr(), b, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
+					return []any{qt.ptr(), kt.ptr(), vt.ptr(), nq, nk, h, scale, o, pm, pl}
+				})
+			}
+			return g.denseFA(out, qt, kt, vt, scale)
 		}
+		if nq <= decodeQueries {
+			// One block per (batch, query, head), keys spread over its warps.
+			return g.launch("attention_decode", fmt.Sprintf("attn_decode_f32_d%d", d), [3]int{b * nq * h, 1, 1}, [3]int{decodeThreads, 1, 1}, 0,
+				qt.ptr(), kt.ptr(), vt.ptr(), nq, nk, h, scale, out.ptr())
+		}
+		k := fmaKernel(fmt.Sprintf("attn_dense_f32_d%d", d))
 		return g.attend(k, out.ptr(), b, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
 			return []any{qt.ptr(), kt.ptr(), vt.ptr(), nq, nk, h, scale, o, pm, pl}
 		})
+	})
+}
+
+// denseFA runs the pipelined tensor-core kernel on bf16 copies of k and v:
+// rounding them once costs a few microseconds, where the fp32-input kernel
+// rounded every tile in registers and could not copy it with cp.async.
+func (g *gpu) denseFA(out, qt, kt, vt *Tensor, scale float32) error {
+	b, nq, h, d := qt.shape[0], qt.shape[1], qt.shape[2], qt.shape[3]
+	nk := kt.shape[1]
+	n := kt.numel()
+	kv, err := g.scratch(2 * int64(n) * 2)
+	if err != nil {
+		return err
+	}
+	defer g.pool.put(kv)
+	kb, vb := kv.ptr, kv.ptr+cu.DevicePtr(int64(n)*2)
+	if err := g.toBF16(kb, kt.ptr(), int64(n)); err != nil {
+		return err
+	}
+	if err := g.toBF16(vb, vt.ptr(), int64(n)); err != nil {
+		return err
+	}
+	k := attnKernel{module: "attention_mma", name: "attn_fa2_dense_bf", bq: faBQ, tk: mmaTK, perSM: 2, smem: 2 * faStage}
+	return g.attend(k, out.ptr(), b, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
+		return []any{qt.ptr(), kb, vb, nq, nk, h, scale, o, pm, pl}
 	})
 }
 
@@ -163,8 +208,6 @@ func (g *gpu) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pag
 		switch {
 		case fast && g.pagedVariant == pagedSimple:
 			k = attnKernel{module: "attention_mma", name: "attn_mma_paged_bf", bq: mmaBQ, tk: mmaTK}
-		case fast && g.pagedVariant == pagedFA3:
-			k = attnKernel{module: "attention_mma", name: "attn_fa_paged_bf", bq: faBQ, tk: mmaTK, perSM: 2, smem: 3 * faStage}
 		case fast && g.pagedVariant == pagedFA:
 			k = attnKernel{module: "attention_mma", name: "attn_fa2_paged_bf", bq: faBQ, tk: mmaTK, perSM: 2, smem: 2 * faStage}
 		case st.bf:

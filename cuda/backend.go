@@ -30,8 +30,10 @@ type gpu struct {
 	// pagedVariant selects another paged attention kernel than the default
 	// (tests and benchmarks compare them; see the paged* constants).
 	pagedVariant string
-	smemAllowed  map[string]int // kernels whose shared memory limit was raised
-	prof         *profile       // nil unless Config.Profile
+	// convVariant selects the older im2col kernel (tests and benchmarks).
+	convVariant string
+	smemAllowed map[string]int // kernels whose shared memory limit was raised
+	prof        *profile       // nil unless Config.Profile
 
 	mu  sync.Mutex
 	err error
@@ -58,7 +60,7 @@ func New(cfg Config) (Backend, error) {
 	// For timing the paged attention kernels against each other in a whole
 	// frame (cuda/scripts/run.sh).
 	switch v := os.Getenv("LINGBOTMAP_CUDA_PAGED_KERNEL"); v {
-	case pagedFA, pagedFA3, pagedSimple, pagedExact:
+	case pagedFA, pagedSimple, pagedExact:
 		g.pagedVariant = v
 	default:
 		log.Warn("cuda: unknown LINGBOTMAP_CUDA_PAGED_KERNEL, using the default", "value", v)
@@ -69,6 +71,9 @@ func New(cfg Config) (Backend, error) {
 	g.kernels = newKernelCache(cfg.CacheDir, info, log)
 	if err := own.do(func() error {
 		lt, err := newCublasLt(&g.pool)
+		if lt != nil {
+			lt.autotune = !cfg.FixedGEMMAlgo
+		}
 		g.lt = lt
 		return err
 	}); err != nil {
@@ -113,6 +118,7 @@ func (g *gpu) Close() error {
 	}
 	err := g.own.do(func() error {
 		serr := cu.Synchronize()
+		g.lt.report(g.log, g.prof != nil)
 		g.lt.destroy()
 		g.pool.trim()
 		return serr

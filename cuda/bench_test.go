@@ -25,24 +25,36 @@ func BenchmarkLinear(b *testing.B) {
 	}
 	g := fx.bf16
 	p := pairs(b, 20)[1]
+	gg := g.(*gpu)
+	defer gg.own.do(func() error { gg.lt.autotune = !gg.cfg.FixedGEMMAlgo; gg.lt.forget(); return nil })
 	for _, s := range shapes {
-		m, n, k := s[0], s[1], s[2]
-		b.Run(fmt.Sprintf("M%d_N%d_K%d", m, n, k), func(b *testing.B) {
-			x := g.FromHost(p.randn(m*k, 1), m, k)
-			w := g.Weight("w", p.randn(n*k, 0.03), backend.Trunk, n, k)
-			bias := g.Weight("b", p.randn(n, 0.1), backend.Trunk, n)
-			g.Free(g.Linear(x, w, bias, backend.ActNone))
-			waitGPU(b, g)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				g.Free(g.Linear(x, w, bias, backend.ActNone))
+		for _, tuned := range []bool{false, true} {
+			m, n, k := s[0], s[1], s[2]
+			name := fmt.Sprintf("M%d_N%d_K%d", m, n, k)
+			if tuned {
+				name += "_tuned"
 			}
-			waitGPU(b, g)
-			b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
-			g.Free(x)
-			g.Free(w)
-			g.Free(bias)
-		})
+			b.Run(name, func(b *testing.B) {
+				// Plan afresh: with tuning the first call below times the candidates.
+				if err := gg.own.do(func() error { gg.lt.autotune = tuned; gg.lt.forget(); return nil }); err != nil {
+					b.Fatal(err)
+				}
+				x := g.FromHost(p.randn(m*k, 1), m, k)
+				w := g.Weight("w", p.randn(n*k, 0.03), backend.Trunk, n, k)
+				bias := g.Weight("b", p.randn(n, 0.1), backend.Trunk, n)
+				g.Free(g.Linear(x, w, bias, backend.ActNone))
+				waitGPU(b, g)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					g.Free(g.Linear(x, w, bias, backend.ActNone))
+				}
+				waitGPU(b, g)
+				b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+				g.Free(x)
+				g.Free(w)
+				g.Free(bias)
+			})
+		}
 	}
 }
 
@@ -67,7 +79,7 @@ func BenchmarkPagedAttention(b *testing.B) {
 	}
 	q := g.FromHost(p.randn(nq*h*d, 1), nq, h, d)
 	keys := float64(frames*ps + specials)
-	for _, variant := range []string{pagedFA, pagedFA3} {
+	for _, variant := range []string{pagedFA, pagedSimple} {
 		name := "fa2"
 		if variant != pagedFA {
 			name = variant
@@ -88,11 +100,19 @@ func BenchmarkPagedAttention(b *testing.B) {
 }
 
 // BenchmarkFrameAttention: dense attention inside one frame (1005 × 1005,
-// 16 × 64): bf16 tensor cores in BF16 mode, the exact fp32 kernel in FP32 mode.
+// 16 × 64): bf16 tensor cores in BF16 mode (the pipelined kernel, and the
+// 16-row one for comparison), the exact fp32 kernel in FP32 mode.
 func BenchmarkFrameAttention(b *testing.B) {
 	const n, h, d = 1005, 16, 64
-	for _, g := range []Backend{fx.bf16, fx.fp32} {
-		b.Run(g.(*gpu).cfg.Precision.String(), func(b *testing.B) {
+	runs := []struct {
+		name, variant string
+		g             Backend
+	}{{"BF16", pagedFA, fx.bf16}, {"BF16_mma", pagedSimple, fx.bf16}, {"FP32", pagedFA, fx.fp32}}
+	for _, r := range runs {
+		g := r.g
+		b.Run(r.name, func(b *testing.B) {
+			g.(*gpu).pagedVariant = r.variant
+			defer func() { g.(*gpu).pagedVariant = pagedFA }()
 			p := pairs(b, 22)[1]
 			q := g.FromHost(p.randn(n*h*d, 1), 1, n, h, d)
 			g.Free(g.Attention(q, q, q, 0.125))
@@ -104,6 +124,30 @@ func BenchmarkFrameAttention(b *testing.B) {
 			waitGPU(b, g)
 			b.ReportMetric(4*n*n*h*d*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
 			g.Free(q)
+		})
+	}
+}
+
+// BenchmarkCameraAttention: the camera head's attention, one query over
+// its cache of every earlier frame (16 heads × 128, exact fp32), early in a
+// stream and after 2000 keyframes.
+func BenchmarkCameraAttention(b *testing.B) {
+	const h, d = 16, 128
+	g := fx.bf16
+	for _, nk := range []int{150, 2000} {
+		b.Run(fmt.Sprintf("keys%d", nk), func(b *testing.B) {
+			p := pairs(b, 24)[1]
+			q := g.FromHost(p.randn(h*d, 1), 1, 1, h, d)
+			kv := g.FromHost(p.randn(nk*h*d, 1), 1, nk, h, d)
+			g.Free(g.Attention(q, kv, kv, 0.088))
+			waitGPU(b, g)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				g.Free(g.Attention(q, kv, kv, 0.088))
+			}
+			waitGPU(b, g)
+			g.Free(q)
+			g.Free(kv)
 		})
 	}
 }

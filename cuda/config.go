@@ -57,18 +57,23 @@ type Config struct {
 	// phase 1 are left out.
 	// DefaultConfig sets it when LINGBOTMAP_CUDA_PROFILE=1.
 	Profile bool
+	// FixedGEMMAlgo keeps cuBLASLt's first heuristic choice for every GEMM
+	// shape instead of timing its candidates on the shape's first call.
+	// DefaultConfig sets it when LINGBOTMAP_CUDA_GEMM_TUNING=0.
+	FixedGEMMAlgo bool
 	// Logger receives compile and memory events; nil means slog.Default().
 	Logger *slog.Logger
 }
 
 // DefaultConfig is device 0 in bf16. LINGBOTMAP_CUDA_EXACT_ATTENTION=1 sets
-// ExactAttention, LINGBOTMAP_CUDA_PROFILE=1 Profile and LINGBOTMAP_CUDA_CACHE
-// CacheDir.
+// ExactAttention, LINGBOTMAP_CUDA_PROFILE=1 Profile, LINGBOTMAP_CUDA_GEMM_TUNING=0
+// FixedGEMMAlgo and LINGBOTMAP_CUDA_CACHE CacheDir.
 func DefaultConfig() Config {
 	return Config{Device: 0, Precision: BF16,
 		CacheDir:       os.Getenv("LINGBOTMAP_CUDA_CACHE"),
 		ExactAttention: os.Getenv("LINGBOTMAP_CUDA_EXACT_ATTENTION") == "1",
-		Profile:        os.Getenv("LINGBOTMAP_CUDA_PROFILE") == "1"}
+		Profile:        os.Getenv("LINGBOTMAP_CUDA_PROFILE") == "1",
+		FixedGEMMAlgo:  os.Getenv("LINGBOTMAP_CUDA_GEMM_TUNING") == "0"}
 }
 
 // Backend is a backend.Backend on a GPU. Device failures (out of memory, a

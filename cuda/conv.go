@@ -11,6 +11,10 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 )
 
+// convScalarIm2col (gpu.convVariant) selects the first im2col kernel, a
+// thread per element with 64-bit index arithmetic, for comparison.
+const convScalarIm2col = "scalar-im2col"
+
 // defaultConvScratch bounds the transient scratch of one convolution call
 // (im2col columns and their bf16 copy, or ConvTranspose2D's products): the
 // full model's DPT head would otherwise take up to 896 MiB per call
@@ -89,8 +93,7 @@ func (g *gpu) conv2D(x, w, b backend.Tensor, stride, pad int, limit int64) backe
 		if bt == nil {
 			return nil
 		}
-		total := int64(n) * int64(o) * int64(hw)
-		return g.launch1D("elementwise", "bias_nchw_f32", total, out.ptr(), bt.ptr(), total, o, hw)
+		return g.biasPlanes(out.ptr(), bt.ptr(), n*o, o, hw)
 	})
 }
 
@@ -127,7 +130,7 @@ func (g *gpu) conv2DChunked(xt, wt *Tensor, wp cu.DevicePtr, bf bool, out *Tenso
 		for p0 := 0; p0 < hw; p0 += cols {
 			np := min(cols, hw-p0)
 			elems := int64(ck) * int64(np)
-			if err := g.launch1D("conv", "im2col_f32", elems, col.ptr, src, c, h, wd, kh, kw, stride, pad, wo, p0, np); err != nil {
+			if err := g.im2col(col.ptr, src, c, h, wd, kh, kw, stride, pad, wo, p0, np); err != nil {
 				return err
 			}
 			if bf {
@@ -141,6 +144,28 @@ func (g *gpu) conv2DChunked(xt, wt *Tensor, wp cu.DevicePtr, bf bool, out *Tenso
 		}
 	}
 	return nil
+}
+
+// biasPlanes adds bias[p mod c] to every value of plane p of y [planes, hw]
+// (owner thread).
+func (g *gpu) biasPlanes(y, bias cu.DevicePtr, planes, c, hw int) error {
+	if planes > math.MaxInt32 {
+		return fmt.Errorf("%d channel planes are too many for the bias kernel's 32-bit plane index", planes)
+	}
+	const threads = 256
+	grid := [3]int{(hw + threads - 1) / threads, min(planes, 65535), 1}
+	return g.launch("elementwise", "bias_planes_f32", grid, [3]int{threads, 1, 1}, 0, y, bias, planes, c, hw)
+}
+
+// im2col fills col [(ci, ky, kx), j] for output pixels p0+j, j < np, of one
+// image at src [c, h, w] (owner thread).
+func (g *gpu) im2col(col, src cu.DevicePtr, c, h, w, kh, kw, stride, pad, wo, p0, np int) error {
+	if g.convVariant == convScalarIm2col {
+		return g.launch1D("conv", "im2col_f32", int64(c*kh*kw)*int64(np), col, src, c, h, w, kh, kw, stride, pad, wo, p0, np)
+	}
+	const threads = 256
+	grid := [3]int{(np + threads - 1) / threads, min(c*kh*kw, 65535), 1}
+	return g.launch("conv", "im2col_rows_f32", grid, [3]int{threads, 1, 1}, 0, col, src, c, h, w, kh, kw, stride, pad, wo, p0, np)
 }
 
 // convChunk is how many output pixels one im2col chunk holds: as many as
@@ -265,7 +290,14 @@ func (g *gpu) ResizeBilinear(x backend.Tensor, outH, outW int, alignCorners bool
 		if planes == 0 || h == 0 || w == 0 {
 			return nil
 		}
-		return g.launch1D("conv", "resize_bilinear_f32", planes*int64(outH*outW), out.ptr(), xt.ptr(), planes, h, w, outH, outW, sy, sx, align)
+		if planes > math.MaxInt32 || int64(outH)*int64(outW) > math.MaxInt32 || int64(h)*int64(w) > math.MaxInt32 {
+			return fmt.Errorf("resizing %d planes of %dx%d to %dx%d is too large for the kernel's 32-bit indices", planes, h, w, outH, outW)
+		}
+		// A thread per output pixel finds its taps once; 1024 block rows of
+		// planes are plenty to fill the GPU.
+		const threads = 256
+		grid := [3]int{(outH*outW + threads - 1) / threads, int(min(planes, 1024)), 1}
+		return g.launch("conv", "resize_bilinear_rows_f32", grid, [3]int{threads, 1, 1}, 0, out.ptr(), xt.ptr(), int(planes), h, w, outH, outW, sy, sx, align)
 	})
 }
 

@@ -183,9 +183,10 @@ func TestConvChunkPolicy(t *testing.T) {
 }
 
 // BenchmarkConv2DBound times the full model's largest DPT convolutions (one
-// 518×378 frame, TF32 as in BF16 mode) with the default scratch bound, a
-// larger one and unbounded (one im2col buffer per image, as before
-// chunking), and reports the scratch each took.
+// 518×378 frame, TF32 as in BF16 mode) with the default scratch bound (with
+// the row-per-block im2col and the first, scalar one) and unbounded (one
+// im2col buffer per image, as before chunking), and reports the scratch each
+// took.
 func BenchmarkConv2DBound(b *testing.B) {
 	layers := []struct {
 		name          string
@@ -203,10 +204,13 @@ func BenchmarkConv2DBound(b *testing.B) {
 		w := g.Weight("w", p.randn(l.o*l.c*l.k*l.k, 0.03), backend.Head, l.o, l.c, l.k, l.k)
 		bias := g.Weight("b", p.randn(l.o, 0.1), backend.Head, l.o)
 		for _, lim := range []struct {
-			name  string
-			bytes int64
-		}{{"bounded", defaultConvScratch}, {"bound256MiB", 256 << 20}, {"unbounded", 1 << 50}} {
+			name    string
+			bytes   int64
+			variant string
+		}{{"bounded", defaultConvScratch, ""}, {"bounded_scalar_im2col", defaultConvScratch, convScalarIm2col}, {"unbounded", 1 << 50, ""}} {
 			b.Run(l.name+"/"+lim.name, func(b *testing.B) {
+				g.convVariant = lim.variant
+				defer func() { g.convVariant = "" }()
 				var before, peak int64
 				_ = g.own.do(func() error { before = g.pool.inUse; g.pool.peak = g.pool.inUse; return nil })
 				out := g.conv2D(x, w, bias, 1, 1, lim.bytes)

@@ -12,10 +12,13 @@ package cuda
 // One planned GEMM: descriptors and the algorithm cuBLASLt chose, kept for
 // every later call with the same shape so that steady state does no
 // planning. Column-major, as cuBLASLt sees it.
+#define LBM_CANDIDATES 8
 typedef struct {
 	cublasLtMatmulDesc_t op;
 	cublasLtMatrixLayout_t a, b, c;
 	cublasLtMatmulAlgo_t algo;
+	cublasLtMatmulAlgo_t cand[LBM_CANDIDATES]; // the heuristic's best first
+	int ncand;
 } lbm_plan;
 
 static int lbm_plan_create(cublasLtHandle_t h, lbm_plan *p, int bf, int tf32, int transa, int transb,
@@ -46,15 +49,21 @@ static int lbm_plan_create(cublasLtHandle_t h, lbm_plan *p, int bf, int tf32, in
 	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align, sizeof(align));
 	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align, sizeof(align));
 	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align, sizeof(align));
-	cublasLtMatmulHeuristicResult_t res;
+	cublasLtMatmulHeuristicResult_t res[LBM_CANDIDATES];
 	int got = 0;
-	st = cublasLtMatmulAlgoGetHeuristic(h, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &got);
+	st = cublasLtMatmulAlgoGetHeuristic(h, p->op, p->a, p->b, p->c, p->c, pref, LBM_CANDIDATES, res, &got);
 	cublasLtMatmulPreferenceDestroy(pref);
 	if (st != CUBLAS_STATUS_SUCCESS) return (int)st;
-	if (got == 0) return -1;
-	p->algo = res.algo;
+	p->ncand = 0;
+	for (int i = 0; i < got; i++) {
+		if (res[i].state == CUBLAS_STATUS_SUCCESS) p->cand[p->ncand++] = res[i].algo;
+	}
+	if (p->ncand == 0) return -1;
+	p->algo = p->cand[0];
 	return 0;
 }
+
+static void lbm_plan_pick(lbm_plan *p, int i) { p->algo = p->cand[i]; }
 
 static void lbm_plan_destroy(lbm_plan *p) {
 	if (p->a) cublasLtMatrixLayoutDestroy(p->a);
@@ -81,6 +90,8 @@ import "C"
 
 import (
 	"fmt"
+	"log/slog"
+	"math"
 	"unsafe"
 
 	"gorgonia.org/cu"
@@ -101,10 +112,19 @@ type gemmKey struct {
 // cublasLt is our small binding: a handle, a workspace and the plan cache.
 // Owner thread only.
 type cublasLt struct {
-	h     C.cublasLtHandle_t
-	ws    *buffer
-	pool  *pool
-	plans map[gemmKey]*C.lbm_plan
+	h        C.cublasLtHandle_t
+	ws       *buffer
+	pool     *pool
+	plans    map[gemmKey]*C.lbm_plan
+	autotune bool        // time the heuristic's candidates per new shape
+	tuned    []tunedGemm // what tuning chose, for the log
+}
+
+// tunedGemm is one shape's tuning result: candidate pick of `of`, ms a call.
+type tunedGemm struct {
+	key      gemmKey
+	pick, of int
+	ms       float64
 }
 
 func newCublasLt(p *pool) (*cublasLt, error) {
@@ -125,6 +145,15 @@ func (lt *cublasLt) destroy() {
 	if lt == nil {
 		return
 	}
+	lt.forget()
+	lt.plans = nil
+	lt.pool.put(lt.ws)
+	C.cublasLtDestroy(lt.h)
+}
+
+// forget drops every plan, so the next call of each shape plans (and
+// tunes) again.
+func (lt *cublasLt) forget() {
 	for _, p := range lt.plans {
 		if p == nil {
 			continue
@@ -132,9 +161,7 @@ func (lt *cublasLt) destroy() {
 		C.lbm_plan_destroy(p)
 		C.free(unsafe.Pointer(p))
 	}
-	lt.plans = nil
-	lt.pool.put(lt.ws)
-	C.cublasLtDestroy(lt.h)
+	clear(lt.plans)
 }
 
 // plan returns the cached plan for key, creating it on first use; nil (and
@@ -161,18 +188,100 @@ func (lt *cublasLt) plan(key gemmKey) (*C.lbm_plan, error) {
 }
 
 // matmul runs C = op(A)·op(B) (+ bias per row of C) in column-major terms.
+// A new shape's candidate algorithms are timed on its first call.
 func (lt *cublasLt) matmul(key gemmKey, a, b, c, bias cu.DevicePtr) (bool, error) {
 	key.align = alignment(a, b, c, bias)
+	_, known := lt.plans[key]
 	p, err := lt.plan(key)
 	if err != nil || p == nil {
 		return false, err
 	}
+	if !known && lt.autotune && p.ncand > 1 {
+		if err := lt.tune(key, p, a, b, c, bias); err != nil {
+			return false, err
+		}
+	}
+	if err := lt.run(key, p, a, b, c, bias); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+func (lt *cublasLt) run(key gemmKey, p *C.lbm_plan, a, b, c, bias cu.DevicePtr) error {
 	st := C.lbm_matmul(lt.h, p, C.uint64_t(a), C.uint64_t(b), C.uint64_t(c), C.uint64_t(bias),
 		C.uint64_t(lt.ws.ptr), C.size_t(ltWorkspace))
 	if st != 0 {
-		return false, fmt.Errorf("cuBLASLt matmul %dx%dx%d failed (status %d)", key.m, key.n, key.k, int(st))
+		return fmt.Errorf("cuBLASLt matmul %dx%dx%d failed (status %d)", key.m, key.n, key.k, int(st))
 	}
-	return true, nil
+	return nil
+}
+
+// tune times every candidate the heuristic offered on the call's own
+// operands and keeps the fastest. The heuristic's first choice is tuned for
+// large problems; for one frame's ~1000 rows a smaller tile or a split-K
+// algorithm that fills all multiprocessors is often faster. Runs once per
+// shape, so a stream pays it in its first frames only.
+func (lt *cublasLt) tune(key gemmKey, p *C.lbm_plan, a, b, c, bias cu.DevicePtr) error {
+	const reps = 5
+	start, err := cu.MakeEvent(cu.DefaultEvent)
+	if err != nil {
+		return err
+	}
+	defer cu.DestroyEvent(&start)
+	end, err := cu.MakeEvent(cu.DefaultEvent)
+	if err != nil {
+		return err
+	}
+	defer cu.DestroyEvent(&end)
+	best, bestMS := 0, math.Inf(1)
+	for i := 0; i < int(p.ncand); i++ {
+		C.lbm_plan_pick(p, C.int(i))
+		if err := lt.run(key, p, a, b, c, bias); err != nil {
+			continue // a candidate that cannot run this call is not chosen
+		}
+		if err := start.Record(cu.Stream{}); err != nil {
+			return err
+		}
+		for r := 0; r < reps; r++ {
+			if err := lt.run(key, p, a, b, c, bias); err != nil {
+				return err
+			}
+		}
+		if err := end.Record(cu.Stream{}); err != nil {
+			return err
+		}
+		if err := end.Synchronize(); err != nil {
+			return err
+		}
+		ms, err := start.Elapsed(end)
+		if err != nil {
+			return err
+		}
+		if float64(ms) < bestMS {
+			best, bestMS = i, float64(ms)
+		}
+	}
+	C.lbm_plan_pick(p, C.int(best))
+	lt.tuned = append(lt.tuned, tunedGemm{key: key, pick: best, of: int(p.ncand), ms: bestMS / reps})
+	return nil
+}
+
+// report logs what tuning chose: a summary, and with each shape when asked.
+func (lt *cublasLt) report(log *slog.Logger, each bool) {
+	if lt == nil || len(lt.tuned) == 0 {
+		return
+	}
+	changed := 0
+	for _, t := range lt.tuned {
+		if t.pick != 0 {
+			changed++
+		}
+		if each {
+			log.Info("cuda gemm tuned", "m", t.key.m, "n", t.key.n, "k", t.key.k, "bf16", t.key.bf, "tf32", t.key.tf32,
+				"candidate", t.pick, "of", t.of, "us", fmt.Sprintf("%.1f", t.ms*1e3))
+		}
+	}
+	log.Info("cuda gemm tuning", "shapes", len(lt.tuned), "not_the_heuristic_first", changed)
 }
 
 // alignment is the largest power of two up to 256 dividing every non-nil pointer.

@@ -19,9 +19,12 @@ type profile struct {
 	calls    map[string]int
 	ms       map[string]float64
 	idleMS   float64
+	gapMS    map[string]float64 // idle time by the pair of ops around it
+	gapN     map[string]int
 	pending  []timedOp
 	free     []cu.Event
 	prevEnd  cu.Event // end event of the last resolved op, kept for the next gap
+	prevOp   string
 	havePrev bool
 	err      error
 }
@@ -36,7 +39,7 @@ type timedOp struct {
 const profileBatch = 4096
 
 func newProfile() *profile {
-	return &profile{calls: map[string]int{}, ms: map[string]float64{}}
+	return &profile{calls: map[string]int{}, ms: map[string]float64{}, gapMS: map[string]float64{}, gapN: map[string]int{}}
 }
 
 func (p *profile) event() (cu.Event, error) {
@@ -97,12 +100,15 @@ func (p *profile) resolve() {
 		p.ms[t.op] += ms
 		if p.havePrev {
 			if gap, err := p.prevEnd.Elapsed(t.start); err == nil && gap > 0 {
-				p.idleMS += gap
+				p.idleMS += float64(gap)
+				pair := p.prevOp + " → " + t.op
+				p.gapMS[pair] += float64(gap)
+				p.gapN[pair]++
 			}
 			p.free = append(p.free, p.prevEnd)
 		}
 		p.free = append(p.free, t.start)
-		p.prevEnd, p.havePrev = t.end, true
+		p.prevEnd, p.prevOp, p.havePrev = t.end, t.op, true
 	}
 	p.pending = p.pending[:0]
 }
@@ -113,6 +119,8 @@ func (p *profile) restart() {
 	p.resolve()
 	clear(p.calls)
 	clear(p.ms)
+	clear(p.gapMS)
+	clear(p.gapN)
 	p.idleMS = 0
 	if p.havePrev {
 		p.free = append(p.free, p.prevEnd)
@@ -141,6 +149,16 @@ func (p *profile) report(log *slog.Logger) error {
 	}
 	log.Info("cuda profile totals", "busy_ms", fmt.Sprintf("%.1f", busy), "idle_ms", fmt.Sprintf("%.1f", p.idleMS),
 		"idle_share", fmt.Sprintf("%.1f%%", 100*p.idleMS/max(busy+p.idleMS, 1e-9)))
+	// Where the device waited: the op pairs with the most idle time between them.
+	pairs := make([]string, 0, len(p.gapMS))
+	for k := range p.gapMS {
+		pairs = append(pairs, k)
+	}
+	sort.Slice(pairs, func(i, j int) bool { return p.gapMS[pairs[i]] > p.gapMS[pairs[j]] })
+	for _, k := range pairs[:min(len(pairs), 12)] {
+		log.Info("cuda profile idle", "between", k, "times", p.gapN[k], "idle_ms", fmt.Sprintf("%.2f", p.gapMS[k]),
+			"per_gap_us", fmt.Sprintf("%.1f", 1000*p.gapMS[k]/float64(p.gapN[k])))
+	}
 	if p.havePrev {
 		p.free = append(p.free, p.prevEnd)
 		p.havePrev = false

@@ -17,6 +17,28 @@ extern "C" __global__ void im2col_f32(float* col, const float* x, int c, int h, 
     }
 }
 
+// The same columns with a block row per (ci, ky, kx) and a thread per output
+// pixel: the pixel's position is divided out once, in 32 bits, and writes
+// are coalesced. im2col_f32's 64-bit divisions per element made the
+// convolutions' column building cost more than their GEMMs.
+extern "C" __global__ void im2col_rows_f32(float* col, const float* x, int c, int h, int w, int kh, int kw,
+                                           int stride, int pad, int wo, int p0, int np) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= np) return;
+    const int p = p0 + j;
+    const int oy = p / wo, ox = p - oy * wo;
+    const int y0 = oy * stride - pad, x0 = ox * stride - pad;
+    const int khw = kh * kw, rows = c * khw;
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        const int ci = r / khw, kk = r - ci * khw;
+        const int ky = kk / kw, kx = kk - ky * kw;
+        const int iy = y0 + ky, ix = x0 + kx;
+        float v = 0.f;
+        if (iy >= 0 && iy < h && ix >= 0 && ix < w) v = x[((i64)ci * h + iy) * w + ix];
+        col[(i64)r * np + j] = v;
+    }
+}
+
 // prod [(y - y0, x), (o, a, b)] for the input rows y0 <= y < y0 + rows of one
 // image -> those rows' k×k blocks of out [o, h·k, w·k] (+ bias[o]).
 extern "C" __global__ void convt_scatter_f32(float* out, const float* prod, const float* bias, int o, int h, int w, int k,
@@ -50,20 +72,24 @@ __device__ __forceinline__ void bilinear_tap(int o, int in, float scale, int ali
     *fr = src - (float)f;
 }
 
-// x [planes, h, w] -> y [planes, oh, ow]; sy, sx are the source steps per output pixel.
-extern "C" __global__ void resize_bilinear_f32(float* y, const float* x, i64 planes, int h, int w, int oh, int ow,
-                                               float sy, float sx, int align) {
-    const i64 n = planes * oh * ow;
-    for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (i64)gridDim.x * blockDim.x) {
-        const int ox = (int)(t % ow), oy = (int)((t / ow) % oh);
-        const i64 p = t / ((i64)oh * ow);
-        int y0, y1, x0, x1;
-        float ly, lx;
-        bilinear_tap(oy, h, sy, align, &y0, &y1, &ly);
-        bilinear_tap(ox, w, sx, align, &x0, &x1, &lx);
-        const float* s = x + p * h * w;
-        const float top = s[y0 * w + x0] * (1.f - lx) + s[y0 * w + x1] * lx;
-        const float bot = s[y1 * w + x0] * (1.f - lx) + s[y1 * w + x1] * lx;
-        y[t] = top * (1.f - ly) + bot * ly;
+// x [planes, h, w] -> y [planes, oh, ow]; sy, sx are the source steps per
+// output pixel. A thread per output pixel finds its taps once and walks the
+// planes of its block row (32-bit indices within a plane).
+extern "C" __global__ void resize_bilinear_rows_f32(float* y, const float* x, int planes, int h, int w, int oh, int ow,
+                                                    float sy, float sx, int align) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= oh * ow) return;
+    const int oy = t / ow, ox = t - oy * ow;
+    int y0, y1, x0, x1;
+    float ly, lx;
+    bilinear_tap(oy, h, sy, align, &y0, &y1, &ly);
+    bilinear_tap(ox, w, sx, align, &x0, &x1, &lx);
+    const int a = y0 * w + x0, b = y0 * w + x1, c = y1 * w + x0, d = y1 * w + x1;
+    for (int p = blockIdx.y; p < planes; p += gridDim.y) {
+        const float* s = x + (i64)p * h * w;
+        const float top = s[a] * (1.f - lx) + s[b] * lx;
+        const float bot = s[c] * (1.f - lx) + s[d] * lx;
+        y[(i64)p * oh * ow + t] = top * (1.f - ly) + bot * ly;
     }
 }
+

@@ -5,9 +5,11 @@
 #
 #   cuda/scripts/run.sh [STAGE...]     run in the order given; stages: info build
 #                                     test bench verify (= verify-bf16 verify-fp32)
-#                                     benchcmd ref peak profile sanitize (default: info build test bench)
+#                                     benchcmd ref peak profile sanitize ncu (default: info build test bench)
 #   TEST_RUN=regexp   go test -run filter (default: all tests); TEST_SKIP=regexp -skip
 #   SANITIZE_RUN=re   tests for the 'sanitize' stage (compute-sanitizer memcheck)
+#   NCU_KERNEL=name   kernel for the 'ncu' stage (default attn_fa2_paged_bf), profiled
+#   NCU_BENCH=re      inside this benchmark (default PagedAttention/fa2)
 #   BENCH=regexp      go test -bench filter (default: all benchmarks)
 #   GOLDEN="dir..."   golden cases for 'verify' (default: every case in .gpu/golden)
 #   BENCH_FRAMES=n    streaming frames for benchcmd after 8 scale frames (default 22)
@@ -116,7 +118,7 @@ stage_profile() { # device time per operation kind and idle time, from CUDA even
   # shellcheck disable=SC2086
   LINGBOTMAP_CUDA_PROFILE=1 timeout 200 /tmp/lingbotmap bench --device cuda --frames "${PROFILE_FRAMES:-20}" ${BENCH_ARGS:-} >"$OUT/profile.log" 2>&1
   grep -E 'steady' "$OUT/profile.log" | tee -a "$OUT/summary.txt"
-  grep -E 'cuda profile' "$OUT/profile.log" | head -24 | sed -E 's/^.*INFO cuda profile //' | tee -a "$OUT/summary.txt"
+  grep -E 'cuda profile|cuda gemm' "$OUT/profile.log" | head -90 | sed -E 's/^.*INFO cuda profile //' | tee -a "$OUT/summary.txt"
 }
 
 stage_sanitize() { # compute-sanitizer memcheck on the tests SANITIZE_RUN selects
@@ -126,6 +128,18 @@ stage_sanitize() { # compute-sanitizer memcheck on the tests SANITIZE_RUN select
   go test -c -tags cuda -o /tmp/cuda.test ./cuda/ || { say "test binary does not build"; status=1; return; }
   (cd cuda && timeout 300 "$cs" --tool memcheck --show-backtrace device /tmp/cuda.test -test.run "${SANITIZE_RUN:-.}" -test.v) 2>&1 | tee "$OUT/sanitize.log" \
     | grep -E '^(=+ (Invalid|Error|ERROR SUMMARY)|=+ +at |--- |ok|FAIL|PASS)' | head -30 | tee -a "$OUT/summary.txt"
+}
+
+stage_ncu() { # Nsight Compute on one launch of NCU_KERNEL inside the NCU_BENCH benchmark
+  local ncu
+  ncu=$(command -v ncu || ls "$cuda"/bin/ncu 2>/dev/null | head -1)
+  [ -n "$ncu" ] || { say "no ncu on this machine"; return; }
+  go test -c -tags cuda -o /tmp/cuda.test ./cuda/ || { say "test binary does not build"; status=1; return; }
+  (cd cuda && timeout 300 "$ncu" --kernel-name "${NCU_KERNEL:-attn_fa2_paged_bf}" --launch-skip 1 --launch-count 1 \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy --section WarpStateStats \
+    --section InstructionStats --section SchedulerStats --section LaunchStats \
+    /tmp/cuda.test -test.run '^$' -test.bench "${NCU_BENCH:-PagedAttention/fa2}" -test.benchtime 3x) >"$OUT/ncu.txt" 2>&1
+  grep -E 'Throughput|Pipe|Issue|Stall|Warp Cycles|Occupancy|Registers|Executed Ipc|Eligible|ERR|rror' "$OUT/ncu.txt" | head -60 | tee -a "$OUT/summary.txt"
 }
 
 stage_ref() {
@@ -148,6 +162,7 @@ for st in $stages; do
     peak) stage_peak ;;
     profile) stage_profile ;;
     sanitize) stage_sanitize ;;
+    ncu) stage_ncu ;;
     *) say "unknown stage $st"; status=2 ;;
   esac
 done
