@@ -30,7 +30,7 @@ type gpu struct {
 	// pagedVariant selects another paged attention kernel than the default
 	// (tests and benchmarks compare them; see the paged* constants).
 	pagedVariant string
-	// convVariant selects the older im2col kernel (tests and benchmarks).
+	// convVariant selects im2col for TF32 3×3 convolutions (tests and benchmarks).
 	convVariant string
 	smemAllowed map[string]int // kernels whose shared memory limit was raised
 	prof        *profile       // nil unless Config.Profile

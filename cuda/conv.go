@@ -11,9 +11,16 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 )
 
-// convScalarIm2col (gpu.convVariant) selects the first im2col kernel, a
-// thread per element with 64-bit index arithmetic, for comparison.
-const convScalarIm2col = "scalar-im2col"
+// igemmMaxOut is the widest TF32 3×3 convolution (output channels) that runs
+// as an implicit GEMM. Measured on the DPT head at 518×378
+// (BenchmarkConv2DBound): 32 outputs 0.43 vs 1.60 ms by im2col, 128 outputs
+// 0.86 vs 1.09 ms, but 256 outputs 1.71 vs 1.20 ms, where cuBLASLt's tiles
+// reuse the columns better than this kernel does.
+const igemmMaxOut = 128
+
+// convIm2col (gpu.convVariant) runs TF32 3×3 convolutions by im2col +
+// cuBLASLt instead of the implicit GEMM, for tests and benchmarks.
+const convIm2col = "im2col"
 
 // defaultConvScratch bounds the transient scratch of one convolution call
 // (im2col columns and their bf16 copy, or ConvTranspose2D's products): the
@@ -70,6 +77,24 @@ func (g *gpu) conv2D(x, w, b backend.Tensor, stride, pad int, limit int64) backe
 			return err
 		}
 		prec := g.gemmPrec(bf, true)
+		if prec == gemmTF32 && kh == 3 && kw == 3 && o <= igemmMaxOut && g.convVariant != convIm2col &&
+			int64(c)*int64(h*wd) <= math.MaxInt32 && int64(c)*9 <= math.MaxInt32 {
+			// The DPT head's narrow 3×3 convolutions: implicit GEMM, bias fused.
+			var bias cu.DevicePtr
+			if bt != nil {
+				bias = bt.ptr()
+			}
+			bm := 128
+			switch {
+			case o <= 32:
+				bm = 32
+			case o <= 64:
+				bm = 64
+			}
+			grid := [3]int{(hw + 127) / 128, (o + bm - 1) / bm, n}
+			return g.launch("conv_igemm", fmt.Sprintf("conv3_igemm_tf32_m%d", bm), grid, [3]int{256, 1, 1}, 0,
+				out.ptr(), xt.ptr(), wp, bias, c, h, wd, o, stride, pad, ho, wo)
+		}
 		// Reading x directly needs no im2col; in bf16 only while the bf16
 		// copy of a whole image fits the bound.
 		direct := kh == 1 && kw == 1 && stride == 1 && pad == 0 && (!bf || int64(c)*int64(hw)*2 <= limit)
@@ -160,9 +185,6 @@ func (g *gpu) biasPlanes(y, bias cu.DevicePtr, planes, c, hw int) error {
 // im2col fills col [(ci, ky, kx), j] for output pixels p0+j, j < np, of one
 // image at src [c, h, w] (owner thread).
 func (g *gpu) im2col(col, src cu.DevicePtr, c, h, w, kh, kw, stride, pad, wo, p0, np int) error {
-	if g.convVariant == convScalarIm2col {
-		return g.launch1D("conv", "im2col_f32", int64(c*kh*kw)*int64(np), col, src, c, h, w, kh, kw, stride, pad, wo, p0, np)
-	}
 	const threads = 256
 	grid := [3]int{(np + threads - 1) / threads, min(c*kh*kw, 65535), 1}
 	return g.launch("conv", "im2col_rows_f32", grid, [3]int{threads, 1, 1}, 0, col, src, c, h, w, kh, kw, stride, pad, wo, p0, np)

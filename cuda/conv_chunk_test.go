@@ -182,11 +182,35 @@ func TestConvChunkPolicy(t *testing.T) {
 	}
 }
 
+// TestConv3ImplicitGEMM checks the TF32 implicit-GEMM 3×3 convolution
+// against the CPU and the im2col path: channel counts across all three
+// block heights and past one block, inputs that are not multiples of
+// anything, strides 1 and 2, padding 0 and 1, several images.
+func TestConv3ImplicitGEMM(t *testing.T) {
+	g := fx.bf16.(*gpu)
+	p := pairs(t, 25)[1] // the BF16 backend: head convolutions run in TF32
+	cases := []struct{ n, c, h, w, o, stride, pad int }{
+		{1, 5, 13, 17, 3, 1, 1}, {2, 16, 30, 41, 32, 1, 1}, {1, 33, 19, 23, 64, 2, 1},
+		{2, 8, 12, 9, 100, 1, 0}, {1, 64, 37, 27, 256, 1, 1}, {1, 3, 140, 150, 20, 1, 1},
+	}
+	for _, c := range cases {
+		cx, gx := p.in(p.randn(c.n*c.c*c.h*c.w, 1), c.n, c.c, c.h, c.w)
+		cw, gw := p.weight(p.randn(c.o*c.c*9, 0.2), backend.Head, c.o, c.c, 3, 3)
+		cb, gb := p.weight(p.randn(c.o, 1), backend.Head, c.o)
+		want := fx.cpu.Conv2D(cx, cw, cb, c.stride, c.pad)
+		what := fmt.Sprintf("implicit-GEMM Conv2D %+v", c)
+		p.check(what, g.Conv2D(gx, gw, gb, c.stride, c.pad), want, tolTF32)
+		p.check(what+" no bias", g.Conv2D(gx, gw, nil, c.stride, c.pad), fx.cpu.Conv2D(cx, cw, nil, c.stride, c.pad), tolTF32)
+		g.convVariant = convIm2col
+		p.check(what+" by im2col", g.Conv2D(gx, gw, gb, c.stride, c.pad), want, tolTF32)
+		g.convVariant = ""
+	}
+}
+
 // BenchmarkConv2DBound times the full model's largest DPT convolutions (one
-// 518×378 frame, TF32 as in BF16 mode) with the default scratch bound (with
-// the row-per-block im2col and the first, scalar one) and unbounded (one
-// im2col buffer per image, as before chunking), and reports the scratch each
-// took.
+// 518×378 frame, TF32 as in BF16 mode) by implicit GEMM, and by im2col +
+// cuBLASLt with the default scratch bound and unbounded (one im2col buffer
+// per image, as before chunking), and reports the scratch each took.
 func BenchmarkConv2DBound(b *testing.B) {
 	layers := []struct {
 		name          string
@@ -207,7 +231,7 @@ func BenchmarkConv2DBound(b *testing.B) {
 			name    string
 			bytes   int64
 			variant string
-		}{{"bounded", defaultConvScratch, ""}, {"bounded_scalar_im2col", defaultConvScratch, convScalarIm2col}, {"unbounded", 1 << 50, ""}} {
+		}{{"implicit", defaultConvScratch, ""}, {"im2col", defaultConvScratch, convIm2col}, {"im2col_unbounded", 1 << 50, convIm2col}} {
 			b.Run(l.name+"/"+lim.name, func(b *testing.B) {
 				g.convVariant = lim.variant
 				defer func() { g.convVariant = "" }()

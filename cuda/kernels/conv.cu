@@ -3,24 +3,10 @@
 // rows, and PyTorch bilinear resize.
 
 // col [(ci, ky, kx), j] for the output pixels p0 + j, j < np, of one image
-// x [c, h, w] whose output is wo pixels wide.
-extern "C" __global__ void im2col_f32(float* col, const float* x, int c, int h, int w, int kh, int kw,
-                                      int stride, int pad, int wo, int p0, int np) {
-    const i64 n = (i64)c * kh * kw * np;
-    for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (i64)gridDim.x * blockDim.x) {
-        const i64 r = t / np;
-        const int p = p0 + (int)(t % np);
-        const int ci = (int)(r / (kh * kw)), ky = (int)((r / kw) % kh), kx = (int)(r % kw);
-        const int oy = p / wo, ox = p % wo;
-        const int iy = oy * stride - pad + ky, ix = ox * stride - pad + kx;
-        col[t] = (iy >= 0 && iy < h && ix >= 0 && ix < w) ? x[((i64)ci * h + iy) * w + ix] : 0.f;
-    }
-}
-
-// The same columns with a block row per (ci, ky, kx) and a thread per output
-// pixel: the pixel's position is divided out once, in 32 bits, and writes
-// are coalesced. im2col_f32's 64-bit divisions per element made the
-// convolutions' column building cost more than their GEMMs.
+// x [c, h, w] whose output is wo pixels wide: a block row per (ci, ky, kx)
+// and a thread per output pixel, so the pixel's position is divided out
+// once, in 32 bits, and writes are coalesced (a thread per element with
+// 64-bit divisions measured 13-15 % slower over the whole convolution).
 extern "C" __global__ void im2col_rows_f32(float* col, const float* x, int c, int h, int w, int kh, int kw,
                                            int stride, int pad, int wo, int p0, int np) {
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
