@@ -405,58 +405,33 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
         }
 #pragma unroll
         for (int mt = 0; mt < 2; mt++) {
-            if (TREE) {
-                float a[8], b[8];
-#pragma unroll
-                for (int n = 0; n < 8; n++) {
-                    a[n] = fmaxf(s[mt][n][0], s[mt][n][1]);
-                    b[n] = fmaxf(s[mt][n][2], s[mt][n][3]);
-                }
-                const float mx0 = fmaxf(fmaxf(fmaxf(a[0], a[1]), fmaxf(a[2], a[3])), fmaxf(fmaxf(a[4], a[5]), fmaxf(a[6], a[7])));
-                const float mx1 = fmaxf(fmaxf(fmaxf(b[0], b[1]), fmaxf(b[2], b[3])), fmaxf(fmaxf(b[4], b[5]), fmaxf(b[6], b[7])));
-                const float mn0 = fmaxf(m[mt][0], quad_max(mx0)), mn1 = fmaxf(m[mt][1], quad_max(mx1));
-                if (__any_sync(0xffffffffu, mn0 != m[mt][0] || mn1 != m[mt][1])) {
-                    const float c0 = ex2((m[mt][0] - mn0) * sl2), c1 = ex2((m[mt][1] - mn1) * sl2); // 0 on the first tile
-                    l[mt][0] *= c0;
-                    l[mt][1] *= c1;
-#pragma unroll
-                    for (int i = 0; i < 8; i++) {
-                        o[mt][i][0] *= c0; o[mt][i][1] *= c0;
-                        o[mt][i][2] *= c1; o[mt][i][3] *= c1;
-                    }
-                    m[mt][0] = mn0;
-                    m[mt][1] = mn1;
-                }
-                const float ms0 = mn0 * sl2, ms1 = mn1 * sl2;
-#pragma unroll
-                for (int n = 0; n < 8; n++) {
-                    s[mt][n][0] = ex2(fmaf(s[mt][n][0], sl2, -ms0));
-                    s[mt][n][1] = ex2(fmaf(s[mt][n][1], sl2, -ms0));
-                    s[mt][n][2] = ex2(fmaf(s[mt][n][2], sl2, -ms1));
-                    s[mt][n][3] = ex2(fmaf(s[mt][n][3], sl2, -ms1));
-                    a[n] = s[mt][n][0] + s[mt][n][1];
-                    b[n] = s[mt][n][2] + s[mt][n][3];
-                }
-                l[mt][0] += ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-                l[mt][1] += ((b[0] + b[1]) + (b[2] + b[3])) + ((b[4] + b[5]) + (b[6] + b[7]));
-                continue;
-            }
+            float a[8], b[8];
             float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
             for (int n = 0; n < 8; n++) {
-                mx0 = fmaxf(mx0, fmaxf(s[mt][n][0], s[mt][n][1]));
-                mx1 = fmaxf(mx1, fmaxf(s[mt][n][2], s[mt][n][3]));
+                a[n] = fmaxf(s[mt][n][0], s[mt][n][1]);
+                b[n] = fmaxf(s[mt][n][2], s[mt][n][3]);
+                if (!TREE) {
+                    mx0 = fmaxf(mx0, a[n]);
+                    mx1 = fmaxf(mx1, b[n]);
+                }
+            }
+            if (TREE) {
+                mx0 = fmaxf(fmaxf(fmaxf(a[0], a[1]), fmaxf(a[2], a[3])), fmaxf(fmaxf(a[4], a[5]), fmaxf(a[6], a[7])));
+                mx1 = fmaxf(fmaxf(fmaxf(b[0], b[1]), fmaxf(b[2], b[3])), fmaxf(fmaxf(b[4], b[5]), fmaxf(b[6], b[7])));
             }
             const float mn0 = fmaxf(m[mt][0], quad_max(mx0)), mn1 = fmaxf(m[mt][1], quad_max(mx1));
-            const float c0 = ex2((m[mt][0] - mn0) * sl2), c1 = ex2((m[mt][1] - mn1) * sl2); // 0 on the first tile
-            m[mt][0] = mn0;
-            m[mt][1] = mn1;
-            l[mt][0] *= c0;
-            l[mt][1] *= c1;
+            if (!TREE || __any_sync(0xffffffffu, mn0 != m[mt][0] || mn1 != m[mt][1])) {
+                const float c0 = ex2((m[mt][0] - mn0) * sl2), c1 = ex2((m[mt][1] - mn1) * sl2); // 0 on the first tile
+                m[mt][0] = mn0;
+                m[mt][1] = mn1;
+                l[mt][0] *= c0;
+                l[mt][1] *= c1;
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
-                o[mt][i][0] *= c0; o[mt][i][1] *= c0;
-                o[mt][i][2] *= c1; o[mt][i][3] *= c1;
+                for (int i = 0; i < 8; i++) {
+                    o[mt][i][0] *= c0; o[mt][i][1] *= c0;
+                    o[mt][i][2] *= c1; o[mt][i][3] *= c1;
+                }
             }
             const float ms0 = mn0 * sl2, ms1 = mn1 * sl2;
 #pragma unroll
@@ -465,8 +440,16 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
                 s[mt][n][1] = ex2(fmaf(s[mt][n][1], sl2, -ms0));
                 s[mt][n][2] = ex2(fmaf(s[mt][n][2], sl2, -ms1));
                 s[mt][n][3] = ex2(fmaf(s[mt][n][3], sl2, -ms1));
-                l[mt][0] += s[mt][n][0] + s[mt][n][1];
-                l[mt][1] += s[mt][n][2] + s[mt][n][3];
+                a[n] = s[mt][n][0] + s[mt][n][1];
+                b[n] = s[mt][n][2] + s[mt][n][3];
+                if (!TREE) {
+                    l[mt][0] += a[n];
+                    l[mt][1] += b[n];
+                }
+            }
+            if (TREE) {
+                l[mt][0] += ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+                l[mt][1] += ((b[0] + b[1]) + (b[2] + b[3])) + ((b[4] + b[5]) + (b[6] + b[7]));
             }
         }
 
