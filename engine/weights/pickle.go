@@ -165,6 +165,16 @@ func (u *unpickler) pop() (any, error) {
 	return v, nil
 }
 
+// popN pops the top n values, returned in stack order (deepest first).
+func (u *unpickler) popN(n int) ([]any, error) {
+	if len(u.stack)-n < u.floor() {
+		return nil, errors.New("stack underflow")
+	}
+	vs := append([]any(nil), u.stack[len(u.stack)-n:]...)
+	u.stack = u.stack[:len(u.stack)-n]
+	return vs, nil
+}
+
 func (u *unpickler) top() (any, error) {
 	if len(u.stack) <= u.floor() {
 		return nil, errors.New("stack underflow")
@@ -442,15 +452,11 @@ func (u *unpickler) step(op byte) error {
 		}
 		return u.push(d)
 	case 's': // SETITEM
-		v, err := u.pop()
+		kv, err := u.popN(2)
 		if err != nil {
 			return err
 		}
-		k, err := u.pop()
-		if err != nil {
-			return err
-		}
-		return u.setItemsOnTop([]any{k, v})
+		return u.setItemsOnTop(kv)
 	case 'u': // SETITEMS
 		items, err := u.popMark()
 		if err != nil {
@@ -496,64 +502,44 @@ func (u *unpickler) step(op byte) error {
 		}
 		return u.push(pyGlobal{mod, name})
 	case 0x93: // STACK_GLOBAL
-		name, err := u.pop()
+		mn, err := u.popN(2)
 		if err != nil {
 			return err
 		}
-		mod, err := u.pop()
-		if err != nil {
-			return err
-		}
-		ms, ok1 := mod.(string)
-		ns, ok2 := name.(string)
+		ms, ok1 := mn[0].(string)
+		ns, ok2 := mn[1].(string)
 		if !ok1 || !ok2 {
 			return errors.New("STACK_GLOBAL needs two strings")
 		}
 		return u.push(pyGlobal{ms, ns})
 	case 'R': // REDUCE
-		args, err := u.pop()
+		fa, err := u.popN(2)
 		if err != nil {
 			return err
 		}
-		fn, err := u.pop()
-		if err != nil {
-			return err
-		}
-		t, ok := args.(pyTuple)
+		t, ok := fa[1].(pyTuple)
 		if !ok {
 			return errors.New("REDUCE arguments are not a tuple")
 		}
-		v, err := call(fn, t)
+		v, err := call(fa[0], t)
 		if err != nil {
 			return err
 		}
 		return u.push(v)
-	case 0x81: // NEWOBJ
-		args, err := u.pop()
+	case 0x81: // NEWOBJ: cls, args
+		ca, err := u.popN(2)
 		if err != nil {
 			return err
 		}
-		cls, err := u.pop()
+		g, _ := ca[0].(pyGlobal)
+		return u.push(&pyObject{class: g, args: ca[1]})
+	case 0x92: // NEWOBJ_EX: cls, args, kwargs
+		cak, err := u.popN(3)
 		if err != nil {
 			return err
 		}
-		g, _ := cls.(pyGlobal)
-		return u.push(&pyObject{class: g, args: args})
-	case 0x92: // NEWOBJ_EX
-		kw, err := u.pop()
-		if err != nil {
-			return err
-		}
-		args, err := u.pop()
-		if err != nil {
-			return err
-		}
-		cls, err := u.pop()
-		if err != nil {
-			return err
-		}
-		g, _ := cls.(pyGlobal)
-		return u.push(&pyObject{class: g, args: pyTuple{args, kw}})
+		g, _ := cak[0].(pyGlobal)
+		return u.push(&pyObject{class: g, args: pyTuple{cak[1], cak[2]}})
 	case 'b': // BUILD
 		state, err := u.pop()
 		if err != nil {
