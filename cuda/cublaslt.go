@@ -72,15 +72,18 @@ static void lbm_plan_destroy(lbm_plan *p) {
 	if (p->op) cublasLtMatmulDescDestroy(p->op);
 }
 
-static int lbm_matmul(cublasLtHandle_t h, lbm_plan *p, uint64_t A, uint64_t B, uint64_t C, uint64_t bias,
+// D = A·B (+ bias) when C is 0; D = A·B + C (+ bias) otherwise, with C a
+// separate matrix of D's layout (beta = 1, out of place).
+static int lbm_matmul(cublasLtHandle_t h, lbm_plan *p, uint64_t A, uint64_t B, uint64_t C, uint64_t D, uint64_t bias,
                       uint64_t ws, size_t wsSize) {
-	float alpha = 1.0f, beta = 0.0f;
+	float alpha = 1.0f, beta = C ? 1.0f : 0.0f;
+	if (!C) C = D;
 	if (bias) {
 		const void *bp = (const void *)(uintptr_t)bias;
 		cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof(bp));
 	}
 	return (int)cublasLtMatmul(h, p->op, &alpha, (const void *)(uintptr_t)A, p->a, (const void *)(uintptr_t)B, p->b,
-	                           &beta, (void *)(uintptr_t)C, p->c, (void *)(uintptr_t)C, p->c, &p->algo,
+	                           &beta, (const void *)(uintptr_t)C, p->c, (void *)(uintptr_t)D, p->c, &p->algo,
 	                           (void *)(uintptr_t)ws, wsSize, 0);
 }
 
@@ -89,6 +92,7 @@ static int lbm_mem_info(size_t *freeb, size_t *total) { return (int)cuMemGetInfo
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -106,7 +110,10 @@ type gemmKey struct {
 	m, n, k            int
 	lda, ldb, ldc      int
 	bias               bool
-	align              uint32 // bytes all operand pointers are aligned to
+	// accumulate: D = A·B + C with C a separate input (beta = 1). Its own
+	// plans and tuning: reading C changes which algorithm is fastest.
+	accumulate bool
+	align      uint32 // bytes all operand pointers are aligned to
 }
 
 // cublasLt is our small binding: a handle, a workspace and the plan cache.
@@ -187,31 +194,61 @@ func (lt *cublasLt) plan(key gemmKey) (*C.lbm_plan, error) {
 	return p, nil
 }
 
-// matmul runs C = op(A)·op(B) (+ bias per row of C) in column-major terms.
-// A new shape's candidate algorithms are timed on its first call.
-func (lt *cublasLt) matmul(key gemmKey, a, b, c, bias cu.DevicePtr) (bool, error) {
-	key.align = alignment(a, b, c, bias)
+// matmul runs D = op(A)·op(B) (+ c, a matrix of D's layout, when c is not
+// 0) (+ bias per row of D) in column-major terms; false when no algorithm
+// fits. A new shape's candidate algorithms are timed on its first call.
+func (lt *cublasLt) matmul(key gemmKey, a, b, c, d, bias cu.DevicePtr) (bool, error) {
+	key.accumulate = c != 0
+	if c != 0 && c == d {
+		// In place, every run (tuning runs each candidate six times) would
+		// add c again.
+		return false, fmt.Errorf("cuBLASLt accumulating GEMM %dx%dx%d with C = D", key.m, key.n, key.k)
+	}
+	key.align = alignment(a, b, c, d, bias)
 	_, known := lt.plans[key]
 	p, err := lt.plan(key)
 	if err != nil || p == nil {
 		return false, err
 	}
 	if !known && lt.autotune && p.ncand > 1 {
-		if err := lt.tune(key, p, a, b, c, bias); err != nil {
+		if err := lt.tune(key, p, a, b, c, d, bias); err != nil {
 			return false, err
 		}
 	}
-	if err := lt.run(key, p, a, b, c, bias); err != nil {
+	if err := lt.run(key, p, a, b, c, d, bias); err != nil {
+		var le *ltError
+		if !known && errors.As(err, &le) && le.status == C.CUBLAS_STATUS_NOT_SUPPORTED {
+			// The heuristic offered what cannot run (e.g. the bias epilogue
+			// with beta = 1): as if it had offered nothing, so the caller
+			// falls back; the nil plan keeps later calls from trying again.
+			C.lbm_plan_destroy(p)
+			C.free(unsafe.Pointer(p))
+			lt.plans[key] = nil
+			return false, nil
+		}
 		return false, err
 	}
 	return true, nil
 }
 
-func (lt *cublasLt) run(key gemmKey, p *C.lbm_plan, a, b, c, bias cu.DevicePtr) error {
-	st := C.lbm_matmul(lt.h, p, C.uint64_t(a), C.uint64_t(b), C.uint64_t(c), C.uint64_t(bias),
+// ltError is a failed cublasLtMatmul.
+type ltError struct {
+	key    gemmKey
+	status C.int
+}
+
+func (e *ltError) Error() string {
+	return fmt.Sprintf("cuBLASLt matmul %dx%dx%d failed (status %d)", e.key.m, e.key.n, e.key.k, int(e.status))
+}
+
+// run is one matmul. D depends on A, B, C and bias only, never on D's old
+// values (beta is 0 unless accumulating, and matmul refuses C = D then), so
+// repeating it, as tuning does, leaves the same D.
+func (lt *cublasLt) run(key gemmKey, p *C.lbm_plan, a, b, c, d, bias cu.DevicePtr) error {
+	st := C.lbm_matmul(lt.h, p, C.uint64_t(a), C.uint64_t(b), C.uint64_t(c), C.uint64_t(d), C.uint64_t(bias),
 		C.uint64_t(lt.ws.ptr), C.size_t(ltWorkspace))
 	if st != 0 {
-		return fmt.Errorf("cuBLASLt matmul %dx%dx%d failed (status %d)", key.m, key.n, key.k, int(st))
+		return &ltError{key: key, status: st}
 	}
 	return nil
 }
@@ -221,7 +258,7 @@ func (lt *cublasLt) run(key gemmKey, p *C.lbm_plan, a, b, c, bias cu.DevicePtr) 
 // large problems; for one frame's ~1000 rows a smaller tile or a split-K
 // algorithm that fills all multiprocessors is often faster. Runs once per
 // shape, so a stream pays it in its first frames only.
-func (lt *cublasLt) tune(key gemmKey, p *C.lbm_plan, a, b, c, bias cu.DevicePtr) error {
+func (lt *cublasLt) tune(key gemmKey, p *C.lbm_plan, a, b, c, d, bias cu.DevicePtr) error {
 	const reps = 5
 	start, err := cu.MakeEvent(cu.DefaultEvent)
 	if err != nil {
@@ -236,14 +273,14 @@ func (lt *cublasLt) tune(key gemmKey, p *C.lbm_plan, a, b, c, bias cu.DevicePtr)
 	best, bestMS := 0, math.Inf(1)
 	for i := 0; i < int(p.ncand); i++ {
 		C.lbm_plan_pick(p, C.int(i))
-		if err := lt.run(key, p, a, b, c, bias); err != nil {
+		if err := lt.run(key, p, a, b, c, d, bias); err != nil {
 			continue // a candidate that cannot run this call is not chosen
 		}
 		if err := start.Record(cu.Stream{}); err != nil {
 			return err
 		}
 		for r := 0; r < reps; r++ {
-			if err := lt.run(key, p, a, b, c, bias); err != nil {
+			if err := lt.run(key, p, a, b, c, d, bias); err != nil {
 				return err
 			}
 		}
@@ -277,7 +314,7 @@ func (lt *cublasLt) report(log *slog.Logger, each bool) {
 			changed++
 		}
 		if each {
-			log.Info("cuda gemm tuned", "m", t.key.m, "n", t.key.n, "k", t.key.k, "bf16", t.key.bf, "tf32", t.key.tf32,
+			log.Info("cuda gemm tuned", "m", t.key.m, "n", t.key.n, "k", t.key.k, "bf16", t.key.bf, "tf32", t.key.tf32, "accumulate", t.key.accumulate,
 				"candidate", t.pick, "of", t.of, "us", fmt.Sprintf("%.1f", t.ms*1e3))
 		}
 	}

@@ -59,22 +59,6 @@ func (g *gpu) ScaleShift(x backend.Tensor, s, c float32) backend.Tensor {
 	})
 }
 
-// AddScaled is x + gamma⊙y (LayerScale residual).
-func (g *gpu) AddScaled(x, y, gamma backend.Tensor) backend.Tensor {
-	xt, yt, gt := g.tensor(x), g.tensor(y), g.tensor(gamma)
-	_, c := rowsCols(xt.shape)
-	if xt.numel() != yt.numel() || gt.numel() != c {
-		panic(fmt.Sprintf("cuda: AddScaled x %v y %v gamma %v", xt.shape, yt.shape, gt.shape))
-	}
-	n := int64(xt.numel())
-	return g.output(xt.shape, "AddScaled", func(out *Tensor) error {
-		if c%4 == 0 && fits4(n) && aligned(16, out.ptr(), xt.ptr(), yt.ptr(), gt.ptr()) {
-			return g.launch1D("elementwise", "add_scaled_v4", n/4, out.ptr(), xt.ptr(), yt.ptr(), gt.ptr(), int(n/4), c/4)
-		}
-		return g.launch1D("elementwise", "add_scaled_f32", n, out.ptr(), xt.ptr(), yt.ptr(), gt.ptr(), n, c)
-	})
-}
-
 func ptrOf(t *Tensor) cu.DevicePtr {
 	if t == nil {
 		return 0

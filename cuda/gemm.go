@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"slices"
 
 	"gorgonia.org/cu"
 
@@ -22,9 +23,16 @@ const (
 )
 
 // rowGemm computes C[m,n] = op(A)[m,k]·op(B)[k,n] (+ bias[n]) on row-major
-// fp32 or bf16 operands with fp32 output. cuBLASLt is column-major, so it is
-// asked for Cᵀ = op(B)ᵀ·op(A)ᵀ, whose bias runs along its rows. Owner thread only.
+// fp32 or bf16 operands with fp32 output. Owner thread only.
 func (g *gpu) rowGemm(prec gemmPrec, transA, transB bool, m, n, k int, a cu.DevicePtr, lda int, b cu.DevicePtr, ldb int, c cu.DevicePtr, ldc int, bias cu.DevicePtr) error {
+	return g.rowGemmAdd(prec, transA, transB, m, n, k, a, lda, b, ldb, c, ldc, bias, 0)
+}
+
+// rowGemmAdd is rowGemm plus, when add is not 0, a row-major [m, n] matrix
+// add with C's leading dimension, which must not be C itself. cuBLASLt is
+// column-major, so it is asked for Cᵀ = op(B)ᵀ·op(A)ᵀ (+ addᵀ), whose bias
+// runs along its rows. Owner thread only.
+func (g *gpu) rowGemmAdd(prec gemmPrec, transA, transB bool, m, n, k int, a cu.DevicePtr, lda int, b cu.DevicePtr, ldb int, c cu.DevicePtr, ldc int, bias, add cu.DevicePtr) error {
 	if m == 0 || n == 0 {
 		return nil
 	}
@@ -33,24 +41,39 @@ func (g *gpu) rowGemm(prec gemmPrec, transA, transB bool, m, n, k int, a cu.Devi
 	}
 	bf := prec == gemmBF16
 	key := gemmKey{bf: bf, tf32: prec == gemmTF32, transA: transB, transB: transA, m: n, n: m, k: k, lda: ldb, ldb: lda, ldc: ldc, bias: bias != 0}
-	ok, err := g.lt.matmul(key, b, a, c, bias)
-	if err != nil {
+	ok, err := g.lt.matmul(key, b, a, add, c, bias)
+	if err != nil || ok {
 		return err
 	}
-	if ok {
-		return nil
-	}
 	if bias != 0 {
-		// No algorithm with the bias epilogue: plain GEMM, then the bias.
+		// No algorithm with the bias epilogue: GEMM without it, then the bias.
 		key.bias = false
-		if ok, err = g.lt.matmul(key, b, a, c, 0); err != nil {
+		if ok, err = g.lt.matmul(key, b, a, add, c, 0); err != nil {
 			return err
 		}
 		if ok {
 			return g.launch1D("elementwise", "bias_act_f32", int64(m)*int64(n), c, bias, int64(m), n, 0)
 		}
 	}
+	if add != 0 {
+		// No accumulating algorithm: the plain GEMM (with its own fallback),
+		// then add row by row.
+		if err := g.rowGemmAdd(prec, transA, transB, m, n, k, a, lda, b, ldb, c, ldc, bias, 0); err != nil {
+			return err
+		}
+		return g.addRows(c, ldc, add, m, n)
+	}
 	return fmt.Errorf("cuBLASLt has no algorithm for a %dx%dx%d GEMM (bf16 %v)", m, n, k, bf)
+}
+
+// addRows is c[i, j] += add[i, j] on [m, n] matrices with leading dimension
+// ldc, the accumulating GEMM's fallback (only contiguous ones are needed).
+func (g *gpu) addRows(c cu.DevicePtr, ldc int, add cu.DevicePtr, m, n int) error {
+	if ldc != n {
+		return fmt.Errorf("accumulating GEMM fallback on a %dx%d matrix with leading dimension %d", m, n, ldc)
+	}
+	total := int64(m) * int64(n)
+	return g.launch1D("elementwise", "binary_f32", total, c, c, add, total, total, 0)
 }
 
 // operand returns the GEMM form of x: itself in fp32, or a bf16 copy in
@@ -99,30 +122,14 @@ func (g *gpu) weightOperand(w *Tensor) (cu.DevicePtr, bool, error) {
 // tanh approximation and the model uses the exact erf form.
 func (g *gpu) Linear(x, w, b backend.Tensor, act backend.Activation) backend.Tensor {
 	xt, wt, bt := g.tensor(x), g.weightTensor(w), g.tensor(b)
-	rows, k := rowsCols(xt.shape)
-	if len(wt.shape) != 2 || wt.shape[1] != k {
-		panic(fmt.Sprintf("cuda: Linear x %v with w %v", xt.shape, wt.shape))
-	}
-	m := wt.shape[0]
-	if bt != nil && bt.numel() != m {
-		panic(fmt.Sprintf("cuda: Linear bias %v for %d outputs", bt.shape, m))
-	}
-	shape := append(append([]int(nil), xt.shape[:len(xt.shape)-1]...), m)
+	rows, k, m, shape := linearShape("Linear", xt, wt, bt)
 	return g.output(shape, "Linear", func(out *Tensor) error {
-		wp, bf, err := g.weightOperand(wt)
-		if err != nil {
-			return err
-		}
-		xp, tmp, err := g.operand(xt.ptr(), int64(rows)*int64(k), bf)
+		xp, wp, prec, tmp, err := g.linearOperands(xt, wt, rows, k)
 		if err != nil {
 			return err
 		}
 		defer g.pool.put(tmp)
-		var bias cu.DevicePtr
-		if bt != nil {
-			bias = bt.ptr()
-		}
-		if err := g.rowGemm(g.gemmPrec(bf, false), false, true, rows, m, k, xp, k, wp, k, out.ptr(), m, bias); err != nil {
+		if err := g.rowGemm(prec, false, true, rows, m, k, xp, k, wp, k, out.ptr(), m, ptrOf(bt)); err != nil {
 			return err
 		}
 		if act == backend.ActGELU {
@@ -130,6 +137,54 @@ func (g *gpu) Linear(x, w, b backend.Tensor, act backend.Activation) backend.Ten
 		}
 		return nil
 	})
+}
+
+// LinearAdd is r + x·wᵀ + b as one GEMM: r enters as cuBLASLt's C with beta
+// = 1 (out of place, so r is untouched), the bias rides in the epilogue. The
+// model folds LayerScale into w and b, so this is a whole residual branch.
+func (g *gpu) LinearAdd(x, w, b, r backend.Tensor) backend.Tensor {
+	xt, wt, bt, rt := g.tensor(x), g.weightTensor(w), g.tensor(b), g.tensor(r)
+	rows, k, m, shape := linearShape("LinearAdd", xt, wt, bt)
+	if rt == nil || !slices.Equal(rt.shape, shape) {
+		panic(fmt.Sprintf("cuda: LinearAdd residual %v for an output %v", shapeOf(rt), shape))
+	}
+	return g.output(shape, "LinearAdd", func(out *Tensor) error {
+		xp, wp, prec, tmp, err := g.linearOperands(xt, wt, rows, k)
+		if err != nil {
+			return err
+		}
+		defer g.pool.put(tmp)
+		return g.rowGemmAdd(prec, false, true, rows, m, k, xp, k, wp, k, out.ptr(), m, ptrOf(bt), rt.ptr())
+	})
+}
+
+// linearShape checks x [..., K], w [M, K] and b [M] (or nil) of a Linear-like
+// op and gives the GEMM's rows, K and M and the output shape [..., M].
+func linearShape(op string, xt, wt, bt *Tensor) (rows, k, m int, shape []int) {
+	rows, k = rowsCols(xt.shape)
+	if len(wt.shape) != 2 || wt.shape[1] != k {
+		panic(fmt.Sprintf("cuda: %s x %v with w %v", op, xt.shape, wt.shape))
+	}
+	m = wt.shape[0]
+	if bt != nil && bt.numel() != m {
+		panic(fmt.Sprintf("cuda: %s bias %v for %d outputs", op, bt.shape, m))
+	}
+	shape = append(append([]int(nil), xt.shape[:len(xt.shape)-1]...), m)
+	return rows, k, m, shape
+}
+
+// linearOperands gives x [rows, k] and w in the precision of w's GEMM; tmp
+// is x's bf16 copy (or nil), which the caller releases. Owner thread only.
+func (g *gpu) linearOperands(xt, wt *Tensor, rows, k int) (xp, wp cu.DevicePtr, prec gemmPrec, tmp *buffer, err error) {
+	wp, bf, err := g.weightOperand(wt)
+	if err != nil {
+		return 0, 0, 0, nil, err
+	}
+	xp, tmp, err = g.operand(xt.ptr(), int64(rows)*int64(k), bf)
+	if err != nil {
+		return 0, 0, 0, nil, err
+	}
+	return xp, wp, g.gemmPrec(bf, false), tmp, nil
 }
 
 // rowsCols views a shape as [rows, last].

@@ -82,9 +82,6 @@ func TestElementwise(t *testing.T) {
 		p.check(fmt.Sprintf("Mul %v", bs), p.gpu.Mul(ga, gb), fx.cpu.Mul(ca, cb), tolFP32)
 	}
 	p.check("ScaleShift", p.gpu.ScaleShift(ga, 0.37, -2.5), fx.cpu.ScaleShift(ca, 0.37, -2.5), tolFP32)
-	cy, gy := p.in(p.randn(len(a), 1), 4, 9, 33)
-	cg, gg := p.in(p.randn(33, 0.1), 33)
-	p.check("AddScaled", p.gpu.AddScaled(ga, gy, gg), fx.cpu.AddScaled(ca, cy, cg), tolFP32)
 }
 
 func TestMovement(t *testing.T) {

@@ -30,11 +30,6 @@ extern "C" __global__ void scale_shift_f32(float* y, const float* x, i64 n, floa
     GRID_LOOP(i, n) y[i] = x[i] * s + c;
 }
 
-// LayerScale residual: y = x + gamma ⊙ r, gamma over the last dim (c).
-extern "C" __global__ void add_scaled_f32(float* y, const float* x, const float* r, const float* gamma, i64 n, int c) {
-    GRID_LOOP(i, n) y[i] = x[i] + gamma[i % c] * r[i];
-}
-
 extern "C" __global__ void f32_to_bf16_k(bf16_t* y, const float* x, i64 n) {
     GRID_LOOP(i, n) y[i] = f32_to_bf16(x[i]);
 }
@@ -82,14 +77,6 @@ __device__ __forceinline__ uint2 bf16x4(float4 v) {
 
 extern "C" __global__ void f32_to_bf16_v4(uint2* y, const float4* x, int n4) {
     GRID_LOOP32(i, n4) y[i] = bf16x4(x[i]);
-}
-
-// y = x + gamma ⊙ r with c4 = c/4 float4s of gamma.
-extern "C" __global__ void add_scaled_v4(float4* y, const float4* x, const float4* r, const float4* gamma, int n4, int c4) {
-    GRID_LOOP32(i, n4) {
-        const float4 a = x[i], b = r[i], g = gamma[i % c4];
-        y[i] = make_float4(fmaf(g.x, b.x, a.x), fmaf(g.y, b.y, a.y), fmaf(g.z, b.z, a.z), fmaf(g.w, b.w, a.w));
-    }
 }
 
 // KV append into a bf16 page, four values at a time.

@@ -80,6 +80,18 @@ const (
 	RoPEInterleaved
 )
 
+// QKVParams says how SplitQKV treats q and k: an optional per-head LayerNorm
+// (weights and biases [HeadDim], eps) and then an optional RoPE with tables
+// Cos, Sin [N, HeadDim/2] (N = the token dimension of qkv) and a pairing.
+type QKVParams struct {
+	Heads, HeadDim int
+	Norm           bool
+	QW, QB, KW, KB Tensor
+	Eps            float32
+	Cos, Sin       Tensor // nil: no rotation
+	Pairing        RoPEPairing
+}
+
 // KVStore is backend-owned storage for the paged KV cache of the global blocks:
 // for each of Layers blocks, Pages pages of PageSize token rows, each row holding
 // Heads·HeadDim keys and as many values. Which page holds what is decided by
@@ -128,6 +140,8 @@ type Backend interface {
 
 	// Linear is x·wᵀ + b with an optional fused activation: x [..., K], w [M, K], b [M] or nil → [..., M].
 	Linear(x, w, b Tensor, act Activation) Tensor
+	// LinearAdd is r + x·wᵀ + b: x [..., K], w [M, K], b [M] or nil, r with the output's shape [..., M].
+	LinearAdd(x, w, b, r Tensor) Tensor
 	// LayerNorm normalises over the last dimension; w and b may be nil (no affine).
 	LayerNorm(x, w, b Tensor, eps float32) Tensor
 	// Unary applies an elementwise function.
@@ -138,8 +152,6 @@ type Backend interface {
 	Mul(a, b Tensor) Tensor
 	// ScaleShift is x·s + c for scalars s and c.
 	ScaleShift(x Tensor, s, c float32) Tensor
-	// AddScaled is x + gamma⊙y (LayerScale residual): x, y same shape, gamma [C] over the last dim.
-	AddScaled(x, y, gamma Tensor) Tensor
 
 	// --- data movement ---
 
@@ -158,6 +170,10 @@ type Backend interface {
 
 	// RoPE rotates q or k of shape [..., N, H, D] with tables cos, sin [N, D/2].
 	RoPE(x, cos, sin Tensor, pairing RoPEPairing) Tensor
+	// SplitQKV splits qkv [..., N, 3·Heads·HeadDim] into q, k, v [..., N, Heads, HeadDim];
+	// q and k are normalised per head (when Norm) and then rotated (when Cos is set).
+	// It equals SliceCols, LayerNorm and RoPE in that order.
+	SplitQKV(qkv Tensor, p QKVParams) (q, k, v Tensor)
 	// Attention is softmax(q·kᵀ·scale)·v per batch and head, no mask:
 	// q [B, Nq, H, D], k and v [B, Nk, H, D] → [B, Nq, H, D].
 	Attention(q, k, v Tensor, scale float32) Tensor

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -68,6 +69,46 @@ func TestLinear(t *testing.T) {
 	}
 }
 
+func TestLinearAdd(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	b := New(Config{Threads: 3})
+	// {lead dims of x..., K, M}: 2-D and 3-D inputs, odd sizes.
+	for _, sz := range [][]int{{1, 1, 1}, {7, 13, 5}, {37, 100, 72}, {2, 19, 33, 17}} {
+		lead, k, m := sz[:len(sz)-2], sz[len(sz)-2], sz[len(sz)-1]
+		rows := backend.Numel(lead)
+		xs := append(append([]int(nil), lead...), k)
+		outShape := append(append([]int(nil), lead...), m)
+		x, w, bias, res := randSlice(r, rows*k), randSlice(r, m*k), randSlice(r, m), randSlice(r, rows*m)
+		for _, withBias := range []bool{true, false} {
+			var bt backend.Tensor
+			if withBias {
+				bt = b.FromHost(bias, m)
+			}
+			rt := b.FromHost(res, outShape...)
+			out := b.LinearAdd(b.FromHost(x, xs...), b.FromHost(w, m, k), bt, rt)
+			name := fmt.Sprintf("LinearAdd %v bias %v", sz, withBias)
+			if fmt.Sprint(out.Shape()) != fmt.Sprint(outShape) {
+				t.Fatalf("%s: shape %v, want %v", name, out.Shape(), outShape)
+			}
+			want := make([]float32, rows*m)
+			for i := 0; i < rows; i++ {
+				for j := 0; j < m; j++ {
+					s := float64(res[i*m+j])
+					if withBias {
+						s += float64(bias[j])
+					}
+					for q := 0; q < k; q++ {
+						s += float64(x[i*k+q]) * float64(w[j*k+q])
+					}
+					want[i*m+j] = float32(s)
+				}
+			}
+			checkClose(t, name, b.ToHost(out), want, 1e-4)
+			checkClose(t, name+" leaves r alone", b.ToHost(rt), res, 0)
+		}
+	}
+}
+
 func TestLayerNormAndElementwise(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	b := New(Config{})
@@ -100,13 +141,11 @@ func TestLayerNormAndElementwise(t *testing.T) {
 	add := b.ToHost(b.Add(xt, gt))
 	mul := b.ToHost(b.Mul(xt, gt))
 	ss := b.ToHost(b.ScaleShift(xt, 2, -1))
-	as := b.ToHost(b.AddScaled(xt, xt, gt))
 	for i := range x {
 		j := i % c
 		checkClose(t, "Add", add[i:i+1], []float32{x[i] + w[j]}, 1e-6)
 		checkClose(t, "Mul", mul[i:i+1], []float32{x[i] * w[j]}, 1e-6)
 		checkClose(t, "ScaleShift", ss[i:i+1], []float32{2*x[i] - 1}, 1e-6)
-		checkClose(t, "AddScaled", as[i:i+1], []float32{x[i] + w[j]*x[i]}, 1e-6)
 	}
 	ops := map[backend.UnaryOp]func(float64) float64{
 		backend.OpGELU:   func(v float64) float64 { return 0.5 * v * (1 + math.Erf(v/math.Sqrt2)) },

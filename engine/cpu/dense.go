@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/gonum"
@@ -54,6 +55,42 @@ func (b *Backend) Linear(x, w, bias backend.Tensor, act backend.Activation) back
 	return out
 }
 
+// LinearAdd is r + x·wᵀ + b: out starts as r + b, and the GEMM accumulates
+// into it (beta = 1), so r costs one pass that the bias needed anyway.
+func (b *Backend) LinearAdd(x, w, bias, r backend.Tensor) backend.Tensor {
+	xt, wt, rt := ct(x), ct(w), ct(r)
+	rows, k := rowsCols(xt.shape)
+	if len(wt.shape) != 2 || wt.shape[1] != k {
+		panic(fmt.Sprintf("cpu: LinearAdd x %v with w %v", xt.shape, wt.shape))
+	}
+	m := wt.shape[0]
+	shape := append(append([]int(nil), xt.shape[:len(xt.shape)-1]...), m)
+	if !slices.Equal(rt.shape, shape) {
+		panic(fmt.Sprintf("cpu: LinearAdd residual %v for an output %v", rt.shape, shape))
+	}
+	var bd []float32
+	if bias != nil {
+		if bd = ct(bias).data; len(bd) != m {
+			panic(fmt.Sprintf("cpu: LinearAdd bias %v for %d outputs", ct(bias).shape, m))
+		}
+	}
+	out := b.alloc(shape...)
+	b.parallelFor(rows, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			o, res := out.data[i*m:(i+1)*m], rt.data[i*m:(i+1)*m]
+			if bd == nil {
+				copy(o, res)
+				continue
+			}
+			for j := range o {
+				o[j] = res[j] + bd[j]
+			}
+		}
+	})
+	sgemm(false, true, rows, m, k, 1, xt.data, k, wt.data, k, 1, out.data, m)
+	return out
+}
+
 // LayerNorm over the last dimension, statistics in float64.
 func (b *Backend) LayerNorm(x, w, bias backend.Tensor, eps float32) backend.Tensor {
 	xt := ct(x)
@@ -68,30 +105,7 @@ func (b *Backend) LayerNorm(x, w, bias backend.Tensor, eps float32) backend.Tens
 	out := b.alloc(xt.shape...)
 	b.parallelFor(rows, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			row := xt.data[r*c : (r+1)*c]
-			var mean float64
-			for _, v := range row {
-				mean += float64(v)
-			}
-			mean /= float64(c)
-			var vr float64
-			for _, v := range row {
-				d := float64(v) - mean
-				vr += d * d
-			}
-			vr /= float64(c)
-			inv := 1 / math.Sqrt(vr+float64(eps))
-			o := out.data[r*c : (r+1)*c]
-			for i, v := range row {
-				y := float32((float64(v) - mean) * inv)
-				if wd != nil {
-					y *= wd[i]
-				}
-				if bd != nil {
-					y += bd[i]
-				}
-				o[i] = y
-			}
+			layerNormRow(out.data[r*c:(r+1)*c], xt.data[r*c:(r+1)*c], wd, bd, eps)
 		}
 	})
 	return out
@@ -188,18 +202,28 @@ func (b *Backend) ScaleShift(x backend.Tensor, s, c float32) backend.Tensor {
 	return out
 }
 
-// AddScaled is x + gamma⊙y.
-func (b *Backend) AddScaled(x, y, gamma backend.Tensor) backend.Tensor {
-	xt, yt, gt := ct(x), ct(y), ct(gamma)
-	if len(xt.data) != len(yt.data) {
-		panic(fmt.Sprintf("cpu: AddScaled %v with %v", xt.shape, yt.shape))
+// layerNormRow is one row of LayerNorm (statistics in float64); w, b may be nil.
+func layerNormRow(y, x, w, b []float32, eps float32) {
+	var mean float64
+	for _, v := range x {
+		mean += float64(v)
 	}
-	n := broadcastCheck("AddScaled", xt, gt)
-	out := b.alloc(xt.shape...)
-	b.parallelFor(len(xt.data), func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			out.data[i] = xt.data[i] + gt.data[i%n]*yt.data[i]
+	mean /= float64(len(x))
+	var vr float64
+	for _, v := range x {
+		dv := float64(v) - mean
+		vr += dv * dv
+	}
+	vr /= float64(len(x))
+	inv := 1 / math.Sqrt(vr+float64(eps))
+	for i, v := range x {
+		o := float32((float64(v) - mean) * inv)
+		if w != nil {
+			o *= w[i]
 		}
-	})
-	return out
+		if b != nil {
+			o += b[i]
+		}
+		y[i] = o
+	}
 }

@@ -114,21 +114,11 @@ func (b *Backend) Transpose(x backend.Tensor) backend.Tensor {
 	return out
 }
 
-// RoPE rotates pairs of dimensions of x [..., N, H, D] by the angles in cos/sin [N, D/2].
-func (b *Backend) RoPE(x, cos, sin backend.Tensor, pairing backend.RoPEPairing) backend.Tensor {
-	xt, ct0, st := ct(x), ct(cos), ct(sin)
-	nd := len(xt.shape)
-	if nd < 3 {
-		panic(fmt.Sprintf("cpu: RoPE of %v", xt.shape))
-	}
-	n, h, d := xt.shape[nd-3], xt.shape[nd-2], xt.shape[nd-1]
+// ropePairs says which dimensions of a head of d rotate together: pair m
+// (m < d/2) rotates dims (lo[m], hi[m]), see backend.RoPEPairing.
+func ropePairs(d int, pairing backend.RoPEPairing) (lo, hi []int) {
 	half := d / 2
-	if len(ct0.data) != n*half || len(st.data) != n*half || d%4 != 0 {
-		panic(fmt.Sprintf("cpu: RoPE x %v with tables %v", xt.shape, ct0.shape))
-	}
-	// pair m rotates dims (lo[m], hi[m])
-	lo := make([]int, half)
-	hi := make([]int, half)
+	lo, hi = make([]int, half), make([]int, half)
 	for m := 0; m < half; m++ {
 		switch pairing {
 		case backend.RoPEInterleaved:
@@ -141,6 +131,22 @@ func (b *Backend) RoPE(x, cos, sin backend.Tensor, pairing backend.RoPEPairing) 
 			panic(fmt.Sprintf("cpu: unknown RoPE pairing %d", pairing))
 		}
 	}
+	return lo, hi
+}
+
+// RoPE rotates pairs of dimensions of x [..., N, H, D] by the angles in cos/sin [N, D/2].
+func (b *Backend) RoPE(x, cos, sin backend.Tensor, pairing backend.RoPEPairing) backend.Tensor {
+	xt, ct0, st := ct(x), ct(cos), ct(sin)
+	nd := len(xt.shape)
+	if nd < 3 {
+		panic(fmt.Sprintf("cpu: RoPE of %v", xt.shape))
+	}
+	n, h, d := xt.shape[nd-3], xt.shape[nd-2], xt.shape[nd-1]
+	half := d / 2
+	if len(ct0.data) != n*half || len(st.data) != n*half || d%4 != 0 {
+		panic(fmt.Sprintf("cpu: RoPE x %v with tables %v", xt.shape, ct0.shape))
+	}
+	lo, hi := ropePairs(d, pairing)
 	out := b.alloc(xt.shape...)
 	rows := len(xt.data) / (h * d) // batch × N
 	b.parallelFor(rows, func(r0, r1 int) {

@@ -181,14 +181,10 @@ func (a *aggregator) forward(be backend.Backend, patches backend.Tensor, call ag
 
 // frameBlock: attention inside each frame, 2D RoPE. x [S, P, E].
 func (a *aggregator) frameBlock(be backend.Backend, blk *block, x backend.Tensor) backend.Tensor {
-	q, k, v := blk.qkvHeads(be, x)
-	qr := be.RoPE(q, a.cos2, a.sin2, backend.RoPEHalves2D)
-	kr := be.RoPE(k, a.cos2, a.sin2, backend.RoPEHalves2D)
+	q, k, v := blk.qkvHeads(be, x, a.cos2, a.sin2, backend.RoPEHalves2D)
+	att := be.Attention(q, k, v, blk.scale())
 	be.Free(q)
 	be.Free(k)
-	att := be.Attention(qr, kr, v, blk.scale())
-	be.Free(qr)
-	be.Free(kr)
 	be.Free(v)
 	return blk.finish(be, x, att)
 }
@@ -198,11 +194,7 @@ func (a *aggregator) frameBlock(be backend.Backend, blk *block, x backend.Tensor
 func (a *aggregator) globalBlock(be backend.Backend, blk *block, layer int, x backend.Tensor, call aggCall, cos3, sin3 backend.Tensor) backend.Tensor {
 	s, p := call.s, a.numSpecial+a.gh*a.gw
 	xs := be.Reshape(x, 1, s*p, a.dim)
-	q, k, v := blk.qkvHeads(be, xs)
-	qr := be.RoPE(q, cos3, sin3, backend.RoPEInterleaved)
-	kr := be.RoPE(k, cos3, sin3, backend.RoPEInterleaved)
-	be.Free(q)
-	be.Free(k)
+	qr, kr, v := blk.qkvHeads(be, xs, cos3, sin3, backend.RoPEInterleaved)
 
 	var att backend.Tensor
 	if call.dense {

@@ -144,7 +144,7 @@ func (h *cameraHead) forward(be backend.Backend, last backend.Tensor, store bool
 
 		for j, blk := range h.trunk {
 			xb := be.Reshape(x, 1, s, h.dim)
-			q, k, v := blk.qkvHeads(be, xb)
+			q, k, v := blk.qkvHeads(be, xb, nil, nil, 0) // no RoPE in the camera trunk
 			k3 := be.Reshape(k, s, blk.heads, blk.hd)
 			v3 := be.Reshape(v, s, blk.heads, blk.hd)
 			keys, vals := k3, v3

@@ -196,7 +196,7 @@ func (d *dino) forward(be backend.Backend, images [][]float32, h, w int) backend
 	be.Free(withPos)
 
 	for _, blk := range d.blocks {
-		q, k, v := blk.qkvHeads(be, seq)
+		q, k, v := blk.qkvHeads(be, seq, nil, nil, 0) // no RoPE in DINO
 		a := be.Attention(q, k, v, blk.scale())
 		be.Free(q)
 		be.Free(k)

@@ -22,6 +22,13 @@ type linear struct {
 // loadLinear reads name.weight [out, in] and name.bias [out]; out or in may be
 // -1 to take them from the checkpoint.
 func loadLinear(be backend.Backend, c *weights.Cursor, name string, out, in int, prec backend.Precision) (linear, error) {
+	return loadLinearScaled(be, c, name, out, in, prec, nil)
+}
+
+// loadLinearScaled is loadLinear with output row m of the weight and the bias
+// multiplied by gamma[m] before upload (nil: unscaled), so that the layer
+// computes γ ⊙ (x·Wᵀ + b): a LayerScale folded into the GEMM.
+func loadLinearScaled(be backend.Backend, c *weights.Cursor, name string, out, in int, prec backend.Precision, gamma []float32) (linear, error) {
 	sub := c.Sub(name)
 	shape, err := sub.Shape("weight")
 	if err != nil {
@@ -39,12 +46,30 @@ func loadLinear(be backend.Backend, c *weights.Cursor, name string, out, in int,
 	if err != nil {
 		return linear{}, err
 	}
+	if gamma != nil {
+		if len(gamma) != out {
+			return linear{}, fmt.Errorf("model: %d LayerScale values for the %d outputs of %q", len(gamma), out, sub.Key("weight"))
+		}
+		w, b = scaleRows(w, gamma, in), scaleRows(b, gamma, 1)
+	}
 	return linear{
 		w:   be.Weight(sub.Key("weight"), w, prec, out, in),
 		b:   be.Weight(sub.Key("bias"), b, prec, out),
 		in:  in,
 		out: out,
 	}, nil
+}
+
+// scaleRows returns a copy of the [len(s), n] matrix a with row m multiplied
+// by s[m]; a is the store's data and is left unchanged.
+func scaleRows(a, s []float32, n int) []float32 {
+	out := make([]float32, len(a))
+	for m, g := range s {
+		for j := m * n; j < (m+1)*n; j++ {
+			out[j] = g * a[j]
+		}
+	}
+	return out
 }
 
 func (l linear) forward(be backend.Backend, x backend.Tensor, act backend.Activation) backend.Tensor {
@@ -78,15 +103,6 @@ func (n layerNorm) forward(be backend.Backend, x backend.Tensor) backend.Tensor 
 	return be.LayerNorm(x, n.w, n.b, n.eps)
 }
 
-// loadVector reads a 1-D parameter of length dim (LayerScale gammas).
-func loadVector(be backend.Backend, c *weights.Cursor, name string, dim int, prec backend.Precision) (backend.Tensor, error) {
-	v, err := c.Get(name, dim)
-	if err != nil {
-		return nil, err
-	}
-	return be.Weight(c.Key(name), v, prec, dim), nil
-}
-
 // blockConfig describes one family of transformer blocks.
 type blockConfig struct {
 	dim     int
@@ -97,7 +113,8 @@ type blockConfig struct {
 }
 
 // block is a pre-norm transformer block with LayerScale on both branches:
-// x += γ1 ⊙ proj(attn(LN1(x))); x += γ2 ⊙ fc2(GELU(fc1(LN2(x)))).
+// x += γ1 ⊙ proj(attn(LN1(x))); x += γ2 ⊙ fc2(GELU(fc1(LN2(x)))). γ1 and γ2
+// are folded into proj and fc2 at load.
 // The attention itself is left to the caller (dense, paged or cached), which
 // receives q, k, v shaped [..., N, H, D].
 type block struct {
@@ -105,7 +122,6 @@ type block struct {
 	qkv, proj      linear
 	qNorm, kNorm   layerNorm
 	hasQKNorm      bool
-	ls1, ls2       backend.Tensor
 	fc1, fc2       linear
 	dim, heads, hd int
 }
@@ -127,7 +143,13 @@ func loadBlock(be backend.Backend, c *weights.Cursor, cfg blockConfig) (*block, 
 	if b.qkv, err = loadLinear(be, attn, "qkv", 3*e, e, cfg.prec); err != nil {
 		return nil, err
 	}
-	if b.proj, err = loadLinear(be, attn, "proj", e, e, cfg.prec); err != nil {
+	// LayerScale is folded into the branch's last projection (see finish);
+	// the gammas are still read, so the checkpoint's shapes and keys are checked.
+	ls1, err := c.Sub("ls1").Get("gamma", e)
+	if err != nil {
+		return nil, err
+	}
+	if b.proj, err = loadLinearScaled(be, attn, "proj", e, e, cfg.prec, ls1); err != nil {
 		return nil, err
 	}
 	if cfg.qkNorm {
@@ -138,17 +160,15 @@ func loadBlock(be backend.Backend, c *weights.Cursor, cfg blockConfig) (*block, 
 			return nil, err
 		}
 	}
-	if b.ls1, err = loadVector(be, c.Sub("ls1"), "gamma", e, cfg.prec); err != nil {
-		return nil, err
-	}
-	if b.ls2, err = loadVector(be, c.Sub("ls2"), "gamma", e, cfg.prec); err != nil {
-		return nil, err
-	}
 	mlp := c.Sub("mlp")
 	if b.fc1, err = loadLinear(be, mlp, "fc1", -1, e, cfg.prec); err != nil {
 		return nil, err
 	}
-	if b.fc2, err = loadLinear(be, mlp, "fc2", e, b.fc1.out, cfg.prec); err != nil {
+	ls2, err := c.Sub("ls2").Get("gamma", e)
+	if err != nil {
+		return nil, err
+	}
+	if b.fc2, err = loadLinearScaled(be, mlp, "fc2", e, b.fc1.out, cfg.prec, ls2); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -157,46 +177,36 @@ func loadBlock(be backend.Backend, c *weights.Cursor, cfg blockConfig) (*block, 
 // scale is the softmax temperature 1/√D.
 func (b *block) scale() float32 { return float32(1 / math.Sqrt(float64(b.hd))) }
 
-// qkv runs norm1, the qkv projection and the optional qk-norm on x [..., N, E]
-// and returns q, k, v as [..., N, H, D].
-func (b *block) qkvHeads(be backend.Backend, x backend.Tensor) (q, k, v backend.Tensor) {
-	xs := x.Shape()
-	lead := xs[:len(xs)-1]
-	hshape := append(append([]int{}, lead...), b.heads, b.hd)
-
+// qkvHeads runs norm1 and the qkv projection on x [..., N, E] and splits the
+// result into q, k, v [..., N, H, D] with one SplitQKV, which also applies the
+// optional qk-norm and, when cos and sin [N, D/2] are set, the RoPE of q and k
+// (nil tables: no rotation).
+func (b *block) qkvHeads(be backend.Backend, x, cos, sin backend.Tensor, pairing backend.RoPEPairing) (q, k, v backend.Tensor) {
 	h := b.norm1.forward(be, x)
 	qkv := b.qkv.forward(be, h, backend.ActNone)
 	be.Free(h)
-	q = be.Reshape(be.SliceCols(qkv, 0, b.dim), hshape...)
-	k = be.Reshape(be.SliceCols(qkv, b.dim, b.dim), hshape...)
-	v = be.Reshape(be.SliceCols(qkv, 2*b.dim, b.dim), hshape...)
+	q, k, v = be.SplitQKV(qkv, backend.QKVParams{
+		Heads: b.heads, HeadDim: b.hd,
+		Norm: b.hasQKNorm, QW: b.qNorm.w, QB: b.qNorm.b, KW: b.kNorm.w, KB: b.kNorm.b, Eps: b.qNorm.eps,
+		Cos: cos, Sin: sin, Pairing: pairing,
+	})
 	be.Free(qkv)
-	if b.hasQKNorm {
-		qn := b.qNorm.forward(be, q)
-		kn := b.kNorm.forward(be, k)
-		be.Free(q)
-		be.Free(k)
-		q, k = qn, kn
-	}
 	return q, k, v
 }
 
-// finish adds the attention branch (attn [..., N, H, D]) and the MLP branch to x.
+// finish adds the attention branch (attn [..., N, H, D]) and the MLP branch to x,
+// each as one GEMM with the residual (proj and fc2 carry the LayerScale).
 // It frees attn; x is left to the caller.
 func (b *block) finish(be backend.Backend, x, attn backend.Tensor) backend.Tensor {
 	a := be.Reshape(attn, x.Shape()...)
-	p := b.proj.forward(be, a, backend.ActNone)
+	x1 := be.LinearAdd(a, b.proj.w, b.proj.b, x)
 	be.Free(a)
-	x1 := be.AddScaled(x, p, b.ls1)
-	be.Free(p)
 
 	h := b.norm2.forward(be, x1)
 	m := b.fc1.forward(be, h, backend.ActGELU)
 	be.Free(h)
-	o := b.fc2.forward(be, m, backend.ActNone)
+	x2 := be.LinearAdd(m, b.fc2.w, b.fc2.b, x1)
 	be.Free(m)
-	x2 := be.AddScaled(x1, o, b.ls2)
-	be.Free(o)
 	be.Free(x1)
 	return x2
 }
