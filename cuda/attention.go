@@ -39,6 +39,7 @@ type attnKernel struct {
 	bq, tk       int
 	perSM        int
 	smem         int // dynamic shared memory bytes
+	threads      int // a block; 0 means 128
 }
 
 // faStage is one cp.async stage of attn_fa*_paged_bf: a K and a V tile of
@@ -47,10 +48,17 @@ const faStage = 2 * mmaTK * 72 * 2
 
 // Paged kernel variants (gpu.pagedVariant), for tests and benchmarks.
 const (
-	pagedFA     = ""      // default: attn_fa2_paged_bf, cp.async pipelined, 32 queries a warp
+	pagedFA     = ""      // default: attn_wg_paged_bf on Hopper, attn_fa2_paged_bf elsewhere
+	pagedFA2    = "fa2"   // attn_fa2_paged_bf: mma.sync, cp.async pipelined, 32 queries a warp
 	pagedSimple = "mma"   // the unpipelined 16-row kernels (paged, and dense on fp32 k and v)
 	pagedExact  = "exact" // the fp32 FMA kernel on the bf16 cache
+	pagedWG     = "wg"    // attn_wg_paged_bf: warpgroup MMA, Hopper only (fa2 elsewhere)
 )
+
+// wgKernel is the Hopper paged kernel: 2 warpgroups × 64 queries, 128-key
+// tiles in WSTAGES = 5 cp.async stages of K and V (16 KB each), plus 1 KB to
+// align the swizzled tiles.
+var wgKernel = attnKernel{module: "attention_mma", name: "attn_wg_paged_bf", bq: 128, tk: 128, perSM: 1, smem: 5*2*128*64*2 + 1024, threads: 256}
 
 // splits chooses how many blocks share one (query tile, head) so that the
 // GPU has enough blocks even for one frame's queries over 72 000 keys, while
@@ -71,6 +79,9 @@ func (g *gpu) attend(k attnKernel, out cu.DevicePtr, batch, nq, h, d, nk int, ar
 	ns := g.splits(k, qTiles*batch*h, nk)
 	grid := [3]int{qTiles, batch * h, ns}
 	block := [3]int{128, 1, 1}
+	if k.threads > 0 {
+		block[0] = k.threads
+	}
 	if k.smem > 48<<10 {
 		if err := g.allowSharedMemory(k.module, k.name, k.smem); err != nil {
 			return err
@@ -208,7 +219,9 @@ func (g *gpu) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pag
 		switch {
 		case fast && g.pagedVariant == pagedSimple:
 			k = attnKernel{module: "attention_mma", name: "attn_mma_paged_bf", bq: mmaBQ, tk: mmaTK}
-		case fast && g.pagedVariant == pagedFA:
+		case fast && (g.pagedVariant == pagedWG || g.pagedVariant == pagedFA) && g.kernels.hopper():
+			k = wgKernel
+		case fast && g.pagedVariant != pagedExact:
 			k = attnKernel{module: "attention_mma", name: "attn_fa2_paged_bf", bq: faBQ, tk: mmaTK, perSM: 2, smem: 2 * faStage}
 		case st.bf:
 			k = fmaKernel(fmt.Sprintf("attn_paged_bf_d%d", d))

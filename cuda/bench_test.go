@@ -79,12 +79,8 @@ func BenchmarkPagedAttention(b *testing.B) {
 	}
 	q := g.FromHost(p.randn(nq*h*d, 1), nq, h, d)
 	keys := float64(frames*ps + specials)
-	for _, variant := range []string{pagedFA, pagedSimple} {
-		name := "fa2"
-		if variant != pagedFA {
-			name = variant
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, variant := range []string{pagedWG, pagedFA2, pagedSimple} {
+		b.Run(variant, func(b *testing.B) {
 			g.(*gpu).pagedVariant = variant
 			defer func() { g.(*gpu).pagedVariant = pagedFA }()
 			g.Free(g.PagedAttention(q, st, 0, table, specials, 0.125))

@@ -53,6 +53,10 @@ func newKernelCache(dir string, info deviceInfo, log *slog.Logger) *kernelCache 
 		modules: map[string]kernelModule{}, funcs: map[string]kernelFunc{}}
 }
 
+// hopper says whether kernels compile for sm_90a, where the warpgroup MMA
+// (wgmma) instructions exist.
+func (k *kernelCache) hopper() bool { return k.arch == "compute_90a" }
+
 func (k *kernelCache) function(module, name string) (kernelFunc, error) {
 	key := module + "." + name
 	if fn, ok := k.funcs[key]; ok {
@@ -71,7 +75,10 @@ func (k *kernelCache) function(module, name string) (kernelFunc, error) {
 }
 
 func (k *kernelCache) options(module string) []string {
-	opts := []string{"--gpu-architecture=" + k.arch, "--std=c++17", "--fmad=true"}
+	// -default-device: NVRTC treats unannotated functions as host code, and
+	// the operator() of a generic lambda (attn_wg_paged_bf's per-warpgroup
+	// loop) has no annotation to give.
+	opts := []string{"--gpu-architecture=" + k.arch, "--std=c++17", "--fmad=true", "-default-device"}
 	if _, variant, ok := strings.Cut(module, "+"); ok {
 		opts = append(opts, "-DWANT_"+variant)
 	}

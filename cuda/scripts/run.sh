@@ -5,7 +5,8 @@
 #
 #   cuda/scripts/run.sh [STAGE...]     run in the order given; stages: info build
 #                                     test bench verify (= verify-bf16 verify-fp32)
-#                                     benchcmd ref peak profile sanitize ncu (default: info build test bench)
+#                                     benchcmd ref peak profile sanitize ncu wgcheck
+#                                     (default: info build test bench)
 #   TEST_RUN=regexp   go test -run filter (default: all tests); TEST_SKIP=regexp -skip
 #   SANITIZE_RUN=re   tests for the 'sanitize' stage (compute-sanitizer memcheck)
 #   NCU_KERNEL=name   kernel for the 'ncu' stage (default attn_fa2_paged_bf), profiled
@@ -142,6 +143,34 @@ stage_ncu() { # Nsight Compute on one launch of NCU_KERNEL inside the NCU_BENCH 
   grep -E 'Throughput|Pipe|Issue|Stall|Warp Cycles|Occupancy|Registers|Executed Ipc|Eligible|ERR|rror' "$OUT/ncu.txt" | head -60 | tee -a "$OUT/summary.txt"
 }
 
+stage_wgcheck() { # the Hopper paged kernel alone, built by nvcc: layout probes, CPU check, time
+  # WGCHECK_VARIANTS="-DA=1 -DB;-DC" also builds and times those variants.
+  local t0=$SECONDS v i=0
+  local IFS=';'
+  for v in "" ${WGCHECK_VARIANTS:-}; do
+    i=$((i + 1))
+    say "wgcheck variant '${v}'"
+    # shellcheck disable=SC2086
+    if (IFS=' '; "$cuda"/bin/nvcc -std=c++17 -O2 -arch=sm_90a -Xptxas -v $v -o /tmp/wgcheck$i cuda/scripts/wgcheck.cu) >"$OUT/wgcheck-build$i.log" 2>&1; then
+      grep -A2 'attn_wg_paged_bf' "$OUT/wgcheck-build$i.log" | grep -E 'registers|spill|C75' | tee -a "$OUT/summary.txt"
+      timeout 120 /tmp/wgcheck$i 2>&1 | tee "$OUT/wgcheck$i.log" | grep -v '^probe' | tee -a "$OUT/summary.txt"
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    else
+      tail -30 "$OUT/wgcheck-build$i.log" | tee -a "$OUT/summary.txt"; say "wgcheck does not build"; status=1
+    fi
+  done
+  if [ -n "${WGCHECK_NCU:-}" ]; then # Nsight Compute on the full-size launch of the default build
+    local ncu
+    ncu=$(command -v ncu || ls "$cuda"/bin/ncu 2>/dev/null | head -1)
+    timeout 200 "$ncu" --kernel-name attn_wg_paged_bf --launch-skip 6 --launch-count 1 \
+      --section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy --section WarpStateStats \
+      --section InstructionStats --section SchedulerStats --page raw /tmp/wgcheck1 >"$OUT/wgncu.txt" 2>&1
+    grep -E 'issue_stalled_[a-z_]*_per_issue_active.ratio|gpu__time_duration.sum|sm__inst_executed_pipe_[a-z_]*.avg.pct_of_peak_sustained_active|sm__pipe_[a-z_]*cycles_active.avg.pct|issue_active.avg.pct|rror' "$OUT/wgncu.txt" \
+      | awk '$NF+0 > 0.05 || /rror|duration/' | head -70 | tee -a "$OUT/summary.txt"
+  fi
+  say "wgcheck took $((SECONDS - t0)) s"
+}
+
 stage_ref() {
   PYTHONUNBUFFERED=1 timeout 300 python3 .ref/make_golden.py --ref .ref/lingbot-map --out "$OUT/full" --config full --frames "${REF_FRAMES:-30}" 2>&1 \
     | tee "$OUT/ref.log" | tail -12 | tee -a "$OUT/summary.txt"
@@ -163,6 +192,7 @@ for st in $stages; do
     profile) stage_profile ;;
     sanitize) stage_sanitize ;;
     ncu) stage_ncu ;;
+    wgcheck) stage_wgcheck ;;
     *) say "unknown stage $st"; status=2 ;;
   esac
 done
