@@ -6,6 +6,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,15 +49,38 @@ func packageDir(t *testing.T) string {
 // the node's poses, and takes a screenshot once rviz shows the latched map
 // and path: the map's image colours and the yellow path must be in the 3D
 // view. The PNG stays in test/artifacts/ for people to look at.
+//
+// rviz itself (software OpenGL under Xvfb) sometimes aborts while starting
+// ("free(): invalid next size", about one run in a dozen on a loaded 2-core
+// machine). That is not the node's doing, so a launch in which rviz died is
+// reported and run once more, on a fresh master; every check applies to the
+// run that counts, and a second crash fails the test.
 func TestReplayLaunchInRviz(t *testing.T) {
 	rostest.RequireTools(t, rostest.AptViz, "xvfb-run", "import", "rviz")
 	rostest.RequireTools(t, rostest.AptHeadless, "roslaunch")
-	m := rostest.StartMaster(t)
 	bag := writeBag(t)
 	ws := packageDir(t)
 	if err := os.MkdirAll("artifacts", 0o755); err != nil {
 		t.Fatal(err)
 	}
+	for attempt := 1; ; attempt++ {
+		log, ok := replayInRviz(t, bag, ws)
+		if ok {
+			return
+		}
+		if attempt == 2 {
+			t.Fatalf("rviz died in two launches in a row; roslaunch log:\n%s", log)
+		}
+		t.Logf("rviz died on its own in launch %d (roslaunch log below); launching again\n%s", attempt, log)
+	}
+}
+
+// replayInRviz is one launch of replay.launch under Xvfb with its checks. It
+// returns false (and the roslaunch log) without checking the screenshot when
+// roslaunch reports that rviz died.
+func replayInRviz(t *testing.T, bag, ws string) (string, bool) {
+	t.Helper()
+	m := rostest.StartMaster(t)
 	shot, err := filepath.Abs(filepath.Join("artifacts", "rviz_replay.png"))
 	if err != nil {
 		t.Fatal(err)
@@ -104,19 +128,38 @@ wait $RL
 	if got := l.diagValue("queue_policy"); got != "all" {
 		t.Errorf("replay.launch sets queue_policy all through a ROS parameter; diagnostics say %q", got)
 	}
-	m.WaitSubscribed(t, "/lingbotmap/map", "/rviz", 60*time.Second)
-	m.WaitSubscribed(t, "/lingbotmap/path", "/rviz", 60*time.Second)
-	time.Sleep(5 * time.Second) // rviz renders at 10 fps; give it a few frames after subscribing
-	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("xvfb-run: %v", err)
+	// stop lets the script take its screenshot and end roslaunch.
+	stop := func() {
+		if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("roslaunch did not end within 60 s of SIGTERM")
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("xvfb-run: %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("roslaunch did not end within 60 s of SIGTERM")
+		}
+	}
+	launchLog := func() string {
+		log, _ := os.ReadFile(logFile)
+		return string(log)
+	}
+	// rviz subscribes to the map and the path once it is up, unless it dies first.
+	for deadline := time.Now().Add(60 * time.Second); !m.Subscribed("/lingbotmap/map", "/rviz") || !m.Subscribed("/lingbotmap/path", "/rviz"); time.Sleep(100 * time.Millisecond) {
+		if rvizDied(launchLog()) {
+			stop()
+			return launchLog(), false
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("rviz did not subscribe to /lingbotmap/map and /lingbotmap/path within 60 s")
+		}
+	}
+	time.Sleep(5 * time.Second) // rviz renders at 10 fps; give it a few frames after subscribing
+	stop()
+	if log := launchLog(); rvizDied(log) {
+		return log, false
 	}
 
 	f, err := os.Open(shot)
@@ -137,6 +180,18 @@ wait $RL
 	if float64(coloured)/float64(total) < 0.05 { // the map covers about a quarter of the view
 		t.Errorf("the coloured map cloud is not visible in the 3D view (%d px)", coloured)
 	}
+	return "", true
+}
+
+// rvizDied says whether a roslaunch log reports the rviz process dying
+// ("[rviz-3] process has died [pid …, exit code -6, …]").
+func rvizDied(log string) bool {
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, "[rviz-") && strings.Contains(line, "process has died") {
+			return true
+		}
+	}
+	return false
 }
 
 // viewColours counts, in the 3D view (right of the Displays panel, above the

@@ -123,25 +123,32 @@ func (m *Master) Knows(node string) bool {
 // WaitSubscribed waits until topic has a subscriber whose name has the prefix.
 func (m *Master) WaitSubscribed(t testing.TB, topic, nodePrefix string, timeout time.Duration) {
 	t.Helper()
-	client := apimaster.NewClient(m.Addr, "/rostest", &http.Client{Timeout: time.Second})
-	for deadline := time.Now().Add(timeout); ; time.Sleep(50 * time.Millisecond) {
-		st, err := client.GetSystemState()
-		if err == nil {
-			for _, e := range st.SubscribedTopics {
-				if e.Name != topic {
-					continue
-				}
-				for _, n := range e.Nodes {
-					if strings.HasPrefix(n, nodePrefix) {
-						return
-					}
-				}
-			}
-		}
+	for deadline := time.Now().Add(timeout); !m.Subscribed(topic, nodePrefix); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no subscriber %s* on %s after %v", nodePrefix, topic, timeout)
 		}
 	}
+}
+
+// Subscribed says whether the master lists a node named nodePrefix* as a
+// subscriber of topic now.
+func (m *Master) Subscribed(topic, nodePrefix string) bool {
+	client := apimaster.NewClient(m.Addr, "/rostest", &http.Client{Timeout: time.Second})
+	st, err := client.GetSystemState()
+	if err != nil {
+		return false
+	}
+	for _, e := range st.SubscribedTopics {
+		if e.Name != topic {
+			continue
+		}
+		for _, n := range e.Nodes {
+			if strings.HasPrefix(n, nodePrefix) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Command prepares a ROS tool with the master's environment.
