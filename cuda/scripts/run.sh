@@ -16,6 +16,8 @@
 #   BENCH_FRAMES=n    streaming frames for benchcmd after 8 scale frames (default 22)
 #   BENCH_ARGS="..."  more flags for the bench command in benchcmd and profile
 #   BENCH_TIMEOUT=s   limit for benchcmd (default 200)
+#   WGCHECK_VARIANTS="-DX;-DY=2"  'wgcheck' also builds and times these variants
+#   WGCHECK_NCU=1     'wgcheck' also runs Nsight Compute on the full-size launch
 #   REF_FRAMES=n      frames for the reference timing in 'ref' (default 30; needs
 #                     .ref/make_golden.py and .ref/lingbot-map, see pack.sh)
 set -uo pipefail
