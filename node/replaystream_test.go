@@ -8,27 +8,18 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine"
-	"github.com/lingbotmap/lingbotmap/engine/weights"
-	"github.com/lingbotmap/lingbotmap/internal/shared"
+	"github.com/lingbotmap/lingbotmap/internal/golden/goldentest"
+	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 )
 
 func goldenDir(t *testing.T) string {
 	t.Helper()
-	d, err := shared.Path("golden", "images_kf1")
-	if err != nil {
-		t.Fatalf("golden data: %v", err)
-	}
-	return d
+	return sharedtest.Path(t, "golden", "images_kf1")
 }
 
 func loadGolden(t *testing.T, key string) []float32 {
 	t.Helper()
-	st, err := weights.OpenSafeTensors(goldenDir(t) + "/outputs.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	v, err := st.Float32(key)
+	v, err := goldentest.Open(t, "images_kf1", "outputs.safetensors").Float32(key)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine/cpu"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
+	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 )
 
 // randomStore is a checkpoint of the given shapes with random values drawn
@@ -84,7 +85,7 @@ func (s *randomStore) Float32(name string) ([]float32, error) {
 //
 //	go test ./engine/model -run '^$' -bench FullFrame -benchtime 1x -timeout 60m
 func BenchmarkFullFrame(b *testing.B) {
-	raw, err := os.ReadFile(sharedPath(b, "golden", "full_state_dict_shapes.json"))
+	raw, err := os.ReadFile(sharedtest.Path(b, "golden", "full_state_dict_shapes.json"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,7 +13,8 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/kvcache"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
 	"github.com/lingbotmap/lingbotmap/internal/golden"
-	"github.com/lingbotmap/lingbotmap/internal/shared"
+	"github.com/lingbotmap/lingbotmap/internal/golden/goldentest"
+	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 )
 
 // The golden tests run the tiny reference model (../shared/golden) through the
@@ -33,28 +34,6 @@ type goldenCase struct {
 	inter   *weights.SafeTensors // nil when the case has none
 }
 
-func sharedPath(t testing.TB, elem ...string) string {
-	t.Helper()
-	p, err := shared.Path(elem...)
-	if err != nil {
-		t.Fatalf("golden data: %v", err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("golden data missing: %v", err)
-	}
-	return p
-}
-
-func openST(t testing.TB, path string) *weights.SafeTensors {
-	t.Helper()
-	st, err := weights.OpenSafeTensors(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
-
 func readTensor(t testing.TB, st *weights.SafeTensors, name string) ([]float32, []int) {
 	t.Helper()
 	v, shape, err := golden.Tensor(st, name)
@@ -66,30 +45,29 @@ func readTensor(t testing.TB, st *weights.SafeTensors, name string) ([]float32, 
 
 func loadCase(t testing.TB, name string) *goldenCase {
 	t.Helper()
-	dir := sharedPath(t, "golden", name)
+	dir := sharedtest.Path(t, "golden", name)
 	m, err := golden.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	gc := &goldenCase{m: m}
-	in := openST(t, filepath.Join(dir, golden.InputsFile))
+	in := goldentest.Open(t, name, golden.InputsFile)
 	imgs, shape := readTensor(t, in, "images")
 	n, per := shape[0], shape[1]*shape[2]*shape[3]
 	gc.h, gc.w = shape[2], shape[3]
 	for i := 0; i < n; i++ {
 		gc.images = append(gc.images, imgs[i*per:(i+1)*per])
 	}
-	gc.outputs = openST(t, filepath.Join(dir, golden.OutputsFile))
-	p := filepath.Join(dir, "intermediates.safetensors")
-	if _, err := os.Stat(p); err == nil {
-		gc.inter = openST(t, p)
+	gc.outputs = goldentest.Open(t, name, golden.OutputsFile)
+	if _, err := os.Stat(filepath.Join(dir, "intermediates.safetensors")); err == nil {
+		gc.inter = goldentest.Open(t, name, "intermediates.safetensors")
 	}
 	return gc
 }
 
 func loadTiny(t testing.TB, m *golden.Manifest, keep bool) *Model {
 	t.Helper()
-	st := openST(t, sharedPath(t, "golden", "weights.safetensors"))
+	st := goldentest.Open(t, "weights.safetensors")
 	mdl, err := Load(cpu.New(cpu.Config{}), st, Options{
 		ScaleFrames:       m.Config.ScaleFrames,
 		SlidingWindow:     m.Config.SlidingWindow,

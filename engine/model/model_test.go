@@ -9,6 +9,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine/cpu"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
+	"github.com/lingbotmap/lingbotmap/internal/golden/goldentest"
 )
 
 func TestSelectedLayersFor(t *testing.T) {
@@ -70,7 +71,7 @@ func (s editedStore) Float32(name string) ([]float32, error) {
 }
 
 func TestLoadNamesWhatIsWrong(t *testing.T) {
-	base := openST(t, sharedPath(t, "golden", "weights.safetensors"))
+	base := goldentest.Open(t, "weights.safetensors")
 	be := cpu.New(cpu.Config{Threads: 1})
 	opt := Options{SelectedLayers: []int{0, 2, 3, 4}}
 	for _, tc := range []struct {
@@ -214,7 +215,7 @@ func TestResetReplaysExactly(t *testing.T) {
 
 func TestMaxFramesIsAnError(t *testing.T) {
 	gc := loadCase(t, "stream_kf1")
-	st := openST(t, sharedPath(t, "golden", "weights.safetensors"))
+	st := goldentest.Open(t, "weights.safetensors")
 	mdl, err := Load(cpu.New(cpu.Config{}), st, Options{ScaleFrames: 3, SlidingWindow: 4, MaxFrames: 4, SelectedLayers: []int{0, 2, 3, 4}})
 	if err != nil {
 		t.Fatal(err)

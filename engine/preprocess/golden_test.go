@@ -8,18 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lingbotmap/lingbotmap/engine/weights"
-	"github.com/lingbotmap/lingbotmap/internal/shared"
+	"github.com/lingbotmap/lingbotmap/internal/golden/goldentest"
+	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 )
-
-func sharedPath(t testing.TB, elem ...string) string {
-	t.Helper()
-	p, err := shared.Path(elem...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 func decodeFile(t testing.TB, path string) RGB {
 	t.Helper()
@@ -42,7 +33,7 @@ func decodeFile(t testing.TB, path string) RGB {
 // goldenSources lists the 7 images of golden/preprocess in the order of
 // files.txt: 3 courthouse frames, 2 oxford frames, then the two stored beside it.
 func goldenSources(t *testing.T) []string {
-	b, err := os.ReadFile(sharedPath(t, "golden", "preprocess", "files.txt"))
+	b, err := os.ReadFile(sharedtest.Path(t, "golden", "preprocess", "files.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +44,7 @@ func goldenSources(t *testing.T) []string {
 	dirs := []string{"data/courthouse", "data/courthouse", "data/courthouse", "data/oxford", "data/oxford", "golden/preprocess", "golden/preprocess"}
 	out := make([]string, len(names))
 	for i, n := range names {
-		out[i] = sharedPath(t, append(strings.Split(dirs[i], "/"), n)...)
+		out[i] = sharedtest.Path(t, append(strings.Split(dirs[i], "/"), n)...)
 	}
 	return out
 }
@@ -77,11 +68,7 @@ func compare(t *testing.T, what string, got, want []float32) (float64, int) {
 }
 
 func TestGoldenPreprocess518(t *testing.T) {
-	st, err := weights.OpenSafeTensors(sharedPath(t, "golden", "preprocess", "preprocess_518.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := goldentest.Open(t, "preprocess", "preprocess_518.safetensors")
 	for i, path := range goldenSources(t) {
 		name := fmt.Sprintf("img%d", i)
 		t.Run(name+"_"+filepath.Base(path), func(t *testing.T) {
@@ -120,11 +107,7 @@ func TestGoldenPreprocess518(t *testing.T) {
 }
 
 func TestGoldenTinyImages(t *testing.T) {
-	st, err := weights.OpenSafeTensors(sharedPath(t, "golden", "images_kf1", "inputs.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := goldentest.Open(t, "images_kf1", "inputs.safetensors")
 	info, _ := st.Info("images")
 	if len(info.Shape) != 4 || info.Shape[0] != 16 || info.Shape[1] != 3 || info.Shape[2] != 42 || info.Shape[3] != 70 {
 		t.Fatalf("golden images shape %v, want [16 3 42 70]", info.Shape)
@@ -134,7 +117,7 @@ func TestGoldenTinyImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The 16 first frames of the courthouse folder, sorted, as the reference globbed them.
-	paths, err := filepath.Glob(sharedPath(t, "data", "courthouse", "*.png"))
+	paths, err := filepath.Glob(sharedtest.Path(t, "data", "courthouse", "*.png"))
 	if err != nil || len(paths) < 16 {
 		t.Fatalf("want 16 courthouse frames, found %d (%v)", len(paths), err)
 	}

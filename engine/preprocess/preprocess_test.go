@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 )
 
 func TestOverWhite(t *testing.T) {
@@ -40,7 +42,7 @@ func TestOverWhite(t *testing.T) {
 // The golden RGBA image must really exercise partial alpha, or the exact
 // match of its preprocessing proves nothing about the compositing.
 func TestGoldenRGBAHasPartialAlpha(t *testing.T) {
-	f, err := os.Open(sharedPath(t, "golden", "preprocess", "rgba_400x300.png"))
+	f, err := os.Open(sharedtest.Path(t, "golden", "preprocess", "rgba_400x300.png"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +116,7 @@ func TestPreprocessErrors(t *testing.T) {
 }
 
 func TestToRGB8RoundTrip(t *testing.T) {
-	src := decodeFile(t, sharedPath(t, "golden", "preprocess", "portrait_360x640.png"))
+	src := decodeFile(t, sharedtest.Path(t, "golden", "preprocess", "portrait_360x640.png"))
 	resized, err := ResizeRGB(src, 518, 924)
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +163,7 @@ func TestResizeHandWorked(t *testing.T) {
 }
 
 func TestResizerReuse(t *testing.T) {
-	src := decodeFile(t, sharedPath(t, "data", "oxford", "000000.png"))
+	src := decodeFile(t, sharedtest.Path(t, "data", "oxford", "000000.png"))
 	r := Resizer{Workers: 1} // goroutines of a parallel resize allocate a little
 	a, err := r.Resize(src, 300, 200, nil)
 	if err != nil {
@@ -457,7 +459,7 @@ func BenchmarkPreprocess1280x720(b *testing.B) {
 }
 
 func BenchmarkPreprocessPortraitPNG(b *testing.B) {
-	src := decodeFile(b, sharedPath(b, "golden", "preprocess", "portrait_360x640.png"))
+	src := decodeFile(b, sharedtest.Path(b, "golden", "preprocess", "portrait_360x640.png"))
 	p := Preprocessor{Width: 518, Patch: 14}
 	var buf []float32
 	for b.Loop() {

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 )
 
 // shapeStore is a Store that knows shapes only (for the full model's key list).
@@ -31,7 +33,7 @@ func (s shapeStore) Close() error                      { return nil }
 
 func fullShapes(t *testing.T) shapeStore {
 	t.Helper()
-	b, err := os.ReadFile(mustShared(t, "golden", "full_state_dict_shapes.json"))
+	b, err := os.ReadFile(sharedtest.Path(t, "golden", "full_state_dict_shapes.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 )
 
 // mappedRSS is the resident size in bytes of the mapping that holds addr, from /proc/self/smaps.
@@ -43,7 +45,7 @@ func mappedRSS(t *testing.T, addr uintptr) int64 {
 // 4.6 GB checkpoint, not two).
 func TestFloat32DoesNotFaultInTheMapping(t *testing.T) {
 	st := openGoldenST(t)
-	pt, err := OpenPT(mustShared(t, "golden", "weights.pt"))
+	pt, err := OpenPT(sharedtest.Path(t, "golden", "weights.pt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +89,7 @@ func TestFloat32DoesNotFaultInTheMapping(t *testing.T) {
 // BenchmarkLoadGolden opens a golden checkpoint and reads every tensor.
 func BenchmarkLoadGolden(b *testing.B) {
 	for _, name := range []string{"weights.safetensors", "weights.pt"} {
-		path := mustShared(b, "golden", name)
+		path := sharedtest.Path(b, "golden", name)
 		b.Run(name, func(b *testing.B) {
 			st, _ := os.Stat(path)
 			b.SetBytes(st.Size())

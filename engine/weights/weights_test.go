@@ -12,21 +12,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lingbotmap/lingbotmap/internal/shared"
+	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 )
-
-func mustShared(t testing.TB, elem ...string) string {
-	t.Helper()
-	p, err := shared.Path(elem...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 func openGoldenST(t testing.TB) *SafeTensors {
 	t.Helper()
-	s, err := OpenSafeTensors(mustShared(t, "golden", "weights.safetensors"))
+	s, err := OpenSafeTensors(sharedtest.Path(t, "golden", "weights.safetensors"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +27,7 @@ func openGoldenST(t testing.TB) *SafeTensors {
 
 func readGolden(t testing.TB, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(mustShared(t, "golden", name))
+	b, err := os.ReadFile(sharedtest.Path(t, "golden", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +89,7 @@ func TestGoldenSafeTensorsOpens(t *testing.T) {
 
 func TestGoldenPTMatchesSafeTensors(t *testing.T) {
 	st := openGoldenST(t)
-	pt, err := OpenPT(mustShared(t, "golden", "weights.pt"))
+	pt, err := OpenPT(sharedtest.Path(t, "golden", "weights.pt"))
 	if err != nil {
 		t.Fatal(err)
 	}

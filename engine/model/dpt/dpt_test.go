@@ -8,7 +8,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 	"github.com/lingbotmap/lingbotmap/engine/cpu"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
-	"github.com/lingbotmap/lingbotmap/internal/shared"
+	"github.com/lingbotmap/lingbotmap/internal/golden/goldentest"
 )
 
 // The tiny golden model: patch grid 3×5 at 42×70, 6 special tokens, 2E = 256.
@@ -17,20 +17,6 @@ const (
 	goldenGH, goldenGW        = 3, 5
 	goldenPatchStart          = 6
 )
-
-func openGolden(t *testing.T, elem ...string) *weights.SafeTensors {
-	t.Helper()
-	p, err := shared.Path(append([]string{"golden"}, elem...)...)
-	if err != nil {
-		t.Fatalf("golden data: %v", err)
-	}
-	st, err := weights.OpenSafeTensors(p)
-	if err != nil {
-		t.Fatalf("golden data: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
 
 func read(t *testing.T, st *weights.SafeTensors, name string) []float32 {
 	t.Helper()
@@ -57,7 +43,7 @@ func errStats(got, want []float32) (rel, abs float64) {
 func runGoldenHead(t *testing.T, module string, wantOut int) [][]float32 {
 	t.Helper()
 	be := cpu.New(cpu.Config{})
-	ws := openGolden(t, "weights.safetensors")
+	ws := goldentest.Open(t, "weights.safetensors")
 	cur := weights.NewCursor(ws)
 	h, err := Load(be, cur.Sub(module))
 	if err != nil {
@@ -69,7 +55,7 @@ func runGoldenHead(t *testing.T, module string, wantOut int) [][]float32 {
 	if h.OutDim() != wantOut {
 		t.Fatalf("%s: OutDim %d, want %d", module, h.OutDim(), wantOut)
 	}
-	im := openGolden(t, "stream_kf1", "intermediates.safetensors")
+	im := goldentest.Open(t, "stream_kf1", "intermediates.safetensors")
 	var layers []backend.Tensor
 	for _, k := range []string{"agg_layer00", "agg_layer02", "agg_layer03", "agg_layer04"} {
 		inf, ok := im.Info(k)
@@ -108,7 +94,7 @@ func mapVals(xs []float32, f func(float64) float64) []float32 {
 // TestDepthHeadMatchesGolden: exp(ch0) is the depth, 1+exp(ch1) its confidence.
 func TestDepthHeadMatchesGolden(t *testing.T) {
 	ch := runGoldenHead(t, "depth_head", 2)
-	out := openGolden(t, "stream_kf1", "outputs.safetensors")
+	out := goldentest.Open(t, "stream_kf1", "outputs.safetensors")
 	for _, c := range []struct {
 		name string
 		got  []float32
@@ -128,7 +114,7 @@ func TestDepthHeadMatchesGolden(t *testing.T) {
 // 1+exp(ch3) their confidence.
 func TestPointHeadMatchesGolden(t *testing.T) {
 	ch := runGoldenHead(t, "point_head", 4)
-	out := openGolden(t, "stream_kf1", "outputs.safetensors")
+	out := goldentest.Open(t, "stream_kf1", "outputs.safetensors")
 	invLog := func(y float64) float64 {
 		return math.Copysign(math.Expm1(math.Abs(y)), y)
 	}

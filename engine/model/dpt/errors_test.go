@@ -8,6 +8,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 	"github.com/lingbotmap/lingbotmap/engine/cpu"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
+	"github.com/lingbotmap/lingbotmap/internal/golden/goldentest"
 )
 
 // hidingStore is a weights.Store without some keys.
@@ -34,7 +35,7 @@ func (h hidingStore) Info(name string) (weights.Info, bool) {
 }
 
 func TestLoadNamesMissingTensor(t *testing.T) {
-	ws := openGolden(t, "weights.safetensors")
+	ws := goldentest.Open(t, "weights.safetensors")
 	for _, key := range []string{
 		"depth_head.norm.weight",
 		"depth_head.scratch.refinenet2.resConfUnit1.conv2.bias",
@@ -50,7 +51,7 @@ func TestLoadNamesMissingTensor(t *testing.T) {
 
 func TestForwardRejectsBadInput(t *testing.T) {
 	be := cpu.New(cpu.Config{Threads: 1})
-	h, err := Load(be, weights.NewCursor(openGolden(t, "weights.safetensors")).Sub("depth_head"))
+	h, err := Load(be, weights.NewCursor(goldentest.Open(t, "weights.safetensors")).Sub("depth_head"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,11 +84,11 @@ func TestForwardRejectsBadInput(t *testing.T) {
 // (below the chunk size) gives the same rows as the 16-frame (chunked) run.
 func TestForwardFramesIndependent(t *testing.T) {
 	be := cpu.New(cpu.Config{})
-	h, err := Load(be, weights.NewCursor(openGolden(t, "weights.safetensors")).Sub("depth_head"))
+	h, err := Load(be, weights.NewCursor(goldentest.Open(t, "weights.safetensors")).Sub("depth_head"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	im := openGolden(t, "stream_kf1", "intermediates.safetensors")
+	im := goldentest.Open(t, "stream_kf1", "intermediates.safetensors")
 	var all, sub []backend.Tensor
 	for _, k := range []string{"agg_layer00", "agg_layer02", "agg_layer03", "agg_layer04"} {
 		x := be.FromHost(read(t, im, k), 16, 21, 256)
