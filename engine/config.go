@@ -60,6 +60,11 @@ type Config struct {
 	// Trace, when set, is called after every model call and keyframe decision
 	// (for verify and diagnostics). It is not a configuration value.
 	Trace func(TraceEvent) `mapstructure:"-" json:"-"`
+	// Decide, when set, sees every flow keyframe decision (its index in the
+	// stream, the measured flow and the engine's choice) and returns the
+	// choice to apply. verify uses it to follow the reference through
+	// decisions that a lower precision cannot reproduce. Not a configuration value.
+	Decide func(decision int, flow float64, keyframe bool) bool `mapstructure:"-" json:"-"`
 }
 
 // TraceEvent describes one step of the schedule.

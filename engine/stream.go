@@ -144,6 +144,7 @@ type stream struct {
 	pre      preprocess.Preprocessor
 	framesIn int64
 	win      *window
+	flowDecs int // flow keyframe decisions so far, for Config.Decide
 
 	// windowed mode
 	held     []Result // results that a next window may still replace
@@ -340,6 +341,10 @@ func (s *stream) runFlowFrame(ctx context.Context, in input, local int) (Result,
 		}
 	}
 	kf := w.kfs == 0 || float64(flow) > s.cfg.FlowThreshold || local-w.lastKn >= s.cfg.MaxNonKeyframeGap
+	if s.cfg.Decide != nil {
+		kf = s.cfg.Decide(s.flowDecs, float64(flow), kf)
+	}
+	s.flowDecs++
 	kind := NonKeyframe
 	if kf {
 		s.m.Commit()

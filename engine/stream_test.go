@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -280,5 +281,61 @@ func TestStreamRejectsBadCheckpoints(t *testing.T) {
 	cfg.Weights = trunc
 	if _, err := New(ctx, cfg, nil); err == nil || !strings.Contains(err.Error(), "trunc.safetensors") {
 		t.Fatalf("truncated checkpoint: %v", err)
+	}
+}
+
+// TestStreamDecideOverridesFlowDecisions: a huge threshold makes every
+// streamed frame a non-keyframe; Decide sees each decision in order with its
+// flow and turns the second one into a keyframe.
+func TestStreamDecideOverridesFlowDecisions(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.FlowThreshold = 1e9
+	var seen []int
+	var flows []float64
+	cfg.Decide = func(i int, flow float64, kf bool) bool {
+		seen = append(seen, i)
+		flows = append(flows, flow)
+		if i == 0 && !kf {
+			t.Errorf("decision 0 (the window's first keyframe) came in as a non-keyframe")
+		}
+		if i > 0 && kf {
+			t.Errorf("decision %d came in as a keyframe at flow %g under threshold 1e9", i, flow)
+		}
+		return kf || i == 2
+	}
+	var trace []TraceEvent
+	cfg.Trace = func(ev TraceEvent) { trace = append(trace, ev) }
+	st, err := New(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var frames []Frame
+	for i := 0; i < 7; i++ {
+		frames = append(frames, Frame{Seq: uint64(i), Image: testImage(140, 84, uint8(9*i))})
+	}
+	res := pushAll(t, st, frames)
+	if len(seen) != 4 || seen[0] != 0 || seen[3] != 3 {
+		t.Fatalf("decisions seen %v, want 0..3 for the 4 streamed frames", seen)
+	}
+	var kinds []FrameKind
+	for _, r := range res {
+		kinds = append(kinds, r.Kind)
+	}
+	want := []FrameKind{Scale, Scale, Scale, Keyframe, NonKeyframe, Keyframe, NonKeyframe}
+	if !slices.Equal(kinds, want) {
+		t.Fatalf("frame kinds %v, want %v", kinds, want)
+	}
+	var events []string
+	for _, ev := range trace {
+		if ev.Event == "commit" || ev.Event == "rollback" {
+			events = append(events, ev.Event)
+			if ev.Flow != flows[len(events)-1] {
+				t.Errorf("traced flow %g, Decide saw %g", ev.Flow, flows[len(events)-1])
+			}
+		}
+	}
+	if !slices.Equal(events, []string{"commit", "rollback", "commit", "rollback"}) {
+		t.Fatalf("traced decisions %v", events)
 	}
 }

@@ -96,3 +96,32 @@ func TestVerifyDetectsMismatch(t *testing.T) {
 		t.Fatalf("missing checkpoint: %v", err)
 	}
 }
+
+// TestTieFollower: only a differing decision whose reference flow is within
+// the tolerance of the threshold takes the reference's choice, and is recorded.
+func TestTieFollower(t *testing.T) {
+	var ties []string
+	refDec := []string{"commit", "rollback", "commit", "rollback"}
+	refFlow := []float64{30, 13.865, 14.2, 5}
+	decide := tieFollower(refDec, refFlow, 14, 3e-2, &ties)
+	cases := []struct {
+		i    int
+		flow float64
+		kf   bool
+		want bool
+	}{
+		{0, 30.5, true, true},   // agrees
+		{1, 14.05, true, false}, // tie: 13.865 is 1 % from 14, reference rolled back
+		{2, 13.9, false, true},  // tie the other way
+		{3, 20, true, true},     // 5 px is far from 14: the engine's choice stands (and verify fails it)
+		{4, 20, true, true},     // past the reference's decisions
+	}
+	for _, c := range cases {
+		if got := decide(c.i, c.flow, c.kf); got != c.want {
+			t.Errorf("decision %d (flow %g, engine %v) → %v, want %v", c.i, c.flow, c.kf, got, c.want)
+		}
+	}
+	if len(ties) != 2 || !strings.Contains(ties[0], "decision 1") || !strings.Contains(ties[0], "13.865") || !strings.Contains(ties[1], "decision 2") {
+		t.Fatalf("ties %q", ties)
+	}
+}
