@@ -3,7 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
-	"sync"
+	"slices"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
@@ -31,12 +31,13 @@ type dino struct {
 	blocks                      []*block
 	norm                        layerNorm
 
-	// Per-resolution cache: the resampled patch position table and the
-	// cls+registers prefix.
-	gh, gw  int
-	posGrid backend.Tensor // [gh·gw, dim]
-	prefix  backend.Tensor // [1+registers, dim]
-	posHost []float32      // [1+gh·gw, dim], as the reference's interpolated table
+	// Per-resolution cache: the resampled patch position table, the
+	// cls+registers prefix and the input normalisation as x·scale + shift.
+	gh, gw             int
+	posGrid            backend.Tensor // [gh·gw, dim]
+	prefix             backend.Tensor // [1+registers, dim]
+	posHost            []float32      // [1+gh·gw, dim], as the reference's interpolated table
+	normScale, normAdd backend.Tensor // [3, h, w]: 1/std and −mean/std of each colour plane
 }
 
 func loadDINO(be backend.Backend, c *weights.Cursor, headDim int) (*dino, error) {
@@ -140,14 +141,28 @@ func (d *dino) prepare(be backend.Backend, gh, gw int) {
 	}
 	prefix = append(prefix, d.regs...)
 	d.prefix = be.FromHost(prefix, 1+d.registers, e)
+
+	// ImageNet normalisation runs on the backend, so the pixels go up as
+	// they are (on a GPU the host pass over them delayed every frame's start).
+	h, w := gh*d.patch, gw*d.patch
+	scale := make([]float32, 3*h*w)
+	add := make([]float32, 3*h*w)
+	for ch := 0; ch < 3; ch++ {
+		for j := ch * h * w; j < (ch+1)*h*w; j++ {
+			scale[j] = 1 / imagenetStd[ch]
+			add[j] = -imagenetMean[ch] / imagenetStd[ch]
+		}
+	}
+	d.normScale, d.normAdd = be.FromHost(scale, 3, h, w), be.FromHost(add, 3, h, w)
 	d.gh, d.gw = gh, gw
 }
 
 func (d *dino) release(be backend.Backend) {
 	if d.posGrid != nil {
-		be.Free(d.posGrid)
-		be.Free(d.prefix)
-		d.posGrid, d.prefix, d.posHost = nil, nil, nil
+		for _, t := range []backend.Tensor{d.posGrid, d.prefix, d.normScale, d.normAdd} {
+			be.Free(t)
+		}
+		d.posGrid, d.prefix, d.posHost, d.normScale, d.normAdd = nil, nil, nil, nil, nil
 	}
 }
 
@@ -160,22 +175,15 @@ func (d *dino) forward(be backend.Backend, images [][]float32, h, w int) backend
 	e := d.dim
 	d.prepare(be, gh, gw)
 
-	// One goroutine a plane: on a GPU this runs while the device waits.
-	norm := make([]float32, s*3*h*w)
-	var wg sync.WaitGroup
-	for i, img := range images {
-		for ch := 0; ch < 3; ch++ {
-			wg.Go(func() {
-				m, sd := imagenetMean[ch], imagenetStd[ch]
-				dst := norm[(i*3+ch)*h*w : (i*3+ch+1)*h*w]
-				for j, v := range img[ch*h*w : (ch+1)*h*w] {
-					dst[j] = (v - m) / sd
-				}
-			})
-		}
+	pix := images[0]
+	if s > 1 {
+		pix = slices.Concat(images...)
 	}
-	wg.Wait()
-	x := be.FromHost(norm, s, 3, h, w)
+	raw := be.FromHost(pix, s, 3, h, w)
+	scaled := be.Mul(raw, d.normScale)
+	be.Free(raw)
+	x := be.Add(scaled, d.normAdd)
+	be.Free(scaled)
 	conv := be.Conv2D(x, d.projW, d.projB, d.patch, 0) // [S, E, gh, gw]
 	be.Free(x)
 	tokens := be.Transpose(be.Reshape(conv, s, e, np)) // [S, NP, E]
