@@ -40,6 +40,9 @@ type attnKernel struct {
 	perSM        int
 	smem         int // dynamic shared memory bytes
 	threads      int // a block; 0 means 128
+	// bfOut: the kernel's last parameter is an optional bf16 copy of the
+	// output, written when the key range is not split.
+	bfOut bool
 }
 
 // faStage is one cp.async stage of attn_fa*_paged_bf: a K and a V tile of
@@ -58,7 +61,12 @@ const (
 // wgKernel is the Hopper paged kernel: 2 warpgroups × 64 queries, 128-key
 // tiles in WSTAGES = 5 cp.async stages of K and V (16 KB each), plus 1 KB to
 // align the swizzled tiles.
-var wgKernel = attnKernel{module: "attention_mma", name: "attn_wg_paged_bf", bq: 128, tk: 128, perSM: 1, smem: 5*2*128*64*2 + 1024, threads: 256}
+var wgKernel = attnKernel{module: "attention_mma", name: "attn_wg_paged_bf", bq: 128, tk: 128, perSM: 1, smem: 5*2*128*64*2 + 1024, threads: 256, bfOut: true}
+
+// fa2Kernel is the mma.sync pipelined kernel, paged or dense.
+func fa2Kernel(name string) attnKernel {
+	return attnKernel{module: "attention_mma", name: name, bq: faBQ, tk: mmaTK, perSM: 2, smem: 2 * faStage, bfOut: true}
+}
 
 // splits chooses how many blocks share one (query tile, head) so that the
 // GPU has enough blocks even for one frame's queries over 72 000 keys, while
@@ -73,10 +81,25 @@ func (g *gpu) splits(k attnKernel, blocks, nk int) int {
 }
 
 // attend launches one attention kernel and, when the key range is split,
-// the merge of the partial results (owner thread).
-func (g *gpu) attend(k attnKernel, out cu.DevicePtr, batch, nq, h, d, nk int, args func(o, pm, pl cu.DevicePtr) []any) error {
+// the merge of the partial results (owner thread). In BF16 mode a kernel
+// that can (bfOut) also writes out's bf16 copy for the GEMM that reads the
+// attention next (the block's proj), sparing that GEMM a cast.
+func (g *gpu) attend(k attnKernel, out *Tensor, batch, nq, h, d, nk int, args func(o, pm, pl cu.DevicePtr) []any) error {
 	qTiles := (nq + k.bq - 1) / k.bq
 	ns := g.splits(k, qTiles*batch*h, nk)
+	if k.bfOut {
+		var obf cu.DevicePtr
+		if ns == 1 && g.cfg.Precision == BF16 {
+			// out's owner (gpu.output) releases the copy with out, also on an error.
+			b, err := g.pool.getAs(int64(out.numel())*2, catOther)
+			if err != nil {
+				return err
+			}
+			out.buf.bf, obf = b, b.ptr
+		}
+		inner := args
+		args = func(o, pm, pl cu.DevicePtr) []any { return append(inner(o, pm, pl), obf) }
+	}
 	grid := [3]int{qTiles, batch * h, ns}
 	block := [3]int{128, 1, 1}
 	if k.threads > 0 {
@@ -88,7 +111,7 @@ func (g *gpu) attend(k attnKernel, out cu.DevicePtr, batch, nq, h, d, nk int, ar
 		}
 	}
 	if ns == 1 {
-		return g.launch(k.module, k.name, grid, block, k.smem, args(out, 0, 0)...)
+		return g.launch(k.module, k.name, grid, block, k.smem, args(out.ptr(), 0, 0)...)
 	}
 	rowsh := int64(batch) * int64(nq) * int64(h)
 	part, err := g.scratch(int64(ns) * rowsh * int64(d+2) * 4)
@@ -102,7 +125,7 @@ func (g *gpu) attend(k attnKernel, out cu.DevicePtr, batch, nq, h, d, nk int, ar
 	if err := g.launch(k.module, k.name, grid, block, k.smem, args(po, pm, pl)...); err != nil {
 		return err
 	}
-	return g.launch1D("attention+combine", "attn_combine", rowsh*int64(d), out, po, pm, pl, rowsh, d, ns)
+	return g.launch1D("attention+combine", "attn_combine", rowsh*int64(d), out.ptr(), po, pm, pl, rowsh, d, ns)
 }
 
 // fmaKernel is the exact fp32 kernel variant for a head dim and KV kind.
@@ -133,7 +156,7 @@ func (g *gpu) Attention(q, k, v backend.Tensor, scale float32) backend.Tensor {
 			// head's heads are 128 wide and stay fp32 like the reference).
 			if g.pagedVariant == pagedSimple {
 				k := attnKernel{module: "attention_mma", name: "attn_mma_dense", bq: mmaBQ, tk: mmaTK}
-				return g.attend(k, out.ptr(), b, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
+				return g.attend(k, out, b, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
 					return []any{qt.ptr(), kt.ptr(), vt.ptr(), nq, nk, h, scale, o, pm, pl}
 				})
 			}
@@ -145,7 +168,7 @@ func (g *gpu) Attention(q, k, v backend.Tensor, scale float32) backend.Tensor {
 				qt.ptr(), kt.ptr(), vt.ptr(), nq, nk, h, scale, out.ptr())
 		}
 		k := fmaKernel(fmt.Sprintf("attn_dense_f32_d%d", d))
-		return g.attend(k, out.ptr(), b, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
+		return g.attend(k, out, b, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
 			return []any{qt.ptr(), kt.ptr(), vt.ptr(), nq, nk, h, scale, o, pm, pl}
 		})
 	})
@@ -157,21 +180,26 @@ func (g *gpu) Attention(q, k, v backend.Tensor, scale float32) backend.Tensor {
 func (g *gpu) denseFA(out, qt, kt, vt *Tensor, scale float32) error {
 	b, nq, h, d := qt.shape[0], qt.shape[1], qt.shape[2], qt.shape[3]
 	nk := kt.shape[1]
-	n := kt.numel()
-	kv, err := g.scratch(2 * int64(n) * 2)
-	if err != nil {
-		return err
+	var kb, vb cu.DevicePtr
+	if kt.buf.bf != nil && vt.buf.bf != nil {
+		kb, vb = kt.buf.bf.ptr, vt.buf.bf.ptr // written by SplitQKV
+	} else {
+		n := kt.numel()
+		kv, err := g.scratch(2 * int64(n) * 2)
+		if err != nil {
+			return err
+		}
+		defer g.pool.put(kv)
+		kb, vb = kv.ptr, kv.ptr+cu.DevicePtr(int64(n)*2)
+		if err := g.toBF16(kb, kt.ptr(), int64(n)); err != nil {
+			return err
+		}
+		if err := g.toBF16(vb, vt.ptr(), int64(n)); err != nil {
+			return err
+		}
 	}
-	defer g.pool.put(kv)
-	kb, vb := kv.ptr, kv.ptr+cu.DevicePtr(int64(n)*2)
-	if err := g.toBF16(kb, kt.ptr(), int64(n)); err != nil {
-		return err
-	}
-	if err := g.toBF16(vb, vt.ptr(), int64(n)); err != nil {
-		return err
-	}
-	k := attnKernel{module: "attention_mma", name: "attn_fa2_dense_bf", bq: faBQ, tk: mmaTK, perSM: 2, smem: 2 * faStage}
-	return g.attend(k, out.ptr(), b, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
+	k := fa2Kernel("attn_fa2_dense_bf")
+	return g.attend(k, out, b, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
 		return []any{qt.ptr(), kb, vb, nq, nk, h, scale, o, pm, pl}
 	})
 }
@@ -222,14 +250,14 @@ func (g *gpu) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pag
 		case fast && (g.pagedVariant == pagedWG || g.pagedVariant == pagedFA) && g.kernels.hopper():
 			k = wgKernel
 		case fast && g.pagedVariant != pagedExact:
-			k = attnKernel{module: "attention_mma", name: "attn_fa2_paged_bf", bq: faBQ, tk: mmaTK, perSM: 2, smem: 2 * faStage}
+			k = fa2Kernel("attn_fa2_paged_bf")
 		case st.bf:
 			k = fmaKernel(fmt.Sprintf("attn_paged_bf_d%d", d))
 		default:
 			k = fmaKernel(fmt.Sprintf("attn_paged_f32_d%d", d))
 		}
 		kp, vp := st.k[layer], st.v[layer]
-		return g.attend(k, out.ptr(), 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
+		return g.attend(k, out, 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
 			return []any{qt.ptr(), kp, vp, table, ps, nq, nk, h, scale, o, pm, pl}
 		})
 	})

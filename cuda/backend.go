@@ -34,6 +34,7 @@ type gpu struct {
 	convVariant string
 	smemAllowed map[string]int // kernels whose shared memory limit was raised
 	prof        *profile       // nil unless Config.Profile
+	stage       staging        // pinned host memory for copies (owner thread)
 
 	mu  sync.Mutex
 	err error
@@ -121,6 +122,7 @@ func (g *gpu) Close() error {
 		g.lt.report(g.log, g.prof != nil)
 		g.lt.destroy()
 		g.pool.trim()
+		g.stage.free()
 		return serr
 	})
 	g.own.stop()

@@ -107,9 +107,12 @@ func (g *gpu) gemmPrec(bf, conv bool) gemmPrec {
 	return gemmF32
 }
 
+// bf16Weight says w's GEMMs run in bf16.
+func (g *gpu) bf16Weight(w *Tensor) bool { return w.buf.trunk && g.cfg.Precision == BF16 }
+
 // weightOperand is w in the precision its GEMM runs in.
 func (g *gpu) weightOperand(w *Tensor) (cu.DevicePtr, bool, error) {
-	if w.buf.trunk && g.cfg.Precision == BF16 {
+	if g.bf16Weight(w) {
 		p, err := g.bf16(w)
 		return p, true, err
 	}
@@ -120,9 +123,36 @@ func (g *gpu) weightOperand(w *Tensor) (cu.DevicePtr, bool, error) {
 // in bf16 with fp32 accumulation in BF16 mode; the bias rides in cuBLASLt's
 // epilogue. GELU is a separate pass because cuBLASLt's GELU epilogue is the
 // tanh approximation and the model uses the exact erf form.
+//
+// In BF16 mode a trunk Linear with GELU is the MLP's hidden layer, which only
+// the next (bf16) GEMM reads: it is kept as bf16 only, rounded once after
+// the GELU, where the fp32 form cost a write, a GELU pass over it and a cast
+// before the next GEMM (the reference's autocast keeps it in bf16 as well).
 func (g *gpu) Linear(x, w, b backend.Tensor, act backend.Activation) backend.Tensor {
-	xt, wt, bt := g.tensor(x), g.weightTensor(w), g.tensor(b)
+	xt, wt, bt := g.gemmTensor(x), g.gemmTensor(w), g.tensor(b)
 	rows, k, m, shape := linearShape("Linear", xt, wt, bt)
+	if act == backend.ActGELU && g.bf16Weight(wt) {
+		return g.outputBF16(shape, "Linear", func(bf *buffer) error {
+			n := int64(rows) * int64(m)
+			acc, err := g.scratch(n * 4)
+			if err != nil {
+				return err
+			}
+			defer g.pool.put(acc)
+			xp, wp, prec, tmp, err := g.linearOperands(xt, wt, rows, k)
+			if err != nil {
+				return err
+			}
+			defer g.pool.put(tmp)
+			if err := g.rowGemm(prec, false, true, rows, m, k, xp, k, wp, k, acc.ptr, m, ptrOf(bt)); err != nil {
+				return err
+			}
+			if fits4(n) && aligned(16, acc.ptr) && aligned(8, bf.ptr) {
+				return g.launch1D("elementwise", "gelu_bf16_v4", n/4, bf.ptr, acc.ptr, int(n/4))
+			}
+			return g.launch1D("elementwise", "gelu_bf16_k", n, bf.ptr, acc.ptr, n)
+		})
+	}
 	return g.output(shape, "Linear", func(out *Tensor) error {
 		xp, wp, prec, tmp, err := g.linearOperands(xt, wt, rows, k)
 		if err != nil {
@@ -143,7 +173,7 @@ func (g *gpu) Linear(x, w, b backend.Tensor, act backend.Activation) backend.Ten
 // = 1 (out of place, so r is untouched), the bias rides in the epilogue. The
 // model folds LayerScale into w and b, so this is a whole residual branch.
 func (g *gpu) LinearAdd(x, w, b, r backend.Tensor) backend.Tensor {
-	xt, wt, bt, rt := g.tensor(x), g.weightTensor(w), g.tensor(b), g.tensor(r)
+	xt, wt, bt, rt := g.gemmTensor(x), g.gemmTensor(w), g.tensor(b), g.tensor(r)
 	rows, k, m, shape := linearShape("LinearAdd", xt, wt, bt)
 	if rt == nil || !slices.Equal(rt.shape, shape) {
 		panic(fmt.Sprintf("cuda: LinearAdd residual %v for an output %v", shapeOf(rt), shape))
@@ -174,10 +204,17 @@ func linearShape(op string, xt, wt, bt *Tensor) (rows, k, m int, shape []int) {
 }
 
 // linearOperands gives x [rows, k] and w in the precision of w's GEMM; tmp
-// is x's bf16 copy (or nil), which the caller releases. Owner thread only.
+// is x's bf16 copy (or nil), which the caller releases. A bf16 copy that x's
+// producer wrote is used as it is. Owner thread only.
 func (g *gpu) linearOperands(xt, wt *Tensor, rows, k int) (xp, wp cu.DevicePtr, prec gemmPrec, tmp *buffer, err error) {
 	wp, bf, err := g.weightOperand(wt)
 	if err != nil {
+		return 0, 0, 0, nil, err
+	}
+	if bf && xt.buf.bf != nil {
+		return xt.buf.bf.ptr, wp, gemmBF16, nil, nil
+	}
+	if err := g.restoreF32(xt); err != nil {
 		return 0, 0, 0, nil, err
 	}
 	xp, tmp, err = g.operand(xt.ptr(), int64(rows)*int64(k), bf)

@@ -8,6 +8,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+	"unsafe"
+
+	"gorgonia.org/cu"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 	"github.com/lingbotmap/lingbotmap/engine/cpu"
@@ -127,4 +130,36 @@ func relErr(g, w []float32) (float64, int) {
 		return math.Sqrt(num), worst
 	}
 	return math.Sqrt(num / den), worst
+}
+
+// checkBF16Copy checks whether x carries the bf16 copy that a bf16 GEMM or
+// attention reads instead of casting x (want), and that such a copy holds
+// exactly x's values rounded to the nearest bf16.
+func checkBF16Copy(p pair, what string, x backend.Tensor, want bool) {
+	p.t.Helper()
+	c := x.(*Tensor)
+	if got := c.buf.bf != nil; got != want {
+		p.t.Errorf("%s (%s): has a bf16 copy: %v, want %v", what, p.name(), got, want)
+		return
+	}
+	if !want {
+		return
+	}
+	vals := p.gpu.ToHost(x)
+	if len(vals) == 0 {
+		return
+	}
+	raw := make([]uint16, len(vals))
+	if err := p.gpu.(*gpu).own.do(func() error {
+		return cu.MemcpyDtoH(unsafe.Pointer(&raw[0]), c.buf.bf.ptr, int64(len(raw))*2)
+	}); err != nil {
+		p.t.Fatalf("%s: reading the bf16 copy: %v", what, err)
+	}
+	for i, v := range vals {
+		u := math.Float32bits(v)
+		if r := uint16((u + 0x7fff + (u>>16)&1) >> 16); raw[i] != r {
+			p.t.Errorf("%s (%s): bf16 copy element %d is %#04x, want %#04x (%g rounded)", what, p.name(), i, raw[i], r, v)
+			return
+		}
+	}
 }

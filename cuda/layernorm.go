@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 
+	"gorgonia.org/cu"
+
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 )
 
@@ -21,9 +23,20 @@ func (g *gpu) LayerNorm(x, w, b backend.Tensor, eps float32) backend.Tensor {
 			return nil
 		}
 		if (c == 64 || c == 128 || c == 1024) && rows < math.MaxInt32/32 && aligned(8, out.ptr(), xt.ptr()) {
-			// One warp a row, eight rows a block.
+			// One warp a row, eight rows a block. In BF16 mode the kernel
+			// also writes the bf16 copy a following bf16 GEMM reads (a
+			// block's norm1/norm2 feed only qkv/fc1), which costs less than
+			// the cast that GEMM would otherwise make.
+			var bf cu.DevicePtr
+			if g.cfg.Precision == BF16 {
+				b, err := g.pool.getAs(int64(rows)*int64(c)*2, catOther)
+				if err != nil {
+					return err
+				}
+				out.buf.bf, bf = b, b.ptr
+			}
 			return g.launch("layernorm", fmt.Sprintf("layernorm_w%d", c), [3]int{(rows + 7) / 8, 1, 1}, [3]int{256, 1, 1}, 0,
-				out.ptr(), xt.ptr(), ptrOf(wt), ptrOf(bt), rows, eps)
+				out.ptr(), bf, xt.ptr(), ptrOf(wt), ptrOf(bt), rows, eps)
 		}
 		threads := 256
 		if c <= 128 {

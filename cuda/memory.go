@@ -29,13 +29,18 @@ type buffer struct {
 	size int64 // rounded size class
 	cat  memCat
 	live bool
-	// bfOnly: the fp32 copy of this trunk matrix was dropped after its bf16
-	// copy was made (ptr is 0); see gpu.tensor.
+	// bfOnly: the values exist only as bf16 in bf (ptr is 0): a trunk matrix
+	// whose fp32 copy was dropped, or an activation that only a bf16 GEMM
+	// reads (the MLP's hidden layer); see gpu.tensor.
 	bfOnly bool
 	// trunk marks a parameter the reference keeps in bf16; in BF16 mode its
 	// values are rounded to bf16 and GEMMs read the bf16 copy in bf.
 	trunk bool
-	bf    *buffer
+	// bf is the bf16 copy a bf16 GEMM reads: of a trunk matrix, or of an
+	// activation whose producer wrote it beside the fp32 values (LayerNorm
+	// in BF16 mode). Tensors are never written after they are made, so the
+	// two copies cannot disagree.
+	bf *buffer
 }
 
 // Tensor is fp32 device memory with a shape. Trunk weights additionally get
@@ -315,16 +320,16 @@ func (g *gpu) tensor(t backend.Tensor) *Tensor {
 		panic(fmt.Sprintf("cuda: tensor %v used after Free", c.shape))
 	}
 	if c.buf.bfOnly {
-		// A trunk matrix read by something other than a GEMM: bring back its
-		// fp32 copy, exactly (the values were rounded to bf16 on upload).
-		g.run("restoring an fp32 weight", func() error { return g.restoreF32(c) })
+		// Read by something other than a bf16 GEMM: bring back the fp32 copy,
+		// exactly (the values are bf16 already).
+		g.run("restoring fp32 values", func() error { return g.restoreF32(c) })
 	}
 	return c
 }
 
-// weightTensor is tensor without restoring a dropped fp32 copy (for GEMMs,
-// which read the bf16 copy).
-func (g *gpu) weightTensor(t backend.Tensor) *Tensor {
+// gemmTensor is tensor without restoring a dropped fp32 copy (for GEMM
+// operands, which may read the bf16 copy).
+func (g *gpu) gemmTensor(t backend.Tensor) *Tensor {
 	c, ok := t.(*Tensor)
 	if !ok || c.buf == nil || !c.buf.live || !c.buf.bfOnly {
 		return g.tensor(t)
@@ -337,7 +342,7 @@ func (g *gpu) restoreF32(c *Tensor) error {
 		return nil
 	}
 	n := int64(c.numel())
-	b, err := g.pool.getAs(n*4, catWeight)
+	b, err := g.pool.getAs(n*4, c.buf.cat)
 	if err != nil {
 		return err
 	}
@@ -346,8 +351,31 @@ func (g *gpu) restoreF32(c *Tensor) error {
 		return err
 	}
 	c.buf.ptr, c.buf.size, c.buf.bfOnly = b.ptr, b.size, false
-	g.log.Debug("cuda: fp32 copy of a bf16 trunk matrix restored", "shape", c.shape)
+	g.log.Debug("cuda: fp32 copy of bf16-only values restored", "shape", c.shape)
 	return nil
+}
+
+// outputBF16 is output for an activation kept only as bf16: fn fills the
+// bf16 buffer. Only a bf16 GEMM reads it as it is; any other op first gets
+// its fp32 copy back (gpu.tensor).
+func (g *gpu) outputBF16(shape []int, op string, fn func(bf *buffer) error) *Tensor {
+	var out *Tensor
+	g.run(op, func() error {
+		bf, err := g.pool.getAs(int64(backend.Numel(shape))*2, catOther)
+		if err != nil {
+			return err
+		}
+		if err := fn(bf); err != nil {
+			g.pool.put(bf)
+			return err
+		}
+		out = &Tensor{buf: &buffer{live: true, bfOnly: true, cat: catOther, bf: bf}, shape: append([]int(nil), shape...)}
+		return nil
+	})
+	if out == nil {
+		return placeholder(shape)
+	}
+	return out
 }
 
 // placeholder is returned by operations after a device error: it has the
@@ -426,7 +454,7 @@ func (g *gpu) fill(t *Tensor, data []float32, trunk bool) error {
 	if len(data) == 0 {
 		return nil
 	}
-	if err := cu.MemcpyHtoD(t.ptr(), unsafe.Pointer(&data[0]), int64(len(data))*4); err != nil {
+	if err := g.toDevice(t.ptr(), data); err != nil {
 		return err
 	}
 	if trunk {
@@ -461,9 +489,7 @@ func (g *gpu) ToHost(t backend.Tensor) []float32 {
 	if len(out) == 0 || c.buf.ptr == 0 {
 		return out
 	}
-	g.run("ToHost", func() error {
-		return cu.MemcpyDtoH(unsafe.Pointer(&out[0]), c.ptr(), int64(len(out))*4)
-	})
+	g.run("ToHost", func() error { return g.toHost(out, c.ptr()) })
 	return out
 }
 
@@ -517,6 +543,7 @@ func (g *gpu) outputAs(shape []int, op string, cat memCat, fn func(out *Tensor) 
 			return err
 		}
 		if err := fn(t); err != nil {
+			g.pool.put(t.buf.bf)
 			g.pool.put(t.buf)
 			return err
 		}

@@ -37,6 +37,103 @@ func TestLinear(t *testing.T) {
 	}
 }
 
+// TestBF16Handoffs: in BF16 mode a block's LayerNorm → Linear(GELU) →
+// LinearAdd chain hands bf16 copies on: LayerNorm writes one beside its fp32
+// output and the hidden layer exists only as bf16. The chain matches the
+// CPU's; an op other than a GEMM that reads the hidden layer gets its values
+// back. In FP32 mode nothing is kept in bf16.
+func TestBF16Handoffs(t *testing.T) {
+	for _, p := range pairs(t, 11) {
+		for _, s := range [][3]int{{37, 128, 512}, {1005, 1024, 4096}} {
+			rows, e, hid := s[0], s[1], s[2]
+			what := fmt.Sprintf("%s %dx%d→%d", p.name(), rows, e, hid)
+			cx, gx := p.in(p.randn(rows*e, 1), rows, e)
+			cnw, gnw := p.weight(p.randn(e, 1), backend.Trunk, e)
+			cnb, gnb := p.weight(p.randn(e, 0.2), backend.Trunk, e)
+			cw1, gw1 := p.weight(p.randn(hid*e, 1/math.Sqrt(float64(e))), backend.Trunk, hid, e)
+			cb1, gb1 := p.weight(p.randn(hid, 0.5), backend.Trunk, hid)
+			cw2, gw2 := p.weight(p.randn(e*hid, 1/math.Sqrt(float64(hid))), backend.Trunk, e, hid)
+			cb2, gb2 := p.weight(p.randn(e, 0.5), backend.Trunk, e)
+
+			gn := p.gpu.LayerNorm(gx, gnw, gnb, 1e-6)
+			gh := p.gpu.Linear(gn, gw1, gb1, backend.ActGELU)
+			bf := p.name() == "bf16"
+			checkBF16Copy(p, what+": LayerNorm output", gn, bf)
+			if got := gh.(*Tensor).buf.bfOnly; got != bf {
+				t.Errorf("%s: hidden layer kept as bf16 only: %v", what, got)
+			}
+			gy := p.gpu.LinearAdd(gh, gw2, gb2, gx)
+			if gh.(*Tensor).buf.bfOnly != bf {
+				t.Errorf("%s: the GEMM reading the hidden layer restored its fp32 copy", what)
+			}
+			cn := fx.cpu.LayerNorm(cx, cnw, cnb, 1e-6)
+			ch := fx.cpu.Linear(cn, cw1, cb1, backend.ActGELU)
+			cy := fx.cpu.LinearAdd(ch, cw2, cb2, cx)
+			p.check(what+": block MLP", gy, cy, p.tol)
+			// Read by a non-GEMM op, the hidden layer comes back in fp32.
+			p.check(what+": hidden layer read by Add", p.gpu.Add(gh, gb1), fx.cpu.Add(ch, cb1), p.tol)
+			p.check(what+": LayerNorm output", gn, cn, p.tol) // trunk affine rounded to bf16 in BF16 mode
+			p.gpu.Free(gh)
+			for _, w := range []backend.Tensor{gx, gnw, gnb, gw1, gb1, gw2, gb2} {
+				p.gpu.Free(w)
+			}
+		}
+	}
+}
+
+// TestBF16AttentionHandoffs: in BF16 mode SplitQKV's bf16 copies of k and v
+// feed the dense attention, and the attention kernels (dense and paged, with
+// the key range unsplit) write a bf16 copy of their output for the proj GEMM.
+// Each chain matches the CPU's; in FP32 mode there are no copies.
+func TestBF16AttentionHandoffs(t *testing.T) {
+	for _, p := range pairs(t, 12) {
+		for _, s := range [][2]int{{37, 2}, {1005, 16}} {
+			n, h := s[0], s[1]
+			e := h * 64
+			bf := p.name() == "bf16"
+			what := fmt.Sprintf("%d tokens × %d heads", n, h)
+			cx, gx := p.in(p.randn(n*3*e, 1), n, 3*e)
+			cw, gw := p.weight(p.randn(e*e, 1/math.Sqrt(float64(e))), backend.Trunk, e, e)
+			cb, gb := p.weight(p.randn(e, 0.5), backend.Trunk, e)
+			cr, gr := p.in(p.randn(n*e, 1), n, e)
+			prm := backend.QKVParams{Heads: h, HeadDim: 64}
+			scale := float32(0.125)
+
+			// Dense: a frame block.
+			gq, gk, gv := p.gpu.SplitQKV(gx, prm)
+			cq, ck, cv := fx.cpu.SplitQKV(cx, prm)
+			four := []int{1, n, h, 64}
+			ga := p.gpu.Attention(p.gpu.Reshape(gq, four...), p.gpu.Reshape(gk, four...), p.gpu.Reshape(gv, four...), scale)
+			ca := fx.cpu.Attention(fx.cpu.Reshape(cq, four...), fx.cpu.Reshape(ck, four...), fx.cpu.Reshape(cv, four...), scale)
+			checkBF16Copy(p, what+": dense attention output", ga, bf)
+			p.check(what+": dense attention → proj", p.gpu.LinearAdd(p.gpu.Reshape(ga, n, e), gw, gb, gr), fx.cpu.LinearAdd(fx.cpu.Reshape(ca, n, e), cw, cb, cr), p.tol)
+
+			// Paged: a global block over this frame and one more page.
+			spec := backend.KVSpec{Layers: 1, Pages: 3, PageSize: n, Heads: h, HeadDim: 64}
+			gs, err := p.gpu.NewKVStore(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs, err := fx.cpu.NewKVStore(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, page := range []int{2, 0} {
+				p.gpu.WriteKV(gs, 0, page, 0, gk, gv, 0, n)
+				fx.cpu.WriteKV(cs, 0, page, 0, ck, cv, 0, n)
+			}
+			table := []int32{2, 0}
+			gp := p.gpu.PagedAttention(gq, gs, 0, table, n, scale)
+			cp := fx.cpu.PagedAttention(cq, cs, 0, table, n, scale)
+			checkBF16Copy(p, what+": paged attention output", gp, bf)
+			p.check(what+": paged attention → proj", p.gpu.LinearAdd(p.gpu.Reshape(gp, n, e), gw, gb, gr), fx.cpu.LinearAdd(fx.cpu.Reshape(cp, n, e), cw, cb, cr), p.tol)
+			for _, x := range []backend.Tensor{gx, gw, gb, gr, gq, gk, gv, ga, gp} {
+				p.gpu.Free(x)
+			}
+		}
+	}
+}
+
 // Linear on a [B, N, C] input keeps the leading dims.
 func TestLinearBatchedShape(t *testing.T) {
 	p := pairs(t, 2)[0]

@@ -5,6 +5,8 @@ package cuda
 import (
 	"fmt"
 
+	"gorgonia.org/cu"
+
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 )
 
@@ -56,6 +58,7 @@ func (g *gpu) SplitQKV(qkv backend.Tensor, p backend.QKVParams) (q, k, v backend
 		release := func() {
 			for _, t := range ts {
 				if t != nil {
+					g.pool.put(t.buf.bf)
 					g.pool.put(t.buf)
 				}
 			}
@@ -72,7 +75,22 @@ func (g *gpu) SplitQKV(qkv backend.Tensor, p backend.QKVParams) (q, k, v backend
 		args := []any{ts[0].ptr(), ts[1].ptr(), ts[2].ptr(), xt.ptr(), ptrOf(qw), ptrOf(qb), ptrOf(kw), ptrOf(kb),
 			norm, p.Eps, ptrOf(ct), ptrOf(st), int(p.Pairing), rows, n, h}
 		if d == 64 && aligned(8, ts[0].ptr(), ts[1].ptr(), ts[2].ptr(), xt.ptr()) {
-			err = g.launch1D("qkv", "qkv_split_d64", rows*int64(h)*32, args...)
+			// In BF16 mode k and v also come out in bf16 for the attention
+			// that reads them (see Attention), sparing it two casts.
+			var kbf, vbf cu.DevicePtr
+			if g.cfg.Precision == BF16 && !g.cfg.ExactAttention {
+				n2 := rows * int64(h) * 64 * 2
+				for _, t := range ts[1:] {
+					b, err := g.pool.getAs(n2, catOther)
+					if err != nil {
+						release()
+						return err
+					}
+					t.buf.bf = b
+				}
+				kbf, vbf = ts[1].buf.bf.ptr, ts[2].buf.bf.ptr
+			}
+			err = g.launch1D("qkv", "qkv_split_d64", rows*int64(h)*32, append(args, kbf, vbf)...)
 		} else {
 			err = g.launch1D("qkv", "qkv_split_f32", rows*int64(h)*32, append(args, d)...)
 		}

@@ -76,6 +76,11 @@ func TestSplitQKV(t *testing.T) {
 					gq, gk, gv := p.gpu.SplitQKV(gx, gp)
 					wq, wk, wv := fx.cpu.SplitQKV(cx, cp)
 					name := fmt.Sprintf("SplitQKV %v as %d heads × %d, norm %s, rope %s", qkvShape, sh.h, sh.d, norm, rope)
+					// k and v carry bf16 copies for the attention in BF16 mode (head size 64).
+					copies := p.name() == "bf16" && sh.d == 64
+					checkBF16Copy(p, name+": q", gq, false)
+					checkBF16Copy(p, name+": k", gk, copies)
+					checkBF16Copy(p, name+": v", gv, copies)
 					checkHeads(p, name+": q", gq, wq, tol, sh.h, sh.d)
 					checkHeads(p, name+": k", gk, wk, tol, sh.h, sh.d)
 					checkHeads(p, name+": v", gv, wv, 0, sh.h, sh.d) // a plain copy

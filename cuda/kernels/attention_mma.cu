@@ -11,14 +11,6 @@
 #define HD 64
 #define SROW 72
 
-// Two floats to a bf16 pair, round to nearest even, in one instruction
-// (the software rounding in f32_to_bf16 costs ~5 integer ops a value).
-__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
-    unsigned r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
 // 2^x as the single MUFU instruction (exp2f adds denormal handling).
 __device__ __forceinline__ float ex2(float x) {
     float y;
@@ -281,7 +273,7 @@ template <int STAGES, bool PAGED, bool TREE = false>
 __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_t* __restrict__ k,
                                         const bf16_t* __restrict__ v, const int* __restrict__ pages, int ps, int nq,
                                         int nk, int h, float scale, float* __restrict__ out, float* __restrict__ pm,
-                                        float* __restrict__ pl) {
+                                        float* __restrict__ pl, unsigned* __restrict__ obf) {
     // STAGES × (K tile, V tile), dynamic: three stages need more than 48 KB.
     extern __shared__ __align__(16) bf16_t fa_smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
@@ -485,9 +477,12 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
             const float lsum = quad_sum(l[mt][half]);
             if (r >= nq) continue;
             float* dst;
+            unsigned* dbf = nullptr;
             float mul = 1.f;
             if (nsplit == 1) {
-                dst = out + (qrow0 + r) * ld + (i64)hd * HD;
+                const i64 at = (qrow0 + r) * ld + (i64)hd * HD;
+                dst = out + at;
+                if (obf) dbf = obf + at / 2;
                 mul = lsum > 0.f ? 1.f / lsum : 0.f;
             } else {
                 const i64 rowsAll = (i64)(gridDim.y / h) * nq; // B·Nq, as attn_combine counts rows
@@ -501,7 +496,9 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
 #pragma unroll
             for (int n = 0; n < 8; n++) {
                 const int c = n * 8 + 2 * tg;
-                *(float2*)(dst + c) = make_float2(o[mt][n][2 * half] * mul, o[mt][n][2 * half + 1] * mul);
+                const float x0 = o[mt][n][2 * half] * mul, x1 = o[mt][n][2 * half + 1] * mul;
+                *(float2*)(dst + c) = make_float2(x0, x1);
+                if (dbf) dbf[c / 2] = pack_bf16(x0, x1);
             }
         }
     }
@@ -513,16 +510,17 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
 // (29.3 vs 27.5 µs), where maxima still rise often.
 extern "C" __global__ void __launch_bounds__(128, 2) attn_fa2_paged_bf(const float* q, const bf16_t* k, const bf16_t* v,
                                                                        const int* pages, int ps, int nq, int nk, int h,
-                                                                       float scale, float* out, float* pm, float* pl) {
-    fa_attn<2, true, true>(q, k, v, pages, ps, nq, nk, h, scale, out, pm, pl);
+                                                                       float scale, float* out, float* pm, float* pl,
+                                                                       unsigned* obf) {
+    fa_attn<2, true, true>(q, k, v, pages, ps, nq, nk, h, scale, out, pm, pl, obf);
 }
 
 // Dense attention of DINO and the frame blocks on bf16 copies of k and v
 // (the reference's autocast SDPA rounds them to bf16 too).
 extern "C" __global__ void __launch_bounds__(128, 2) attn_fa2_dense_bf(const float* q, const bf16_t* k, const bf16_t* v,
                                                                        int nq, int nk, int h, float scale, float* out,
-                                                                       float* pm, float* pl) {
-    fa_attn<2, false>(q, k, v, nullptr, 1, nq, nk, h, scale, out, pm, pl);
+                                                                       float* pm, float* pl, unsigned* obf) {
+    fa_attn<2, false>(q, k, v, nullptr, 1, nq, nk, h, scale, out, pm, pl, obf);
 }
 
 // ---------------------------------------------------------------------------
@@ -661,7 +659,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
                                                                       const bf16_t* __restrict__ v,
                                                                       const int* __restrict__ pages, int ps, int nq,
                                                                       int nk, int h, float scale, float* __restrict__ out,
-                                                                      float* __restrict__ pm, float* __restrict__ pl) {
+                                                                      float* __restrict__ pm, float* __restrict__ pl,
+                                                                      unsigned* __restrict__ obf) {
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
     extern __shared__ __align__(16) unsigned char wg_smem[];
     // Swizzle atoms must start on 1024 bytes; the launch adds 1 KB of slack.
@@ -910,9 +909,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
         const float lsum = quad_sum(half ? l1 : l0);
         if (r >= nq) continue;
         float* dst;
+        unsigned* dbf = nullptr;
         float mul = 1.f;
         if (nsplit == 1) {
-            dst = out + (i64)r * ld + (i64)hd * HD;
+            const i64 at = (i64)r * ld + (i64)hd * HD;
+            dst = out + at;
+            if (obf) dbf = obf + at / 2;
             mul = lsum > 0.f ? 1.f / lsum : 0.f;
         } else {
             const i64 prow = ((i64)blockIdx.z * nq + r) * h + hd;
@@ -925,7 +927,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const int c = j * 8 + 2 * tg;
-            *(float2*)(dst + c) = make_float2(o[4 * j + 2 * half] * mul, o[4 * j + 2 * half + 1] * mul);
+            const float x0 = o[4 * j + 2 * half] * mul, x1 = o[4 * j + 2 * half + 1] * mul;
+            *(float2*)(dst + c) = make_float2(x0, x1);
+            if (dbf) dbf[c / 2] = pack_bf16(x0, x1);
         }
     }
 #endif

@@ -19,6 +19,15 @@ __device__ __forceinline__ bf16_t f32_to_bf16(float f) {
     return (bf16_t)(u >> 16);
 }
 
+// Two floats to a bf16 pair (lo in the low half), round to nearest even, in
+// one instruction (the software rounding in f32_to_bf16 costs ~5 integer ops
+// a value).
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
 __device__ __forceinline__ float load_f(const float* p, i64 i) { return p[i]; }
 __device__ __forceinline__ float load_f(const bf16_t* p, i64 i) { return bf16_to_f32(p[i]); }
 

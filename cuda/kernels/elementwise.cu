@@ -66,17 +66,29 @@ extern "C" __global__ void bias_planes_f32(float* y, const float* bias, int plan
 // Vector forms of the hottest elementwise kernels: four values a thread with
 // 16-byte loads and 32-bit indexing (the callers check that n is a multiple
 // of 4, the pointers are aligned and n/4 fits an int).
-__device__ __forceinline__ uint2 bf16x4(float4 v) {
-    unsigned lo, hi;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(lo) : "f"(v.y), "f"(v.x));
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(hi) : "f"(v.w), "f"(v.z));
-    return make_uint2(lo, hi);
-}
+__device__ __forceinline__ uint2 bf16x4(float4 v) { return make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w)); }
 
 #define GRID_LOOP32(i, n) for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += gridDim.x * blockDim.x)
 
 extern "C" __global__ void f32_to_bf16_v4(uint2* y, const float4* x, int n4) {
     GRID_LOOP32(i, n4) y[i] = bf16x4(x[i]);
+}
+
+// Exact GELU rounded to bf16, four values at a time: in BF16 mode the MLP's
+// hidden layer, which only the next bf16 GEMM reads.
+extern "C" __global__ void gelu_bf16_v4(uint2* y, const float4* x, int n4) {
+    GRID_LOOP32(i, n4) {
+        float4 v = x[i];
+        v.x = unary_apply(0, v.x);
+        v.y = unary_apply(0, v.y);
+        v.z = unary_apply(0, v.z);
+        v.w = unary_apply(0, v.w);
+        y[i] = bf16x4(v);
+    }
+}
+
+extern "C" __global__ void gelu_bf16_k(bf16_t* y, const float* x, i64 n) {
+    GRID_LOOP(i, n) y[i] = f32_to_bf16(unary_apply(0, x[i]));
 }
 
 // KV append into a bf16 page, four values at a time.

@@ -50,8 +50,10 @@ extern "C" __global__ void layernorm_f32(float* y, const float* x, const float* 
 
 // One warp per row for the model's widths (64: qk-norm of a head, 1024: the
 // trunk): the row stays in registers, so x is read once; 8 rows a block.
+// ybf, when set, also gets the output rounded to bf16 (two values a word):
+// in BF16 mode the next GEMM reads that instead of casting y again.
 template <int PER>
-__device__ __forceinline__ void layernorm_warp(float* y, const float* x, const float* w, const float* b, int rows, float eps) {
+__device__ __forceinline__ void layernorm_warp(float* y, unsigned* ybf, const float* x, const float* w, const float* b, int rows, float eps) {
     const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (row >= rows) return; // whole warps leave together
     constexpr int c = PER * 32, V = PER / 2;
@@ -79,15 +81,16 @@ __device__ __forceinline__ void layernorm_warp(float* y, const float* x, const f
         if (w) { o0 *= w[e]; o1 *= w[e + 1]; }
         if (b) { o0 += b[e]; o1 += b[e + 1]; }
         yr[j * 32 + lane] = make_float2(o0, o1);
+        if (ybf) ybf[(i64)row * (c / 2) + j * 32 + lane] = pack_bf16(o0, o1);
     }
 }
 
-extern "C" __global__ void layernorm_w64(float* y, const float* x, const float* w, const float* b, int rows, float eps) {
-    layernorm_warp<2>(y, x, w, b, rows, eps);
+extern "C" __global__ void layernorm_w64(float* y, unsigned* ybf, const float* x, const float* w, const float* b, int rows, float eps) {
+    layernorm_warp<2>(y, ybf, x, w, b, rows, eps);
 }
-extern "C" __global__ void layernorm_w128(float* y, const float* x, const float* w, const float* b, int rows, float eps) {
-    layernorm_warp<4>(y, x, w, b, rows, eps);
+extern "C" __global__ void layernorm_w128(float* y, unsigned* ybf, const float* x, const float* w, const float* b, int rows, float eps) {
+    layernorm_warp<4>(y, ybf, x, w, b, rows, eps);
 }
-extern "C" __global__ void layernorm_w1024(float* y, const float* x, const float* w, const float* b, int rows, float eps) {
-    layernorm_warp<32>(y, x, w, b, rows, eps);
+extern "C" __global__ void layernorm_w1024(float* y, unsigned* ybf, const float* x, const float* w, const float* b, int rows, float eps) {
+    layernorm_warp<32>(y, ybf, x, w, b, rows, eps);
 }

@@ -101,10 +101,12 @@ __device__ __forceinline__ float2 qk_head64(float2 xv, const float* w, const flo
     return make_float2(xv.x * c0 + p0 * s0, xv.y * c1 + p1 * s1);
 }
 
+// kbf, vbf, when set, also get k and v rounded to bf16 (two values a word),
+// which a bf16 attention reads instead of casting them itself.
 extern "C" __global__ void qkv_split_d64(float* q, float* k, float* v, const float* x,
                                          const float* qw, const float* qb, const float* kw, const float* kb,
                                          int norm, float eps, const float* cs, const float* sn, int pairing,
-                                         i64 rows, int n, int h) {
+                                         i64 rows, int n, int h, unsigned* kbf, unsigned* vbf) {
     const int lane = threadIdx.x & 31;
     const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
     const i64 e = (i64)h * 64;
@@ -118,7 +120,12 @@ extern "C" __global__ void qkv_split_d64(float* q, float* k, float* v, const flo
         const float* s = cs ? sn + tab : nullptr;
         const float2 xq = src[lane], xk = src[e / 2 + lane], xv = src[e + lane];
         ((float2*)(q + dst))[lane] = qk_head64(xq, qw, qb, norm, eps, c, s, pairing, lane);
-        ((float2*)(k + dst))[lane] = qk_head64(xk, kw, kb, norm, eps, c, s, pairing, lane);
+        const float2 ko = qk_head64(xk, kw, kb, norm, eps, c, s, pairing, lane);
+        ((float2*)(k + dst))[lane] = ko;
         ((float2*)(v + dst))[lane] = xv;
+        if (kbf) {
+            kbf[dst / 2 + lane] = pack_bf16(ko.x, ko.y);
+            vbf[dst / 2 + lane] = pack_bf16(xv.x, xv.y);
+        }
     }
 }

@@ -239,7 +239,7 @@ static void paged(Rng& rng, Case c, bool timeit) {
     const int smem = WSTAGES * 2 * WTILE + 1024;
     CK(cudaFuncSetAttribute(attn_wg_paged_bf, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     dim3 grid((c.nq + WQ - 1) / WQ, c.h, c.splits);
-    attn_wg_paged_bf<<<grid, 256, smem>>>(dq, dk, dv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl);
+    attn_wg_paged_bf<<<grid, 256, smem>>>(dq, dk, dv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl, nullptr);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     auto part = host(dout, (size_t)c.splits * rowsh * 64);
@@ -309,10 +309,10 @@ static void paged(Rng& rng, Case c, bool timeit) {
         CK(cudaEventCreate(&b));
         const int reps = 50;
         for (int i = 0; i < 5; i++)
-            attn_wg_paged_bf<<<grid, 256, smem>>>(dq, dk, dv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl);
+            attn_wg_paged_bf<<<grid, 256, smem>>>(dq, dk, dv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl, nullptr);
         CK(cudaEventRecord(a));
         for (int i = 0; i < reps; i++)
-            attn_wg_paged_bf<<<grid, 256, smem>>>(dq, dk, dv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl);
+            attn_wg_paged_bf<<<grid, 256, smem>>>(dq, dk, dv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl, nullptr);
         CK(cudaEventRecord(b));
         CK(cudaEventSynchronize(b));
         float ms;
