@@ -43,8 +43,9 @@ type buffer struct {
 	bf *buffer
 }
 
-// Tensor is fp32 device memory with a shape. Trunk weights additionally get
-// a bf16 copy the first time a GEMM reads them (see Config.Precision).
+// Tensor is fp32 device memory with a shape. In BF16 mode it may also carry
+// a bf16 copy (buffer.bf): trunk weights get one the first time a GEMM reads
+// them, and some activations from the op that makes them.
 type Tensor struct {
 	buf   *buffer
 	shape []int
