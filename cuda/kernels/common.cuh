@@ -28,6 +28,20 @@ __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
     return r;
 }
 
+// The two dimensions (i, j) that RoPE pair m of a head of d rotates together;
+// pairing 0: halves-2D (rotate-half inside each half), 1: interleaved
+// (2m, 2m+1). See backend.RoPEPairing.
+__device__ __forceinline__ void rope_pair(int m, int d, int pairing, int& i, int& j) {
+    if (pairing == 0) {
+        const int half = d / 2, quarter = d / 4;
+        i = (m / quarter) * half + m % quarter;
+        j = i + quarter;
+    } else {
+        i = 2 * m;
+        j = i + 1;
+    }
+}
+
 __device__ __forceinline__ float load_f(const float* p, i64 i) { return p[i]; }
 __device__ __forceinline__ float load_f(const bf16_t* p, i64 i) { return bf16_to_f32(p[i]); }
 

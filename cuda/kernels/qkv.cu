@@ -33,17 +33,9 @@ __device__ __forceinline__ void qk_head_any(float* y, const float* x, const floa
         for (int i = lane; i < d; i += 32) y[i] = normed(i);
         return;
     }
-    const int half = d / 2, quarter = d / 4;
-    for (int m = lane; m < half; m += 32) {
+    for (int m = lane; m < d / 2; m += 32) {
         int i, j;
-        if (pairing == 0) {
-            const int hh = m / quarter, t = m % quarter;
-            i = hh * half + t;
-            j = i + quarter;
-        } else {
-            i = 2 * m;
-            j = i + 1;
-        }
+        rope_pair(m, d, pairing, i, j);
         const float xi = normed(i), xj = normed(j);
         const float c = cs[m], s = sn[m];
         y[i] = xi * c - xj * s;

@@ -3,21 +3,14 @@
 // head), 1: interleaved (2m, 2m+1). See backend.RoPEPairing.
 extern "C" __global__ void rope_f32(float* y, const float* x, const float* cs, const float* sn,
                                     i64 rows, int n, int h, int d, int pairing) {
-    const int half = d / 2, quarter = d / 4;
+    const int half = d / 2;
     const i64 total = rows * h * half;
     for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (i64)gridDim.x * blockDim.x) {
         const int m = (int)(t % half);
         const i64 rh = t / half;          // row·H + head
         const int tok = (int)((rh / h) % n);
         int i, j;
-        if (pairing == 0) {
-            const int hh = m / quarter, k = m % quarter;
-            i = hh * half + k;
-            j = i + quarter;
-        } else {
-            i = 2 * m;
-            j = i + 1;
-        }
+        rope_pair(m, d, pairing, i, j);
         const float c = cs[(i64)tok * half + m], s = sn[(i64)tok * half + m];
         const float* xr = x + rh * d;
         float* yr = y + rh * d;
