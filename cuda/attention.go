@@ -90,12 +90,10 @@ func (g *gpu) attend(k attnKernel, out *Tensor, batch, nq, h, d, nk int, args fu
 	if k.bfOut {
 		var obf cu.DevicePtr
 		if ns == 1 && g.cfg.Precision == BF16 {
-			// out's owner (gpu.output) releases the copy with out, also on an error.
-			b, err := g.pool.getAs(int64(out.numel())*2, catOther)
-			if err != nil {
+			var err error
+			if obf, err = g.attachBF16(out); err != nil {
 				return err
 			}
-			out.buf.bf, obf = b, b.ptr
 		}
 		inner := args
 		args = func(o, pm, pl cu.DevicePtr) []any { return append(inner(o, pm, pl), obf) }

@@ -139,12 +139,7 @@ func (g *gpu) Linear(x, w, b backend.Tensor, act backend.Activation) backend.Ten
 				return err
 			}
 			defer g.pool.put(acc)
-			xp, wp, prec, tmp, err := g.linearOperands(xt, wt, rows, k)
-			if err != nil {
-				return err
-			}
-			defer g.pool.put(tmp)
-			if err := g.rowGemm(prec, false, true, rows, m, k, xp, k, wp, k, acc.ptr, m, ptrOf(bt)); err != nil {
+			if err := g.linearInto(acc.ptr, xt, wt, bt, rows, k, m); err != nil {
 				return err
 			}
 			if fits4(n) && aligned(16, acc.ptr) && aligned(8, bf.ptr) {
@@ -154,12 +149,7 @@ func (g *gpu) Linear(x, w, b backend.Tensor, act backend.Activation) backend.Ten
 		})
 	}
 	return g.output(shape, "Linear", func(out *Tensor) error {
-		xp, wp, prec, tmp, err := g.linearOperands(xt, wt, rows, k)
-		if err != nil {
-			return err
-		}
-		defer g.pool.put(tmp)
-		if err := g.rowGemm(prec, false, true, rows, m, k, xp, k, wp, k, out.ptr(), m, ptrOf(bt)); err != nil {
+		if err := g.linearInto(out.ptr(), xt, wt, bt, rows, k, m); err != nil {
 			return err
 		}
 		if act == backend.ActGELU {
@@ -167,6 +157,16 @@ func (g *gpu) Linear(x, w, b backend.Tensor, act backend.Activation) backend.Ten
 		}
 		return nil
 	})
+}
+
+// linearInto writes x·wᵀ + b, fp32 [rows, m], to c (owner thread).
+func (g *gpu) linearInto(c cu.DevicePtr, xt, wt, bt *Tensor, rows, k, m int) error {
+	xp, wp, prec, tmp, err := g.linearOperands(xt, wt, rows, k)
+	if err != nil {
+		return err
+	}
+	defer g.pool.put(tmp)
+	return g.rowGemm(prec, false, true, rows, m, k, xp, k, wp, k, c, m, ptrOf(bt))
 }
 
 // LinearAdd is r + x·wᵀ + b as one GEMM: r enters as cuBLASLt's C with beta

@@ -29,11 +29,10 @@ func (g *gpu) LayerNorm(x, w, b backend.Tensor, eps float32) backend.Tensor {
 			// the cast that GEMM would otherwise make.
 			var bf cu.DevicePtr
 			if g.cfg.Precision == BF16 {
-				b, err := g.pool.getAs(int64(rows)*int64(c)*2, catOther)
-				if err != nil {
+				var err error
+				if bf, err = g.attachBF16(out); err != nil {
 					return err
 				}
-				out.buf.bf, bf = b, b.ptr
 			}
 			return g.launch("layernorm", fmt.Sprintf("layernorm_w%d", c), [3]int{(rows + 7) / 8, 1, 1}, [3]int{256, 1, 1}, 0,
 				out.ptr(), bf, xt.ptr(), ptrOf(wt), ptrOf(bt), rows, eps)

@@ -356,6 +356,18 @@ func (g *gpu) restoreF32(c *Tensor) error {
 	return nil
 }
 
+// attachBF16 gives t an (unwritten) bf16 copy for its producer to fill
+// beside the fp32 values; it is released with t, also when the producing
+// op fails (outputAs). Owner thread only.
+func (g *gpu) attachBF16(t *Tensor) (cu.DevicePtr, error) {
+	b, err := g.pool.getAs(int64(t.numel())*2, catOther)
+	if err != nil {
+		return 0, err
+	}
+	t.buf.bf = b
+	return b.ptr, nil
+}
+
 // outputBF16 is output for an activation kept only as bf16: fn fills the
 // bf16 buffer. Only a bf16 GEMM reads it as it is; any other op first gets
 // its fp32 copy back (gpu.tensor).

@@ -79,16 +79,14 @@ func (g *gpu) SplitQKV(qkv backend.Tensor, p backend.QKVParams) (q, k, v backend
 			// that reads them (see Attention), sparing it two casts.
 			var kbf, vbf cu.DevicePtr
 			if g.cfg.Precision == BF16 && !g.cfg.ExactAttention {
-				n2 := rows * int64(h) * 64 * 2
-				for _, t := range ts[1:] {
-					b, err := g.pool.getAs(n2, catOther)
-					if err != nil {
-						release()
-						return err
-					}
-					t.buf.bf = b
+				var err error
+				if kbf, err = g.attachBF16(ts[1]); err == nil {
+					vbf, err = g.attachBF16(ts[2])
 				}
-				kbf, vbf = ts[1].buf.bf.ptr, ts[2].buf.bf.ptr
+				if err != nil {
+					release()
+					return err
+				}
 			}
 			err = g.launch1D("qkv", "qkv_split_d64", rows*int64(h)*32, append(args, kbf, vbf)...)
 		} else {
