@@ -92,6 +92,20 @@ func (p pair) weight(data []float32, prec backend.Precision, shape ...int) (back
 	return fx.cpu.Weight("w", data, prec, shape...), p.gpu.Weight("w", data, prec, shape...)
 }
 
+// kvStores makes the same KV store on the CPU and on the GPU.
+func (p pair) kvStores(spec backend.KVSpec) (backend.KVStore, backend.KVStore) {
+	p.t.Helper()
+	cs, err := fx.cpu.NewKVStore(spec)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	gs, err := p.gpu.NewKVStore(spec)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return cs, gs
+}
+
 // check compares shapes and values (relative L2 error, NaN never passes).
 func (p pair) check(what string, got, want backend.Tensor, tol float64) {
 	p.t.Helper()

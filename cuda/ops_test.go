@@ -110,14 +110,7 @@ func TestBF16AttentionHandoffs(t *testing.T) {
 
 			// Paged: a global block over this frame and one more page.
 			spec := backend.KVSpec{Layers: 1, Pages: 3, PageSize: n, Heads: h, HeadDim: 64}
-			gs, err := p.gpu.NewKVStore(spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cs, err := fx.cpu.NewKVStore(spec)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cs, gs := p.kvStores(spec)
 			for _, page := range []int{2, 0} {
 				p.gpu.WriteKV(gs, 0, page, 0, gk, gv, 0, n)
 				fx.cpu.WriteKV(cs, 0, page, 0, ck, cv, 0, n)
@@ -262,14 +255,7 @@ func TestPagedAttention(t *testing.T) {
 	for _, p := range pairs(t, 9) {
 		for _, c := range cases {
 			spec := backend.KVSpec{Layers: 2, Pages: c.frames + 4, PageSize: c.ps, Heads: c.h, HeadDim: c.d}
-			cs, err := fx.cpu.NewKVStore(spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			gs, err := p.gpu.NewKVStore(spec)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cs, gs := p.kvStores(spec)
 			ld := c.h * c.d
 			var table []int32
 			specialPage := int32(c.frames + 2)
