@@ -51,17 +51,23 @@ const faStage = 2 * mmaTK * 72 * 2
 
 // Paged kernel variants (gpu.pagedVariant), for tests and benchmarks.
 const (
-	pagedFA     = ""      // default: attn_wg_paged_bf on Hopper, attn_fa2_paged_bf elsewhere
+	pagedFA     = ""      // default: attn_tma_paged_bf (or attn_wg_paged_bf for small pages) on Hopper, attn_fa2_paged_bf elsewhere
 	pagedFA2    = "fa2"   // attn_fa2_paged_bf: mma.sync, cp.async pipelined, 32 queries a warp
 	pagedSimple = "mma"   // the unpipelined 16-row kernels (paged, and dense on fp32 k and v)
 	pagedExact  = "exact" // the fp32 FMA kernel on the bf16 cache
 	pagedWG     = "wg"    // attn_wg_paged_bf: warpgroup MMA, Hopper only (fa2 elsewhere)
+	pagedTMA    = "tma"   // attn_tma_paged_bf: wg with TMA copies, Hopper and pages of ≥ 128 rows (else wg)
 )
 
 // wgKernel is the Hopper paged kernel: 2 warpgroups × 64 queries, 128-key
 // tiles in WSTAGES = 5 cp.async stages of K and V (16 KB each), plus 1 KB to
 // align the swizzled tiles.
 var wgKernel = attnKernel{module: "attention_mma", name: "attn_wg_paged_bf", bq: 128, tk: 128, perSM: 1, smem: 5*2*128*64*2 + 1024, threads: 256, bfOut: true}
+
+// tmaKernel is wgKernel with its tiles copied by the TMA (one tile never
+// straddles two pages, so pages must hold at least a tile), plus a barrier
+// of 8 bytes a stage.
+var tmaKernel = attnKernel{module: "attention_mma", name: "attn_tma_paged_bf", bq: 128, tk: 128, perSM: 1, smem: wgKernel.smem + 5*8, threads: 256, bfOut: true}
 
 // fa2Kernel is the mma.sync pipelined kernel, paged or dense.
 func fa2Kernel(name string) attnKernel {
@@ -242,10 +248,20 @@ func (g *gpu) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pag
 		}
 		var k attnKernel
 		fast := st.bf && d == 64 && !g.cfg.ExactAttention
+		hopper := fast && g.kernels.hopper()
 		switch {
 		case fast && g.pagedVariant == pagedSimple:
 			k = attnKernel{module: "attention_mma", name: "attn_mma_paged_bf", bq: mmaBQ, tk: mmaTK}
-		case fast && (g.pagedVariant == pagedWG || g.pagedVariant == pagedFA) && g.kernels.hopper():
+		case hopper && (g.pagedVariant == pagedTMA || g.pagedVariant == pagedFA) && ps >= tmaKernel.tk:
+			maps, err := st.tensorMaps()
+			if err != nil {
+				return err
+			}
+			tk, tv := maps.at(2*layer), maps.at(2*layer+1)
+			return g.attend(tmaKernel, out, 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
+				return []any{qt.ptr(), tk, tv, table, ps, nq, nk, h, scale, o, pm, pl}
+			})
+		case hopper && (g.pagedVariant == pagedWG || g.pagedVariant == pagedTMA || g.pagedVariant == pagedFA):
 			k = wgKernel
 		case fast && g.pagedVariant != pagedExact:
 			k = fa2Kernel("attn_fa2_paged_bf")

@@ -61,7 +61,7 @@ func New(cfg Config) (Backend, error) {
 	// For timing the paged attention kernels against each other in a whole
 	// frame (cuda/scripts/run.sh).
 	switch v := os.Getenv("LINGBOTMAP_CUDA_PAGED_KERNEL"); v {
-	case pagedFA, pagedFA2, pagedSimple, pagedExact, pagedWG:
+	case pagedFA, pagedFA2, pagedSimple, pagedExact, pagedWG, pagedTMA:
 		g.pagedVariant = v
 	default:
 		log.Warn("cuda: unknown LINGBOTMAP_CUDA_PAGED_KERNEL, using the default", "value", v)

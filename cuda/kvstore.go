@@ -34,6 +34,29 @@ type kvStore struct {
 	// asks for the same table as the previous one (all global blocks share it).
 	pt     *buffer
 	ptHost []int32
+	// maps: the TMA descriptors of every layer's K (2l) and V (2l+1) for
+	// attn_tma_paged_bf, made when first needed; the arrays never move.
+	maps *tensorMaps
+}
+
+// tensorMaps returns the layers' K and V tensor maps for the TMA paged
+// kernel, encoding them on first use (owner thread).
+func (s *kvStore) tensorMaps() (*tensorMaps, error) {
+	if s.maps != nil {
+		return s.maps, nil
+	}
+	m := newTensorMaps(2 * s.spec.Layers)
+	cols := s.spec.Heads * s.spec.HeadDim
+	for l := 0; l < s.spec.Layers; l++ {
+		for i, base := range []cu.DevicePtr{s.k[l], s.v[l]} {
+			if err := m.encodeBF16Pages(2*l+i, base, cols, s.spec.PageSize, s.spec.Pages, s.spec.HeadDim, tmaKernel.tk); err != nil {
+				m.free()
+				return nil, err
+			}
+		}
+	}
+	s.maps = m
+	return m, nil
 }
 
 func (s *kvStore) Layers() int   { return s.spec.Layers }
@@ -167,6 +190,8 @@ func (s *kvStore) free() {
 	}
 	s.g.pool.put(s.pt)
 	s.pt = nil
+	s.maps.free()
+	s.maps = nil
 	s.k, s.v = nil, nil
 	clear(s.backed)
 }

@@ -11,11 +11,11 @@ package cuda
 static int lbm_module_load(const char *image, CUmodule *m) { return (int)cuModuleLoadData(m, image); }
 static int lbm_module_function(CUmodule m, const char *name, CUfunction *f) { return (int)cuModuleGetFunction(f, m, name); }
 
-// The parameter array points at the slots; both live in one C block that the
-// backend reuses for every launch (launches are serialised by the owner).
+// params points at the arguments: the slots of one C block that the backend
+// reuses for every launch (launches are serialised by the owner), or C
+// memory of their own (tensor maps).
 static int lbm_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                      unsigned shared, uint64_t *slots, void **params, int n) {
-	for (int i = 0; i < n; i++) params[i] = &slots[i];
+                      unsigned shared, void **params) {
 	return (int)cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, 0, params, 0);
 }
 
@@ -103,14 +103,20 @@ func (f kernelFunc) allowSharedMemory(bytes int) error {
 
 // launch runs f on the default stream. Every argument takes an 8-byte slot:
 // pointers and int64 as they are, int as int64 (the kernel reads the low 4
-// bytes of an int parameter), float32 in the low 4 bytes.
+// bytes of an int parameter), float32 in the low 4 bytes; a tensor map is
+// passed where it lies.
 func (l *launcher) launch(f kernelFunc, name string, grid, block [3]int, shared int, args []any) error {
 	if len(args) > maxKernelArgs {
 		return fmt.Errorf("kernel %s: %d arguments, at most %d supported", name, len(args), maxKernelArgs)
 	}
 	slots := unsafe.Slice((*uint64)(unsafe.Pointer(l.slots)), maxKernelArgs)
+	// Addresses of C memory, stored as integers: no write barriers.
+	params := unsafe.Slice((*uintptr)(unsafe.Pointer(l.params)), maxKernelArgs)
 	for i, a := range args {
+		params[i] = uintptr(unsafe.Pointer(&slots[i]))
 		switch v := a.(type) {
+		case tensorMap:
+			params[i] = uintptr(v.p)
 		case cu.DevicePtr:
 			slots[i] = uint64(v)
 		case int:
@@ -131,7 +137,7 @@ func (l *launcher) launch(f kernelFunc, name string, grid, block [3]int, shared 
 		}
 	}
 	r := C.lbm_launch(f.fn, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]), C.uint(block[0]), C.uint(block[1]), C.uint(block[2]),
-		C.uint(shared), l.slots, l.params, C.int(len(args)))
+		C.uint(shared), l.params)
 	if err := driverError(r); err != nil {
 		return fmt.Errorf("launching %s (grid %v, block %v): %w", name, grid, block, err)
 	}

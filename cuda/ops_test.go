@@ -251,6 +251,10 @@ func TestPagedAttention(t *testing.T) {
 		// Page sizes just above and at the 64-key tile (a tile straddles two
 		// pages), many splits, query counts off the 128-query tile.
 		{65, 40, 30, 200, 2, 64}, {64, 9, 64, 129, 3, 64}, {100, 30, 1, 77, 1, 64},
+		// Pages of at least a 128-key tile (the TMA kernel): two tiles a
+		// page, the second of 2 rows; a last tile ending inside the page;
+		// whole tiles and a full last page.
+		{130, 7, 100, 200, 2, 64}, {257, 3, 200, 150, 2, 64}, {128, 4, 128, 130, 1, 64},
 	}
 	for _, p := range pairs(t, 9) {
 		for _, c := range cases {
@@ -268,8 +272,17 @@ func TestPagedAttention(t *testing.T) {
 				p.gpu.WriteKV(gs, 1, int(page), 0, gk, gv, 2, c.ps)
 				table = append(table, page)
 			}
+			// Rows past the specials hold stale values, here NaN: no kernel
+			// may let them through (P is 0 there, but 0·NaN is not 0).
+			nan := make([]float32, c.ps*ld)
+			for i := range nan {
+				nan[i] = float32(math.NaN())
+			}
+			ck, gk := p.in(nan, c.ps, ld)
+			fx.cpu.WriteKV(cs, 1, int(specialPage), 0, ck, ck, 0, c.ps)
+			p.gpu.WriteKV(gs, 1, int(specialPage), 0, gk, gk, 0, c.ps)
 			// The specials: written in two pieces into the last page.
-			ck, gk := p.in(p.randn(c.specials*ld, 1), c.specials, ld)
+			ck, gk = p.in(p.randn(c.specials*ld, 1), c.specials, ld)
 			cv, gv := p.in(p.randn(c.specials*ld, 1), c.specials, ld)
 			half := c.specials / 2
 			fx.cpu.WriteKV(cs, 1, int(specialPage), 0, ck, cv, 0, half)
@@ -283,7 +296,7 @@ func TestPagedAttention(t *testing.T) {
 			what := fmt.Sprintf("PagedAttention %+v", c)
 			p.check(what, p.gpu.PagedAttention(gq, gs, 1, table, c.specials, scale), fx.cpu.PagedAttention(cq, cs, 1, table, c.specials, scale), p.tol)
 			if g := p.gpu.(*gpu); g.cfg.Precision == BF16 && c.d == 64 {
-				for _, variant := range []string{pagedFA2, pagedSimple, pagedExact, pagedWG} {
+				for _, variant := range []string{pagedFA2, pagedSimple, pagedExact, pagedWG, pagedTMA} {
 					g.pagedVariant = variant
 					p.check(what+" kernel "+variant, p.gpu.PagedAttention(gq, gs, 1, table, c.specials, scale), fx.cpu.PagedAttention(cq, cs, 1, table, c.specials, scale), p.tol)
 				}

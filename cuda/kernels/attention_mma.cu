@@ -539,6 +539,9 @@ extern "C" __global__ void __launch_bounds__(128, 2) attn_fa2_dense_bf(const flo
 #define WQ 128                // queries a block
 #define WK 128                // keys a tile
 #define WTILE (WK * HD * 2)   // bytes of one K or V tile
+#ifndef WG_EX2                // (wgcheck swaps in a fake to time the exp unit's share)
+#define WG_EX2 ex2
+#endif
 #ifndef WSTAGES               // (wgcheck times other values)
 #define WSTAGES 5             // K+V stages (at least 4); tiles are loaded WSTAGES-2 ahead
 #endif
@@ -652,15 +655,53 @@ __device__ __forceinline__ unsigned long long wg_desc(unsigned addr, unsigned lb
 
 // Threads' cp.async writes become visible to the tensor cores' (async proxy) reads.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// Transaction barriers (mbarrier) that the tensor memory accelerator (TMA)
+// completes when a tile it copies has landed.
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "LBM_WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra LBM_WAIT;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+// One box of a 3-D tensor map (a CUtensorMap the host encoded) into shared
+// memory at dst, completing transaction bytes on bar.
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const void* map, int x, int y, int z, unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+        "l"(map), "r"(x), "r"(y), "r"(z), "r"(bar)
+        : "memory");
+}
 #endif
 
-extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const float* __restrict__ q,
-                                                                      const bf16_t* __restrict__ k,
-                                                                      const bf16_t* __restrict__ v,
-                                                                      const int* __restrict__ pages, int ps, int nq,
-                                                                      int nk, int h, float scale, float* __restrict__ out,
-                                                                      float* __restrict__ pm, float* __restrict__ pl,
-                                                                      unsigned* __restrict__ obf) {
+// A CUtensorMap as the driver encodes it (cuTensorMapEncodeTiled): 128
+// opaque bytes, passed by value as a __grid_constant__ parameter.
+struct __align__(64) TensorMap {
+    unsigned long long w[16];
+};
+
+// The body of both Hopper paged kernels. TMA false: all threads stage tiles
+// of WK consecutive keys with cp.async, whatever the page size. TMA true:
+// one thread has the TMA copy each tile from the tensor maps tk and tv
+// ([pages][ps][h·64] bf16, the store's layout); tiles then never straddle a
+// page (a page is ceil(ps/WK) tiles, rows past ps read as zeros), which costs
+// 2.5 % more MMA work at ps = 999 but takes the copies off the warps that do
+// the math.
+template <bool TMA>
+__device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16_t* __restrict__ k,
+                                         const bf16_t* __restrict__ v, const TensorMap* tk, const TensorMap* tv,
+                                         const int* __restrict__ pages, int ps, int nq, int nk, int h, float scale,
+                                         float* __restrict__ out, float* __restrict__ pm, float* __restrict__ pl,
+                                         unsigned* __restrict__ obf) {
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
     extern __shared__ __align__(16) unsigned char wg_smem[];
     // Swizzle atoms must start on 1024 bytes; the launch adds 1 KB of slack.
@@ -677,11 +718,35 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
     const i64 ld = (i64)h * HD;
 
     const int nsplit = gridDim.z;
-    int chunk = (nk + nsplit - 1) / nsplit;
-    chunk = (chunk + WK - 1) / WK * WK;
-    const int k0 = blockIdx.z * chunk;
-    const int k1 = min(nk, k0 + chunk);
-    const int ntiles = k1 > k0 ? (k1 - k0 + WK - 1) / WK : 0;
+    // cp.async: keys [k0, k1) in tiles of WK from k0. TMA: tiles [tb, tb +
+    // ntiles) of the (page, part) sequence, tpp parts a page; the last page
+    // holds last rows.
+    int k0 = 0, k1 = 0, ntiles, tb = 0;
+    const int tpp = (ps + WK - 1) / WK, npg = (nk + ps - 1) / ps, last = nk - (npg - 1) * ps;
+    if constexpr (TMA) {
+        const int total = (npg - 1) * tpp + (last + WK - 1) / WK;
+        const int chunk = (total + nsplit - 1) / nsplit;
+        tb = blockIdx.z * chunk;
+        ntiles = max(0, min(total, tb + chunk) - tb);
+    } else {
+        int chunk = (nk + nsplit - 1) / nsplit;
+        chunk = (chunk + WK - 1) / WK * WK;
+        k0 = blockIdx.z * chunk;
+        k1 = min(nk, k0 + chunk);
+        ntiles = k1 > k0 ? (k1 - k0 + WK - 1) / WK : 0;
+    }
+    // Keys in tile t (the rest of its rows are masked).
+    auto tile_keys = [&](int t) {
+        if constexpr (TMA) {
+            const int pi = (tb + t) / tpp, part = (tb + t) - pi * tpp;
+            return min(WK, (pi == npg - 1 ? last : ps) - part * WK);
+        } else {
+            return k1 - (k0 + t * WK);
+        }
+    };
+    // TMA: the stages' barriers follow the tiles.
+    const unsigned bars = sbase + WSTAGES * 2 * WTILE;
+    int nextPage = 0; // TMA, thread 0: the page of the next tile to load, read a tile ahead
 
     // Thread tid copies 16-byte chunk (tid & 7) of rows (tid >> 3) + 32·i, i < 4;
     // chunk c of row j lands at j·128 + ((c ^ j%8)·16) (the 128-byte swizzle).
@@ -689,6 +754,22 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
     const bf16_t* kb = k + (i64)hd * HD + lch * 8;
     const bf16_t* vb = v + (i64)hd * HD + lch * 8;
     auto load_tile = [&](int t) {
+        if constexpr (TMA) {
+            if (tid == 0 && t < ntiles) {
+                const int part = (tb + t) % tpp, page = nextPage;
+                // Tiles are loaded in order: fetch the page after this one now.
+                const int pn = (tb + t + 1) / tpp;
+                if (pn < npg) nextPage = pages[pn];
+                const unsigned st = sbase + (t % WSTAGES) * 2 * WTILE, bar = bars + (t % WSTAGES) * 8;
+                mbar_expect_tx(bar, 2 * WTILE);
+                tma_load_3d(st, tk, hd * HD, part * WK, page, bar);
+                tma_load_3d(st + WTILE, tv, hd * HD, part * WK, page, bar);
+            }
+            return;
+        }
+#ifdef WG_NOLOADS // timing only: every tile reuses the first stages' data
+        if (t >= WSTAGES) t = ntiles;
+#endif
         if (t < ntiles) {
             const int t0 = k0 + t * WK;
             int pi = 0, rem = 0;
@@ -722,6 +803,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
         }
         cp_async_commit(); // empty groups keep the count uniform
     };
+    if constexpr (TMA) {
+        if (tid == 0) {
+            for (int st = 0; st < WSTAGES; st++) mbar_init(bars + st * 8, 1);
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+            if (ntiles > 0) nextPage = pages[tb / tpp];
+        }
+        __syncthreads();
+    }
 #pragma unroll
     for (int st = 0; st < WSTAGES - 2; st++) load_tile(st);
 
@@ -766,7 +855,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
     // Online softmax of tile t's scores: new maxima, the factors c0, c1 for
     // what came before, the probabilities in s, the row sums added to l.
     auto softmax = [&](float(&s)[64], int t, float& c0, float& c1) {
-        const int nt = k1 - (k0 + t * WK);
+        const int nt = tile_keys(t);
         if (nt < WK) {
 #pragma unroll
             for (int j = 0; j < 16; j++)
@@ -789,10 +878,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
         const float ms0 = mn0 * sl2, ms1 = mn1 * sl2;
 #pragma unroll
         for (int j = 0; j < 16; j++) {
-            s[4 * j] = ex2(fmaf(s[4 * j], sl2, -ms0));
-            s[4 * j + 1] = ex2(fmaf(s[4 * j + 1], sl2, -ms0));
-            s[4 * j + 2] = ex2(fmaf(s[4 * j + 2], sl2, -ms1));
-            s[4 * j + 3] = ex2(fmaf(s[4 * j + 3], sl2, -ms1));
+            s[4 * j] = WG_EX2(fmaf(s[4 * j], sl2, -ms0));
+            s[4 * j + 1] = WG_EX2(fmaf(s[4 * j + 1], sl2, -ms0));
+            s[4 * j + 2] = WG_EX2(fmaf(s[4 * j + 2], sl2, -ms1));
+            s[4 * j + 3] = WG_EX2(fmaf(s[4 * j + 3], sl2, -ms1));
             a[j] = s[4 * j] + s[4 * j + 1];
             b[j] = s[4 * j + 2] + s[4 * j + 3];
         }
@@ -832,6 +921,27 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
     // and tile t+1 (loaded two iterations ago) has landed at its barrier.
     // ROLE is the warpgroup; each has its own loop so that warpgroup 1's
     // in-flight scores stay in fixed registers across the back edge.
+    // Tile t has landed (and, with cp.async, every thread's copies are
+    // visible to the tensor cores) once all threads pass this; with TMA the
+    // barrier before it also frees the stage that load_tile refills.
+    auto arrived = [&](int t) {
+        if constexpr (TMA) {
+            mbar_wait(bars + (t % WSTAGES) * 8, (t / WSTAGES) & 1);
+            // The last page's last tile can end inside the page, above rows
+            // that hold stale (possibly NaN) values: P is 0 there, but 0·NaN
+            // is not, so those V rows become zeros.
+            const int nt = tile_keys(t);
+            const int pi = (tb + t) / tpp, part = (tb + t) - pi * tpp;
+            if (nt < WK && part * WK + nt < ps) {
+                unsigned char* vs = sgen + (t % WSTAGES) * 2 * WTILE + WTILE;
+                for (int i = tid; i < (WK - nt) * 8; i += blockDim.x)
+                    *(uint4*)(vs + nt * 128 + i * 16) = make_uint4(0, 0, 0, 0);
+                fence_proxy_async();
+            }
+        } else {
+            fence_proxy_async();
+        }
+    };
     auto run = [&](auto role) {
         constexpr int ROLE = decltype(role)::value;
         float s[64];
@@ -843,7 +953,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
         }
         wg_pin(o); // O's zeros are written before any MMA is in flight
         cp_async_wait<WSTAGES - 3>(); // tile 0
-        fence_proxy_async();
+        arrived(0);
         __syncthreads();
         issue_qk(s, 0, ROLE == 1);
         if constexpr (ROLE == 0) {
@@ -853,10 +963,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
             to_p(s);
         }
         for (int t = 0; t + 1 < ntiles; t++) {
-            cp_async_wait<WSTAGES - 4>(); // tile t+1
-            fence_proxy_async();
-            __syncthreads();
-            load_tile(t + WSTAGES - 2);
+            if constexpr (TMA) {
+                // The barrier frees the stage; the wait lets the copy start first.
+                __syncthreads();
+                load_tile(t + WSTAGES - 2);
+                arrived(t + 1);
+                if (tile_keys(t + 1) < WK) __syncthreads(); // V rows zeroed by all threads
+            } else {
+                cp_async_wait<WSTAGES - 4>(); // tile t+1
+                arrived(t + 1);
+                __syncthreads();
+                load_tile(t + WSTAGES - 2);
+            }
             if constexpr (ROLE == 0) {
                 issue_qk(s, t + 1, false);
                 issue_pv(t);
@@ -933,4 +1051,28 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
         }
     }
 #endif
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const float* __restrict__ q,
+                                                                      const bf16_t* __restrict__ k,
+                                                                      const bf16_t* __restrict__ v,
+                                                                      const int* __restrict__ pages, int ps, int nq,
+                                                                      int nk, int h, float scale, float* __restrict__ out,
+                                                                      float* __restrict__ pm, float* __restrict__ pl,
+                                                                      unsigned* __restrict__ obf) {
+    wg_paged<false>(q, k, v, nullptr, nullptr, pages, ps, nq, nk, h, scale, out, pm, pl, obf);
+}
+
+// The same kernel with TMA copies: K and V come as tensor maps of the
+// layer's arrays (3-D: h·64 columns, ps rows, pages; 64 × WK boxes in the
+// 128-byte swizzle), and the page size must be at least WK. Shared memory:
+// the stages, 1 KB of alignment slack and 8 bytes a stage for its barrier.
+extern "C" __global__ void __launch_bounds__(256, 1) attn_tma_paged_bf(const float* __restrict__ q,
+                                                                       const __grid_constant__ TensorMap tk,
+                                                                       const __grid_constant__ TensorMap tv,
+                                                                       const int* __restrict__ pages, int ps, int nq,
+                                                                       int nk, int h, float scale, float* __restrict__ out,
+                                                                       float* __restrict__ pm, float* __restrict__ pl,
+                                                                       unsigned* __restrict__ obf) {
+    wg_paged<true>(q, nullptr, nullptr, &tk, &tv, pages, ps, nq, nk, h, scale, out, pm, pl, obf);
 }

@@ -18,6 +18,7 @@
 #   BENCH_TIMEOUT=s   limit for benchcmd (default 200)
 #   WGCHECK_VARIANTS="-DX;-DY=2"  'wgcheck' also builds and times these variants
 #   WGCHECK_NCU=1     'wgcheck' also runs Nsight Compute on the full-size launch
+#   WGCHECK_NCU_KERNEL=name  its kernel (default attn_tma_paged_bf)
 #   REF_FRAMES=n      frames for the reference timing in 'ref' (default 30; needs
 #                     .ref/make_golden.py and .ref/lingbot-map, see pack.sh)
 set -uo pipefail
@@ -153,7 +154,7 @@ stage_wgcheck() { # the Hopper paged kernel alone, built by nvcc: layout probes,
     i=$((i + 1))
     say "wgcheck variant '${v}'"
     # shellcheck disable=SC2086
-    if (IFS=' '; "$cuda"/bin/nvcc -std=c++17 -O2 -arch=sm_90a -Xptxas -v $v -o /tmp/wgcheck$i cuda/scripts/wgcheck.cu) >"$OUT/wgcheck-build$i.log" 2>&1; then
+    if (IFS=' '; "$cuda"/bin/nvcc -std=c++17 -O2 -arch=sm_90a -Xptxas -v $v -o /tmp/wgcheck$i cuda/scripts/wgcheck.cu -lcuda) >"$OUT/wgcheck-build$i.log" 2>&1; then
       grep -A2 'attn_wg_paged_bf' "$OUT/wgcheck-build$i.log" | grep -E 'registers|spill|C75' | tee -a "$OUT/summary.txt"
       timeout 120 /tmp/wgcheck$i 2>&1 | tee "$OUT/wgcheck$i.log" | grep -v '^probe' | tee -a "$OUT/summary.txt"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1
@@ -164,7 +165,7 @@ stage_wgcheck() { # the Hopper paged kernel alone, built by nvcc: layout probes,
   if [ -n "${WGCHECK_NCU:-}" ]; then # Nsight Compute on the full-size launch of the default build
     local ncu
     ncu=$(command -v ncu || ls "$cuda"/bin/ncu 2>/dev/null | head -1)
-    timeout 200 "$ncu" --kernel-name attn_wg_paged_bf --launch-skip 6 --launch-count 1 \
+    timeout 200 "$ncu" --kernel-name "${WGCHECK_NCU_KERNEL:-attn_tma_paged_bf}" --launch-skip 6 --launch-count 1 \
       --section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy --section WarpStateStats \
       --section InstructionStats --section SchedulerStats --page raw /tmp/wgcheck1 >"$OUT/wgncu.txt" 2>&1
     grep -E 'issue_stalled_[a-z_]*_per_issue_active.ratio|gpu__time_duration.sum|sm__inst_executed_pipe_[a-z_]*.avg.pct_of_peak_sustained_active|sm__pipe_[a-z_]*cycles_active.avg.pct|issue_active.avg.pct|rror' "$OUT/wgncu.txt" \

@@ -4,7 +4,10 @@
 // P·V with MN-major V, both 128-byte swizzled) and the whole kernel against
 // a double-precision CPU reference, then its time on a full-size cache.
 // Run by cuda/scripts/run.sh's wgcheck stage:
-//   nvcc -std=c++17 -O2 -arch=sm_90a -o wgcheck cuda/scripts/wgcheck.cu && ./wgcheck
+//   nvcc -std=c++17 -O2 -arch=sm_90a -o wgcheck cuda/scripts/wgcheck.cu -lcuda && ./wgcheck
+// Both loaders are checked: attn_wg_paged_bf (cp.async) and, for pages of at
+// least 128 rows, attn_tma_paged_bf (TMA copies from tensor maps).
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,6 +18,8 @@
 #include <vector>
 
 #include "../kernels/common.cuh"
+// -DWG_EX2=fake_ex2 times the kernel without the exp unit (wrong results).
+__device__ __forceinline__ float fake_ex2(float x) { return fmaf(x, 0.01f, 1.f); }
 #include "../kernels/attention_mma.cu"
 
 #define CK(x)                                                                          \
@@ -212,7 +217,27 @@ static void probes(Rng& rng) {
 struct Case {
     int ps, frames, specials, nq, h, splits;
     bool all; // check every row (else a sample) and time it
+    bool tma; // attn_tma_paged_bf instead of attn_wg_paged_bf
 };
+
+// The tensor map attn_tma_paged_bf reads one layer's K or V array through:
+// [pages][ps][ld] bf16, 64 × 128 boxes, 128-byte swizzle, zeros past ps.
+static TensorMap tensor_map(const void* base, int ld, int ps, int pages) {
+    CUtensorMap m;
+    const cuuint64_t dims[3] = {(cuuint64_t)ld, (cuuint64_t)ps, (cuuint64_t)pages};
+    const cuuint64_t strides[2] = {(cuuint64_t)ld * 2, (cuuint64_t)ps * ld * 2};
+    const cuuint32_t box[3] = {64, WK, 1}, es[3] = {1, 1, 1};
+    CUresult r = cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), dims, strides, box,
+                                        es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "cuTensorMapEncodeTiled: error %d\n", (int)r);
+        exit(2);
+    }
+    TensorMap t;
+    memcpy(&t, &m, sizeof t);
+    return t;
+}
 
 static void paged(Rng& rng, Case c, bool timeit) {
     const int ld = c.h * 64, npages = c.frames + 2;
@@ -222,6 +247,8 @@ static void paged(Rng& rng, Case c, bool timeit) {
     std::vector<int> table;
     for (int f = 0; f < c.frames; f++) table.push_back((f * 3 + 1) % (c.frames + 1));
     table.push_back(c.frames + 1);
+    // Rows past the keys in the last page are stale: NaN must not leak in.
+    for (size_t i = ((size_t)(c.frames + 1) * c.ps + c.specials) * ld; i < k.size(); i++) k[i] = v[i] = 0x7fc0;
     const int nk = c.frames * c.ps + c.specials;
     std::vector<float> q((size_t)c.nq * ld);
     for (auto& x : q) x = rng.normal();
@@ -236,10 +263,20 @@ static void paged(Rng& rng, Case c, bool timeit) {
         CK(cudaMalloc(&dpm, c.splits * rowsh * 4));
         CK(cudaMalloc(&dpl, c.splits * rowsh * 4));
     }
-    const int smem = WSTAGES * 2 * WTILE + 1024;
+    const int smem = WSTAGES * 2 * WTILE + 1024 + (c.tma ? WSTAGES * 8 : 0);
     CK(cudaFuncSetAttribute(attn_wg_paged_bf, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CK(cudaFuncSetAttribute(attn_tma_paged_bf, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     dim3 grid((c.nq + WQ - 1) / WQ, c.h, c.splits);
-    attn_wg_paged_bf<<<grid, 256, smem>>>(dq, dk, dv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl, nullptr);
+    TensorMap tk{}, tv{};
+    if (c.tma) {
+        tk = tensor_map(dk, ld, c.ps, npages);
+        tv = tensor_map(dv, ld, c.ps, npages);
+    }
+    auto run = [&] {
+        if (c.tma) attn_tma_paged_bf<<<grid, 256, smem>>>(dq, tk, tv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl, nullptr);
+        else attn_wg_paged_bf<<<grid, 256, smem>>>(dq, dk, dv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl, nullptr);
+    };
+    run();
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     auto part = host(dout, (size_t)c.splits * rowsh * 64);
@@ -299,8 +336,8 @@ static void paged(Rng& rng, Case c, bool timeit) {
             }
         }
     char what[160];
-    snprintf(what, sizeof what, "paged ps %d frames %d specials %d nq %d h %d splits %d", c.ps, c.frames, c.specials, c.nq,
-             c.h, c.splits);
+    snprintf(what, sizeof what, "%s ps %d frames %d specials %d nq %d h %d splits %d", c.tma ? "tma" : "paged", c.ps, c.frames,
+             c.specials, c.nq, c.h, c.splits);
     report(what, relerr(got, want), 1e-2);
 
     if (timeit) {
@@ -308,17 +345,16 @@ static void paged(Rng& rng, Case c, bool timeit) {
         CK(cudaEventCreate(&a));
         CK(cudaEventCreate(&b));
         const int reps = 50;
-        for (int i = 0; i < 5; i++)
-            attn_wg_paged_bf<<<grid, 256, smem>>>(dq, dk, dv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl, nullptr);
+        for (int i = 0; i < 5; i++) run();
         CK(cudaEventRecord(a));
-        for (int i = 0; i < reps; i++)
-            attn_wg_paged_bf<<<grid, 256, smem>>>(dq, dk, dv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl, nullptr);
+        for (int i = 0; i < reps; i++) run();
         CK(cudaEventRecord(b));
         CK(cudaEventSynchronize(b));
         float ms;
         CK(cudaEventElapsedTime(&ms, a, b));
         ms /= reps;
-        printf("time attn_wg_paged_bf nq %d keys %d h %d: %.3f ms, %.1f TFLOP/s\n", c.nq, nk, c.h, ms,
+        printf("time %s nq %d keys %d h %d: %.3f ms, %.1f TFLOP/s\n", c.tma ? "attn_tma_paged_bf" : "attn_wg_paged_bf", c.nq, nk,
+               c.h, ms,
                4.0 * c.nq * (double)nk * c.h * 64 / (ms * 1e-3) / 1e12);
     }
     CK(cudaFree(dq)); CK(cudaFree(dout)); CK(cudaFree(dk)); CK(cudaFree(dv)); CK(cudaFree(dt));
@@ -333,7 +369,13 @@ int main() {
     paged(rng, {130, 7, 5, 77, 1, 1, true}, false);    // tiles straddling pages
     paged(rng, {37, 2, 5, 50, 1, 1, true}, false);     // one tile
     paged(rng, {37, 3, 20, 40, 2, 2, true}, false);    // one tile a split
-    paged(rng, {999, 72, 432, 1005, 16, 1, false}, true);
+    paged(rng, {130, 7, 5, 77, 1, 1, true, true}, false);     // a page: two tiles, the second of 2 rows
+    paged(rng, {257, 3, 200, 150, 2, 1, true, true}, false);  // partial last tile inside the last page
+    paged(rng, {130, 7, 100, 200, 2, 3, true, true}, false);  // split
+    paged(rng, {128, 4, 128, 130, 1, 2, true, true}, false);  // whole tiles, full last page
+    paged(rng, {200, 0, 60, 64, 1, 1, true, true}, false);    // one page, one tile
+    if (getenv("WG_ONLY_TMA") == nullptr) paged(rng, {999, 72, 432, 1005, 16, 1, false}, true);
+    paged(rng, {999, 72, 432, 1005, 16, 1, false, true}, true);
     printf("%s\n", failures ? "wgcheck: FAIL" : "wgcheck: PASS");
     return failures ? 1 : 0;
 }
