@@ -909,6 +909,31 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         }
     };
 
+    // TMA: tile t is the last page's last and ends inside the page, above
+    // rows that hold stale (possibly NaN) values. P is 0 there, but 0·NaN is
+    // not, so arrived zeroes those V rows, and all threads must be done
+    // before any P·V reads them.
+    auto stale = [&](int t) {
+        const int part = (tb + t) % tpp, nt = tile_keys(t);
+        return nt < WK && part * WK + nt < ps;
+    };
+    // Tile t has landed (and, with cp.async, every thread's copies are
+    // visible to the tensor cores) once all threads pass this.
+    auto arrived = [&](int t) {
+        if constexpr (TMA) {
+            mbar_wait(bars + (t % WSTAGES) * 8, (t / WSTAGES) & 1);
+            if (stale(t)) {
+                const int nt = tile_keys(t);
+                unsigned char* vs = sgen + (t % WSTAGES) * 2 * WTILE + WTILE;
+                for (int i = tid; i < (WK - nt) * 8; i += blockDim.x)
+                    *(uint4*)(vs + nt * 128 + i * 16) = make_uint4(0, 0, 0, 0);
+                fence_proxy_async();
+            }
+        } else {
+            fence_proxy_async();
+        }
+    };
+
     // The two warpgroups run half an iteration apart, so that one's softmax
     // overlaps the other's MMAs (the tensor cores and the exp unit are both
     // shared by the SM): after the barrier of iteration t, warpgroup 0 issues
@@ -921,27 +946,6 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // and tile t+1 (loaded two iterations ago) has landed at its barrier.
     // ROLE is the warpgroup; each has its own loop so that warpgroup 1's
     // in-flight scores stay in fixed registers across the back edge.
-    // Tile t has landed (and, with cp.async, every thread's copies are
-    // visible to the tensor cores) once all threads pass this; with TMA the
-    // barrier before it also frees the stage that load_tile refills.
-    auto arrived = [&](int t) {
-        if constexpr (TMA) {
-            mbar_wait(bars + (t % WSTAGES) * 8, (t / WSTAGES) & 1);
-            // The last page's last tile can end inside the page, above rows
-            // that hold stale (possibly NaN) values: P is 0 there, but 0·NaN
-            // is not, so those V rows become zeros.
-            const int nt = tile_keys(t);
-            const int pi = (tb + t) / tpp, part = (tb + t) - pi * tpp;
-            if (nt < WK && part * WK + nt < ps) {
-                unsigned char* vs = sgen + (t % WSTAGES) * 2 * WTILE + WTILE;
-                for (int i = tid; i < (WK - nt) * 8; i += blockDim.x)
-                    *(uint4*)(vs + nt * 128 + i * 16) = make_uint4(0, 0, 0, 0);
-                fence_proxy_async();
-            }
-        } else {
-            fence_proxy_async();
-        }
-    };
     auto run = [&](auto role) {
         constexpr int ROLE = decltype(role)::value;
         float s[64];
@@ -968,7 +972,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
                 __syncthreads();
                 load_tile(t + WSTAGES - 2);
                 arrived(t + 1);
-                if (tile_keys(t + 1) < WK) __syncthreads(); // V rows zeroed by all threads
+                if (stale(t + 1)) __syncthreads();
             } else {
                 cp_async_wait<WSTAGES - 4>(); // tile t+1
                 arrived(t + 1);
