@@ -45,7 +45,10 @@ func (s *kvStore) tensorMaps() (*tensorMaps, error) {
 	if s.maps != nil {
 		return s.maps, nil
 	}
-	m := newTensorMaps(2 * s.spec.Layers)
+	m, err := newTensorMaps(2 * s.spec.Layers)
+	if err != nil {
+		return nil, err
+	}
 	cols := s.spec.Heads * s.spec.HeadDim
 	for l := 0; l < s.spec.Layers; l++ {
 		for i, base := range []cu.DevicePtr{s.k[l], s.v[l]} {

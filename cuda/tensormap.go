@@ -52,8 +52,12 @@ type tensorMaps struct {
 	n int
 }
 
-func newTensorMaps(n int) *tensorMaps {
-	return &tensorMaps{p: C.aligned_alloc(64, C.size_t(n*tensorMapBytes)), n: n}
+func newTensorMaps(n int) (*tensorMaps, error) {
+	p := C.aligned_alloc(64, C.size_t(n*tensorMapBytes))
+	if p == nil {
+		return nil, fmt.Errorf("no host memory for %d tensor maps", n)
+	}
+	return &tensorMaps{p: p, n: n}, nil
 }
 
 func (m *tensorMaps) at(i int) tensorMap {
