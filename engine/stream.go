@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
@@ -210,12 +209,8 @@ func (s *stream) prepare(f Frame) (input, error) {
 		if f.Width%s.m.Sizes().PatchSize != 0 || f.Height%s.m.Sizes().PatchSize != 0 {
 			return input{}, fmt.Errorf("engine: frame %d: preprocessed size %d×%d is not a multiple of the patch size %d", f.Seq, f.Width, f.Height, s.m.Sizes().PatchSize)
 		}
-		// An all-ones exponent is NaN or ±Inf: one integer test a value keeps
-		// this scan off the GPU's critical path.
-		for i, v := range f.Pixels {
-			if math.Float32bits(v)&0x7f800000 == 0x7f800000 {
-				return input{}, fmt.Errorf("engine: frame %d: pixel value %d is %v", f.Seq, i, v)
-			}
+		if i := firstNonFinite(f.Pixels); i >= 0 {
+			return input{}, fmt.Errorf("engine: frame %d: pixel value %d is %v", f.Seq, i, f.Pixels[i])
 		}
 		pix, w, h = f.Pixels, f.Width, f.Height
 	case f.Image != nil:
