@@ -19,6 +19,7 @@
 #   WGCHECK_VARIANTS="-DX;-DY=2"  'wgcheck' also builds and times these variants
 #   WGCHECK_NCU=1     'wgcheck' also runs Nsight Compute on the full-size launch
 #   WGCHECK_NCU_KERNEL=name  its kernel (default attn_tma_paged_bf)
+#   WG_ONLY_TMA=1     'wgcheck' times only the TMA kernel at full size
 #   REF_FRAMES=n      frames for the reference timing in 'ref' (default 30; needs
 #                     .ref/make_golden.py and .ref/lingbot-map, see pack.sh)
 set -uo pipefail
