@@ -59,15 +59,18 @@ const (
 	pagedTMA    = "tma"   // attn_tma_paged_bf: wg with TMA copies, Hopper and pages of ≥ 128 rows (else wg)
 )
 
+// wgStages is WSTAGES in kernels/attention_mma.cu: the Hopper kernels' K+V stages.
+const wgStages = 5
+
 // wgKernel is the Hopper paged kernel: 2 warpgroups × 64 queries, 128-key
-// tiles in WSTAGES = 5 cp.async stages of K and V (16 KB each), plus 1 KB to
+// tiles in wgStages cp.async stages of K and V (16 KB each), plus 1 KB to
 // align the swizzled tiles.
-var wgKernel = attnKernel{module: "attention_mma", name: "attn_wg_paged_bf", bq: 128, tk: 128, perSM: 1, smem: 5*2*128*64*2 + 1024, threads: 256, bfOut: true}
+var wgKernel = attnKernel{module: "attention_mma", name: "attn_wg_paged_bf", bq: 128, tk: 128, perSM: 1, smem: wgStages*2*128*64*2 + 1024, threads: 256, bfOut: true}
 
 // tmaKernel is wgKernel with its tiles copied by the TMA (one tile never
 // straddles two pages, so pages must hold at least a tile), plus a barrier
 // of 8 bytes a stage.
-var tmaKernel = attnKernel{module: "attention_mma", name: "attn_tma_paged_bf", bq: 128, tk: 128, perSM: 1, smem: wgKernel.smem + 5*8, threads: 256, bfOut: true}
+var tmaKernel = attnKernel{module: "attention_mma", name: "attn_tma_paged_bf", bq: 128, tk: 128, perSM: 1, smem: wgKernel.smem + wgStages*8, threads: 256, bfOut: true}
 
 // fa2Kernel is the mma.sync pipelined kernel, paged or dense.
 func fa2Kernel(name string) attnKernel {
@@ -247,6 +250,8 @@ func (g *gpu) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pag
 			return err
 		}
 		var k attnKernel
+		// K and V: the layer's arrays, or their tensor maps for the TMA kernel.
+		var kArg, vArg any = st.k[layer], st.v[layer]
 		fast := st.bf && d == 64 && !g.cfg.ExactAttention
 		hopper := fast && g.kernels.hopper()
 		switch {
@@ -257,10 +262,7 @@ func (g *gpu) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pag
 			if err != nil {
 				return err
 			}
-			tk, tv := maps.at(2*layer), maps.at(2*layer+1)
-			return g.attend(tmaKernel, out, 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
-				return []any{qt.ptr(), tk, tv, table, ps, nq, nk, h, scale, o, pm, pl}
-			})
+			k, kArg, vArg = tmaKernel, maps.at(2*layer), maps.at(2*layer+1)
 		case hopper && (g.pagedVariant == pagedWG || g.pagedVariant == pagedTMA || g.pagedVariant == pagedFA):
 			k = wgKernel
 		case fast && g.pagedVariant != pagedExact:
@@ -270,9 +272,8 @@ func (g *gpu) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pag
 		default:
 			k = fmaKernel(fmt.Sprintf("attn_paged_f32_d%d", d))
 		}
-		kp, vp := st.k[layer], st.v[layer]
 		return g.attend(k, out, 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
-			return []any{qt.ptr(), kp, vp, table, ps, nq, nk, h, scale, o, pm, pl}
+			return []any{qt.ptr(), kArg, vArg, table, ps, nq, nk, h, scale, o, pm, pl}
 		})
 	})
 }
