@@ -11,16 +11,58 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 )
 
-// igemmMaxOut is the widest TF32 3×3 convolution (output channels) that runs
-// as an implicit GEMM. Measured on the DPT head at 518×378
-// (BenchmarkConv2DBound): 32 outputs 0.43 vs 1.60 ms by im2col, 128 outputs
-// 0.86 vs 1.09 ms, but 256 outputs 1.71 vs 1.20 ms, where cuBLASLt's tiles
-// reuse the columns better than this kernel does.
-const igemmMaxOut = 128
+// Variants of gpu.convVariant, for tests and benchmarks: TF32 3×3
+// convolutions by im2col + cuBLASLt, always by the implicit GEMM (the
+// warpgroup kernel on Hopper, even where its grid would leave most of the GPU
+// idle), or always by the mma.sync implicit GEMM.
+const (
+	convIm2col   = "im2col"
+	convImplicit = "implicit"
+	convMMA      = "mma"
+)
 
-// convIm2col (gpu.convVariant) runs TF32 3×3 convolutions by im2col +
-// cuBLASLt instead of the implicit GEMM, for tests and benchmarks.
-const convIm2col = "im2col"
+// conv3WG* describe conv3_wg_tf32 (conv_igemm.cu): a block is 128 output
+// channels × conv3WGPixels output pixels, and its shared memory is
+// CW_STAGES stages of two 16 KB tiles plus 1 KB for aligning them.
+const (
+	conv3WGPixels = 128
+	conv3WGSmem   = 4*2*128*128 + 1024
+)
+
+// conv3Tile is a block shape of the implicit-GEMM kernel (conv_igemm.cu):
+// bm output channels × bn output pixels.
+type conv3Tile struct{ bm, bn int }
+
+// conv3Stages and conv3BK are CV_STAGES and CV_BK in conv_igemm.cu.
+const conv3Stages, conv3BK = 3, 32
+
+// smem is the block's dynamic shared memory in bytes.
+func (t conv3Tile) smem() int { return conv3Stages * (t.bm*(conv3BK+4) + conv3BK*(t.bn+8)) * 4 }
+
+func (t conv3Tile) blocks(o, pixels, images int) int {
+	return (pixels + t.bn - 1) / t.bn * ((o + t.bm - 1) / t.bm) * images
+}
+
+// pickConv3Tile chooses the implicit GEMM's block shape for o output
+// channels and pixels output pixels per image: as tall as o needs, lowered
+// to 64 channels when that fills the GPU's sms multiprocessors better. ok is
+// false when even that leaves more than half of them idle (the DPT head's
+// small maps at the coarse levels, whose K runs to 9216): cuBLASLt then does
+// better with split-K on the im2col columns.
+func pickConv3Tile(o, pixels, images, sms int) (t conv3Tile, ok bool) {
+	switch {
+	case o <= 32:
+		t = conv3Tile{32, 256}
+	case o <= 64:
+		t = conv3Tile{64, 128}
+	default:
+		t = conv3Tile{128, 128}
+		if t.blocks(o, pixels, images) < sms {
+			t = conv3Tile{64, 128}
+		}
+	}
+	return t, 2*t.blocks(o, pixels, images) >= sms
+}
 
 // defaultConvScratch bounds the transient scratch of one convolution call
 // (im2col columns and their bf16 copy, or ConvTranspose2D's products): the
@@ -35,14 +77,15 @@ const defaultConvScratch = 64 << 20
 // 128·C·kh·kw·6 bytes, ~7 MB for the widest layer, C=1024 at 3×3).
 const convChunkCols = 128
 
-// Conv2D by im2col + GEMM, in chunks of output pixels so that the im2col
-// scratch stays within defaultConvScratch.
+// Conv2D: TF32 3×3 convolutions by an implicit GEMM where one suits them
+// (conv3Implicit), the rest by im2col + GEMM, in chunks of output pixels so
+// that the im2col scratch stays within defaultConvScratch.
 func (g *gpu) Conv2D(x, w, b backend.Tensor, stride, pad int) backend.Tensor {
 	return g.conv2D(x, w, b, stride, pad, defaultConvScratch)
 }
 
-// conv2D computes, per image and per chunk [p0, p0+np) of output pixels,
-// col[ck, np] by im2col and out[o, p0:p0+np] = w[o, ck]·col[ck, np] straight
+// conv2D computes (unless an implicit GEMM does), per image and per chunk
+// [p0, p0+np) of output pixels, col[ck, np] by im2col and out[o, p0:p0+np] = w[o, ck]·col[ck, np] straight
 // into the NCHW output (ldc = Ho·Wo); the bias follows in one pass. A 1×1
 // convolution with stride 1 reads x directly. limit (bytes, ≤ 0 for the
 // default) bounds the scratch.
@@ -77,23 +120,11 @@ func (g *gpu) conv2D(x, w, b backend.Tensor, stride, pad int, limit int64) backe
 			return err
 		}
 		prec := g.gemmPrec(bf, true)
-		if prec == gemmTF32 && kh == 3 && kw == 3 && o <= igemmMaxOut && g.convVariant != convIm2col &&
+		if prec == gemmTF32 && kh == 3 && kw == 3 && g.convVariant != convIm2col &&
 			int64(c)*int64(h*wd) <= math.MaxInt32 && int64(c)*9 <= math.MaxInt32 {
-			// The DPT head's narrow 3×3 convolutions: implicit GEMM, bias fused.
-			var bias cu.DevicePtr
-			if bt != nil {
-				bias = bt.ptr()
+			if done, err := g.conv3Implicit(out, xt, wt, bt, stride, pad, ho, wo); done || err != nil {
+				return err
 			}
-			bm := 128
-			switch {
-			case o <= 32:
-				bm = 32
-			case o <= 64:
-				bm = 64
-			}
-			grid := [3]int{(hw + 127) / 128, (o + bm - 1) / bm, n}
-			return g.launch("conv_igemm", fmt.Sprintf("conv3_igemm_tf32_m%d", bm), grid, [3]int{256, 1, 1}, 0,
-				out.ptr(), xt.ptr(), wp, bias, c, h, wd, o, stride, pad, ho, wo)
 		}
 		// Reading x directly needs no im2col; in bf16 only while the bf16
 		// copy of a whole image fits the bound.
@@ -120,6 +151,118 @@ func (g *gpu) conv2D(x, w, b backend.Tensor, stride, pad int, limit int64) backe
 		}
 		return g.biasPlanes(out.ptr(), bt.ptr(), n*o, o, hw)
 	})
+}
+
+// conv3Implicit runs a TF32 3×3 convolution as an implicit GEMM, bias
+// fused, when a kernel suits it: on Hopper the warpgroup kernel, elsewhere
+// (or for channel counts that are not a multiple of 4) the mma.sync one.
+// done is false when im2col + cuBLASLt should run it instead: where the
+// grid would leave most of the GPU idle (the DPT head's coarse levels, whose
+// K runs to 9216 and where cuBLASLt splits K).
+func (g *gpu) conv3Implicit(out, xt, wt, bt *Tensor, stride, pad, ho, wo int) (done bool, err error) {
+	n, c, h, wd := xt.shape[0], xt.shape[1], xt.shape[2], xt.shape[3]
+	o, hw := wt.shape[0], ho*wo
+	kind, t := g.conv3Kernel(c, o, hw, n)
+	switch kind {
+	case conv3None:
+		return false, nil
+	case conv3WGMMA:
+		return true, g.conv3WG(out, xt, wt, bt, stride, pad, ho, wo)
+	}
+	name := fmt.Sprintf("conv3_igemm_tf32_m%d_n%d", t.bm, t.bn)
+	if err := g.allowSharedMemory("conv_igemm", name, t.smem()); err != nil {
+		return true, err
+	}
+	grid := [3]int{(hw + t.bn - 1) / t.bn, (o + t.bm - 1) / t.bm, n}
+	return true, g.launch("conv_igemm", name, grid, [3]int{256, 1, 1}, t.smem(),
+		out.ptr(), xt.ptr(), wt.ptr(), ptrOf(bt), c, h, wd, o, stride, pad, ho, wo)
+}
+
+// The kernels conv3Kernel picks from.
+const (
+	conv3None  = iota // im2col + cuBLASLt
+	conv3WGMMA        // conv3_wg_tf32
+	conv3MMA          // conv3_igemm_tf32_m*_n* with the tile
+)
+
+// conv3Kernel picks the kernel for c input and o output channels, hw output
+// pixels per image and n images (see conv3Implicit and gpu.convVariant).
+// The warpgroup kernel's blocks are 128 channels tall, so it takes only
+// convolutions to more than 64 channels unless forced: at 32 (the DPT
+// head's output_conv2.0) the mma.sync kernel was faster, 0.378 against
+// 0.396 ms (BenchmarkConv2DBound, H200), and the warpgroup kernel needs a
+// quarter of the GPU's multiprocessors busy to beat im2col + cuBLASLt
+// (refinenet2, 64 blocks: 62 against 79 µs; layer3_rn, 16 blocks: 209
+// against 107 µs).
+func (g *gpu) conv3Kernel(c, o, hw, n int) (kind int, t conv3Tile) {
+	v := g.convVariant
+	if g.kernels.hopper() && c%4 == 0 && v != convMMA && (o > 64 || v == convImplicit) {
+		blocks := (hw + conv3WGPixels - 1) / conv3WGPixels * ((o + 127) / 128) * n
+		if v == convImplicit || 4*blocks >= g.info.sms {
+			return conv3WGMMA, t
+		}
+	}
+	t, ok := pickConv3Tile(o, hw, n, g.info.sms)
+	if !ok && v != convImplicit && v != convMMA {
+		return conv3None, t
+	}
+	return conv3MMA, t
+}
+
+// conv3WG is conv3Implicit's Hopper kernel. It reads the weights tap-major
+// (a copy made on first use and kept with them) and each image channels-last
+// (a scratch copy of one image at a time, so that phase 1's eight frames
+// do not need eight).
+func (g *gpu) conv3WG(out, xt, wt, bt *Tensor, stride, pad, ho, wo int) error {
+	n, c, h, wd := xt.shape[0], xt.shape[1], xt.shape[2], xt.shape[3]
+	o, hw := wt.shape[0], ho*wo
+	taps, err := g.convTaps(wt)
+	if err != nil {
+		return err
+	}
+	if err := g.allowSharedMemory("conv_igemm", "conv3_wg_tf32", conv3WGSmem); err != nil {
+		return err
+	}
+	img := int64(c) * int64(h*wd)
+	nhwc, err := g.scratch(img * 4)
+	if err != nil {
+		return err
+	}
+	defer g.pool.put(nhwc)
+	grid := [3]int{(hw + conv3WGPixels - 1) / conv3WGPixels, (o + 127) / 128, 1}
+	for i := 0; i < n; i++ {
+		if err := g.transpose(nhwc.ptr, xt.ptr()+cu.DevicePtr(int64(i)*img*4), 1, c, h*wd); err != nil {
+			return err
+		}
+		dst := out.ptr() + cu.DevicePtr(int64(i)*int64(o)*int64(hw)*4)
+		if err := g.launch("conv_igemm", "conv3_wg_tf32", grid, [3]int{256, 1, 1}, conv3WGSmem,
+			dst, nhwc.ptr, taps, ptrOf(bt), c, h, wd, o, stride, pad, ho, wo); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// convTaps returns the tap-major copy [9][o][c] of a 3×3 convolution weight
+// [o][c][3][3], making it on first use (owner thread).
+func (g *gpu) convTaps(wt *Tensor) (cu.DevicePtr, error) {
+	if wt.buf.taps != nil {
+		return wt.buf.taps.ptr, nil
+	}
+	if err := g.restoreF32(wt); err != nil {
+		return 0, err
+	}
+	oc := wt.shape[0] * wt.shape[1]
+	b, err := g.pool.getAs(int64(oc)*9*4, catWeight)
+	if err != nil {
+		return 0, err
+	}
+	if err := g.transpose(b.ptr, wt.ptr(), 1, oc, 9); err != nil {
+		g.pool.put(b)
+		return 0, err
+	}
+	wt.buf.taps = b
+	return b.ptr, nil
 }
 
 // conv2DChunked is conv2D's im2col path: one col scratch (and one bf16 copy

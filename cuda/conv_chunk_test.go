@@ -182,35 +182,79 @@ func TestConvChunkPolicy(t *testing.T) {
 	}
 }
 
-// TestConv3ImplicitGEMM checks the TF32 implicit-GEMM 3×3 convolution
-// against the CPU and the im2col path: channel counts across all three
-// block heights and past one block, inputs that are not multiples of
-// anything, strides 1 and 2, padding 0 and 1, several images.
+// TestConv3ImplicitGEMM checks the TF32 implicit-GEMM 3×3 convolutions
+// against the CPU and the im2col path: the warpgroup kernel (on Hopper, for
+// channel counts that are multiples of 4) and the mma.sync kernel in all
+// three block shapes. Channel counts that are not multiples of the
+// 32-channel slice, outputs past one block, inputs that are not multiples of
+// anything, strides 1 and 2, padding 0 and 1, several images. The small
+// cases force the kernels (the automatic choice sends grids that leave the
+// GPU idle to im2col); the last one is big enough to take one on its own.
 func TestConv3ImplicitGEMM(t *testing.T) {
 	g := fx.bf16.(*gpu)
 	p := pairs(t, 25)[1] // the BF16 backend: head convolutions run in TF32
 	cases := []struct{ n, c, h, w, o, stride, pad int }{
 		{1, 5, 13, 17, 3, 1, 1}, {2, 16, 30, 41, 32, 1, 1}, {1, 33, 19, 23, 64, 2, 1},
 		{2, 8, 12, 9, 100, 1, 0}, {1, 64, 37, 27, 256, 1, 1}, {1, 3, 140, 150, 20, 1, 1},
+		{1, 40, 23, 31, 130, 1, 1}, {2, 70, 17, 20, 256, 2, 1}, {1, 96, 9, 300, 48, 1, 1},
+		{3, 12, 21, 25, 200, 2, 1},
+		{1, 64, 108, 148, 128, 1, 1},
 	}
-	for _, c := range cases {
+	for i, c := range cases {
+		variants := []string{convImplicit, convMMA}
+		if i == len(cases)-1 {
+			variants = []string{""}
+			if kind, _ := g.conv3Kernel(c.c, c.o, c.h*c.w, c.n); kind == conv3None {
+				t.Fatalf("case %+v: the automatic choice takes no implicit GEMM on %d multiprocessors", c, g.info.sms)
+			}
+		}
 		cx, gx := p.in(p.randn(c.n*c.c*c.h*c.w, 1), c.n, c.c, c.h, c.w)
 		cw, gw := p.weight(p.randn(c.o*c.c*9, 0.2), backend.Head, c.o, c.c, 3, 3)
 		cb, gb := p.weight(p.randn(c.o, 1), backend.Head, c.o)
 		want := fx.cpu.Conv2D(cx, cw, cb, c.stride, c.pad)
-		what := fmt.Sprintf("implicit-GEMM Conv2D %+v", c)
-		p.check(what, g.Conv2D(gx, gw, gb, c.stride, c.pad), want, tolTF32)
-		p.check(what+" no bias", g.Conv2D(gx, gw, nil, c.stride, c.pad), fx.cpu.Conv2D(cx, cw, nil, c.stride, c.pad), tolTF32)
+		wantNB := fx.cpu.Conv2D(cx, cw, nil, c.stride, c.pad)
+		for _, v := range variants {
+			g.convVariant = v
+			what := fmt.Sprintf("implicit-GEMM Conv2D %+v variant %q", c, v)
+			p.check(what, g.Conv2D(gx, gw, gb, c.stride, c.pad), want, tolTF32)
+			p.check(what+" no bias", g.Conv2D(gx, gw, nil, c.stride, c.pad), wantNB, tolTF32)
+		}
 		g.convVariant = convIm2col
-		p.check(what+" by im2col", g.Conv2D(gx, gw, gb, c.stride, c.pad), want, tolTF32)
+		p.check(fmt.Sprintf("Conv2D %+v by im2col", c), g.Conv2D(gx, gw, gb, c.stride, c.pad), want, tolTF32)
 		g.convVariant = ""
 	}
 }
 
-// BenchmarkConv2DBound times the full model's largest DPT convolutions (one
-// 518×378 frame, TF32 as in BF16 mode) by implicit GEMM, and by im2col +
-// cuBLASLt with the default scratch bound and unbounded (one im2col buffer
-// per image, as before chunking), and reports the scratch each took.
+// TestPickConv3Tile pins the implicit GEMM's shape policy on an H200's 132
+// multiprocessors for the DPT head's 3×3 convolutions at 518×378.
+func TestPickConv3Tile(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		o, pixels, n int
+		want         conv3Tile
+		ok           bool
+	}{
+		{"output_conv2.0", 32, 378 * 518, 1, conv3Tile{32, 256}, true},
+		{"output_conv1", 128, 216 * 296, 1, conv3Tile{128, 128}, true},
+		{"refinenet1", 256, 108 * 148, 1, conv3Tile{128, 128}, true},
+		{"refinenet2", 256, 54 * 74, 1, conv3Tile{64, 128}, true},
+		{"refinenet3", 256, 27 * 37, 1, conv3Tile{64, 128}, false},
+		{"refinenet2, 8 frames", 256, 54 * 74, 8, conv3Tile{128, 128}, true},
+		{"resize_layers.3", 1024, 14 * 19, 1, conv3Tile{64, 128}, false},
+	} {
+		got, ok := pickConv3Tile(c.o, c.pixels, c.n, 132)
+		if got != c.want || ok != c.ok {
+			t.Errorf("%s: pickConv3Tile(%d, %d, %d, 132) = %v, %v; want %v, %v", c.name, c.o, c.pixels, c.n, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// BenchmarkConv2DBound times DPT convolutions of the full model (one 518×378
+// frame, TF32 as in BF16 mode: the largest ones, refinenet2's, whose grid
+// just fills an H200, and a coarse one that goes to im2col) as the backend
+// chooses, by implicit GEMM, and by im2col + cuBLASLt with the default
+// scratch bound and unbounded (one im2col buffer per image, as before
+// chunking), and reports the scratch each took.
 func BenchmarkConv2DBound(b *testing.B) {
 	layers := []struct {
 		name          string
@@ -218,8 +262,9 @@ func BenchmarkConv2DBound(b *testing.B) {
 	}{
 		{"output_conv2.0", 128, 378, 518, 32, 3},
 		{"output_conv1", 256, 216, 296, 128, 3},
-		{"refinenet1_rcu", 256, 216, 296, 256, 3},
-		{"layer1_rn", 256, 148, 108, 256, 3},
+		{"refinenet1_rcu", 256, 108, 148, 256, 3},
+		{"refinenet2_rcu", 256, 54, 74, 256, 3},
+		{"layer3_rn", 1024, 27, 37, 256, 3},
 	}
 	g := fx.bf16.(*gpu)
 	p := pairs(b, 23)[1]
@@ -231,7 +276,7 @@ func BenchmarkConv2DBound(b *testing.B) {
 			name    string
 			bytes   int64
 			variant string
-		}{{"implicit", defaultConvScratch, ""}, {"im2col", defaultConvScratch, convIm2col}, {"im2col_unbounded", 1 << 50, convIm2col}} {
+		}{{"auto", defaultConvScratch, ""}, {"implicit", defaultConvScratch, convImplicit}, {"mma", defaultConvScratch, convMMA}, {"im2col", defaultConvScratch, convIm2col}, {"im2col_unbounded", 1 << 50, convIm2col}} {
 			b.Run(l.name+"/"+lim.name, func(b *testing.B) {
 				g.convVariant = lim.variant
 				defer func() { g.convVariant = "" }()

@@ -221,7 +221,7 @@ func (g *gpu) linearOperands(xt, wt *Tensor, rows, k int) (xp, wp cu.DevicePtr, 
 	if err != nil {
 		return 0, 0, 0, nil, err
 	}
-	return xp, wp, g.gemmPrec(bf, false), tmp, nil
+	return xp, wp, g.gemmPrec(bf, wt.buf.conv), tmp, nil
 }
 
 // rowsCols views a shape as [rows, last].

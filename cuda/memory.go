@@ -36,6 +36,12 @@ type buffer struct {
 	// trunk marks a parameter the reference keeps in bf16; in BF16 mode its
 	// values are rounded to bf16 and GEMMs read the bf16 copy in bf.
 	trunk bool
+	// conv marks a convolution's parameter (backend.HeadConv): in BF16 mode
+	// its GEMMs run in TF32 even when the model calls them Linear.
+	conv bool
+	// taps is a 3×3 convolution weight's tap-major copy ([9][o][c]), made
+	// for the Hopper implicit GEMM on first use.
+	taps *buffer
 	// bf is the bf16 copy a bf16 GEMM reads: of a trunk matrix, or of an
 	// activation whose producer wrote it beside the fp32 values (LayerNorm
 	// in BF16 mode). Tensors are never written after they are made, so the
@@ -402,7 +408,7 @@ func (g *gpu) FromHost(data []float32, shape ...int) backend.Tensor {
 	if backend.Numel(shape) != len(data) {
 		panic(fmt.Sprintf("cuda: FromHost: %d values for shape %v", len(data), shape))
 	}
-	return g.upload(data, shape, false, false)
+	return g.upload(data, shape, nil)
 }
 
 // Weight stores a parameter. In BF16 mode a trunk parameter is rounded to
@@ -416,7 +422,7 @@ func (g *gpu) Weight(name string, data []float32, prec backend.Precision, shape 
 	if trunk && len(shape) == 2 && len(data) > 0 {
 		return g.uploadMatrixBF16(data, shape)
 	}
-	return g.upload(data, shape, true, trunk)
+	return g.upload(data, shape, &buffer{trunk: trunk, conv: prec == backend.HeadConv})
 }
 
 // uploadMatrixBF16 stores a trunk matrix in BF16 mode as its bf16 copy only:
@@ -451,14 +457,16 @@ func (g *gpu) uploadMatrixBF16(data []float32, shape []int) backend.Tensor {
 	return out
 }
 
-func (g *gpu) upload(data []float32, shape []int, weight, trunk bool) backend.Tensor {
-	if !weight {
+// upload copies data into a new activation, or into a parameter when param
+// is set (its trunk and conv flags are copied onto the new buffer).
+func (g *gpu) upload(data []float32, shape []int, param *buffer) backend.Tensor {
+	if param == nil {
 		return g.output(shape, "upload", func(t *Tensor) error { return g.fill(t, data, false) })
 	}
 	// Parameters get an exact size class: they live as long as the model.
 	return g.outputAs(shape, "upload", catWeight, func(t *Tensor) error {
-		t.buf.trunk = trunk
-		return g.fill(t, data, trunk)
+		t.buf.trunk, t.buf.conv = param.trunk, param.conv
+		return g.fill(t, data, param.trunk)
 	})
 }
 
@@ -536,6 +544,7 @@ func (g *gpu) Free(t backend.Tensor) {
 	}
 	_ = g.own.do(func() error {
 		g.pool.put(c.buf.bf)
+		g.pool.put(c.buf.taps)
 		g.pool.put(c.buf)
 		return nil
 	})

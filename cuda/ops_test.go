@@ -20,18 +20,35 @@ func TestLinear(t *testing.T) {
 			w := p.randn(m*k, 1/math.Sqrt(float64(k)))
 			b := p.randn(m, 0.5)
 			cx, gx := p.in(x, rows, k)
-			for _, prec := range []backend.Precision{backend.Trunk, backend.Head} {
+			for _, prec := range []backend.Precision{backend.Trunk, backend.Head, backend.HeadConv} {
 				cw, gw := p.weight(w, prec, m, k)
 				cb, gb := p.weight(b, prec, m)
 				tol := p.tol
-				if prec == backend.Head {
+				switch prec {
+				case backend.Head:
 					tol = tolFP32 // heads stay fp32 in both modes
+				case backend.HeadConv:
+					tol = headConvTol(p)
 				}
 				for _, act := range []backend.Activation{backend.ActNone, backend.ActGELU} {
 					what := fmt.Sprintf("Linear %dx%dx%d prec %d act %d", rows, k, m, prec, act)
 					p.check(what, p.gpu.Linear(gx, gw, gb, act), fx.cpu.Linear(cx, cw, cb, act), tol)
 				}
 				p.check("Linear without bias", p.gpu.Linear(gx, gw, nil, backend.ActNone), fx.cpu.Linear(cx, cw, nil, backend.ActNone), tol)
+				if prec == backend.HeadConv {
+					// a convolution's weights run in TF32 in BF16 mode only
+					g := p.gpu.(*gpu)
+					var tf32 bool
+					_ = g.own.do(func() error {
+						for key := range g.lt.plans { // cuBLASLt's column-major view: m and n swap
+							tf32 = tf32 || key.tf32 && key.m == m && key.n == rows && key.k == k
+						}
+						return nil
+					})
+					if want := p.gpu == fx.bf16; tf32 != want {
+						t.Errorf("Linear %dx%dx%d with a HeadConv weight: TF32 plan made %v, want %v", rows, k, m, tf32, want)
+					}
+				}
 			}
 		}
 	}

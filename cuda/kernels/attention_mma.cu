@@ -220,24 +220,11 @@ extern "C" __global__ void __launch_bounds__(128) attn_mma_dense(const float* q,
 
 // ---------------------------------------------------------------------------
 // Helpers of the pipelined paged kernel below: K and V tiles are copied
-// straight from the pages into shared memory with cp.async (16-byte chunks,
-// zero-filled past the last key) while the previous tile is computed; V stays
+// straight from the pages into shared memory with cp.async (common.cuh;
+// 16-byte chunks, zero-filled past the last key) while the previous tile is
+// computed; V stays
 // [key][dim] and its B fragments come from ldmatrix.trans instead of
 // transposing stores.
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    unsigned r;
-    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
-    return r;
-}
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 __device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -609,17 +596,8 @@ __device__ __forceinline__ void wgmma_n128_k_first(float* d, const unsigned* a, 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(0));
 }
 
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
-// Keeps the compiler from moving a register that an in-flight wgmma reads or writes.
-template <int N>
-__device__ __forceinline__ void wg_pin(float (&r)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
-}
+// (wg_pin of floats is in common.cuh.)
 template <int N>
 __device__ __forceinline__ void wg_pin(unsigned (&r)[N][4]) {
 #pragma unroll
@@ -646,15 +624,6 @@ __device__ __forceinline__ void tree16(float* a, float* b, F op) {
     b[0] = op(b[0], b[1]);
 }
 
-// Shared-memory matrix descriptor, 128-byte swizzle: rows of 128 bytes, atoms
-// of 8 rows (sbo = 1024 bytes apart); lbo is unused when a row is one atom wide.
-__device__ __forceinline__ unsigned long long wg_desc(unsigned addr, unsigned lbo, unsigned sbo) {
-    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
-           ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
-}
-
-// Threads' cp.async writes become visible to the tensor cores' (async proxy) reads.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // Transaction barriers (mbarrier) that the tensor memory accelerator (TMA)
 // completes when a tile it copies has landed.

@@ -1,19 +1,23 @@
 // Implicit-GEMM 3×3 convolution on the TF32 tensor cores (as the reference's
 // cuDNN convolutions, which PyTorch runs in TF32): out[o, p] = Σ_k w[o, k] ·
-// col[k, p] over k = (ci, ky, kx), with the im2col columns gathered straight
-// into shared memory a 16-row slice at a time instead of being written to
-// and read back from a scratch buffer (9× the input per convolution: that
-// traffic, not the GEMM, dominated the DPT head). The bias is added on the
-// way out.
+// col[k, p], with the im2col columns copied straight into shared memory
+// instead of being written to and read back from a scratch buffer (9× the
+// input per convolution). The bias is added on the way out.
 //
-// A block computes BM output channels × 128 output pixels of one image with
-// 8 warps (BM/32 along channels × the rest along pixels), each warp 32
-// channels × WN pixels as m16n8k8 tiles; slices are double-buffered through
-// registers so the next slice's loads are in flight during the MMAs.
-#define CBN 128
-#define CBK 16
-#define AS_LD 20  // 16 + 4: conflict-free A fragment reads
-#define BS_LD 136 // 128 + 8: conflict-free B fragment reads
+// K runs tap-major, k = tap·C + ci with tap = ky·3 + kx, so that a K-slice of
+// CV_BK channels has one tap: its B tile is CV_BK input planes read at one
+// shift, whose validity (the padding) is worked out once per pixel and slice,
+// and its A tile is w[o][ci][tap] at a stride of 9 (the weights stay as the
+// checkpoint has them; they are small and stay in L2).
+//
+// A block computes BM output channels × BN output pixels of one image with 8
+// warps (BM/32 along channels × the rest along pixels), each warp 32 channels
+// as two m16 rows of m16n8k8 tiles. Slices flow through CV_STAGES stages of
+// shared memory by cp.async (4-byte copies: a shifted row of pixels is not
+// 16-byte aligned), so the copies of the next slices are in flight while one
+// is multiplied.
+#define CV_BK 32
+#define CV_STAGES 3
 
 __device__ __forceinline__ unsigned to_tf32(float x) {
     unsigned r;
@@ -28,66 +32,65 @@ __device__ __forceinline__ void mma_tf32(float* c, const unsigned* a, unsigned b
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int BM>
+template <int BM, int BN>
 __device__ __forceinline__ void conv3_igemm(float* __restrict__ out, const float* __restrict__ x,
                                             const float* __restrict__ w, const float* __restrict__ bias, int c, int h,
                                             int wd, int o, int stride, int pad, int ho, int wo) {
-    constexpr int WM = BM / 32;   // warps along channels
-    constexpr int WNW = 8 / WM;   // warps along pixels
-    constexpr int WN = CBN / WNW; // pixels per warp
-    constexpr int NT = WN / 8;    // m16n8 tiles per warp along pixels
-    constexpr int AL = BM * CBK / 256;
-    __shared__ unsigned As[2][BM][AS_LD];
-    __shared__ unsigned Bs[2][CBK][BS_LD];
+    constexpr int WM = BM / 32;    // warps along channels
+    constexpr int WNW = 8 / WM;    // warps along pixels
+    constexpr int WN = BN / WNW;   // pixels per warp
+    constexpr int NT = WN / 8;     // n8 tiles per warp
+    constexpr int ALD = CV_BK + 4; // A rows [o][k]: conflict-free fragment reads
+    constexpr int BLD = BN + 8;    // B rows [k][pixel]: likewise
+    constexpr int STAGE = BM * ALD + CV_BK * BLD;
+    constexpr int AL = BM / 8;        // A rows a thread copies per slice
+    constexpr int BR = 256 / BN;      // B rows copied at once by the block
+    constexpr int BL = CV_BK / BR;    // B rows a thread copies per slice
+    extern __shared__ __align__(16) float cv_smem[];
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
     const int wm = warp / WNW, wn = warp % WNW;
-    const int K = c * 9, P = ho * wo;
-    const int p0 = blockIdx.x * CBN, o0 = blockIdx.y * BM;
-    const float* xi = x + (i64)blockIdx.z * c * h * wd;
+    const int P = ho * wo, hw = h * wd;
+    const int p0 = blockIdx.x * BN, o0 = blockIdx.y * BM;
+    const float* xi = x + (i64)blockIdx.z * c * hw;
     float* oi = out + (i64)blockIdx.z * o * P;
+    const int ncb = (c + CV_BK - 1) / CV_BK, slices = 9 * ncb;
 
-    // This thread gathers rows kb .. kb+7 of every slice for one pixel.
-    const int bpx = tid & (CBN - 1), kb = (tid >> 7) * 8;
+    // A: this thread copies channel column `lane` of rows warp + 8i.
+    const i64 wrow = (i64)c * 9;
+    const float* wa = w + (i64)(o0 + warp) * wrow + lane * 9;
+    // B: pixel column bpx of rows br + BR·i.
+    const int bpx = tid % BN, br = tid / BN;
     const int pp = p0 + bpx;
     const bool pin = pp < P;
     const int oy = pin ? pp / wo : 0, ox = pin ? pp - oy * wo : 0;
     const int iy0 = oy * stride - pad, ix0 = ox * stride - pad;
-    const int hw = h * wd;
 
-    float ra[AL], rb[8];
-    auto load = [&](int k0) {
+    auto load = [&](int sl) {
+        if (sl < slices) {
+            const int tap = sl / ncb, c0 = (sl - tap * ncb) * CV_BK;
+            const int ky = tap / 3, kx = tap - ky * 3;
+            float* As = cv_smem + (sl % CV_STAGES) * STAGE;
+            float* Bs = As + BM * ALD;
+            const bool cin = c0 + lane < c;
+            const float* wsl = wa + (i64)c0 * 9 + tap;
 #pragma unroll
-        for (int i = 0; i < AL; i++) {
-            const int e = tid + 256 * i, row = e / CBK, col = e % CBK;
-            const int oc = o0 + row, k = k0 + col;
-            ra[i] = (oc < o && k < K) ? w[(i64)oc * K + k] : 0.f;
-        }
-        int k = k0 + kb;
-        int ci = k / 9, r = k - ci * 9;
-        int ky = r / 3, kx = r - ky * 3;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
+            for (int i = 0; i < AL; i++) {
+                const int row = warp + 8 * i;
+                const bool ok = cin && o0 + row < o;
+                cp_async4(&As[row * ALD + lane], ok ? wsl + i * 8 * wrow : w, ok);
+            }
             const int iy = iy0 + ky, ix = ix0 + kx;
-            rb[i] = (pin && k < K && iy >= 0 && iy < h && ix >= 0 && ix < wd) ? xi[ci * hw + iy * wd + ix] : 0.f;
-            k++;
-            if (++kx == 3) {
-                kx = 0;
-                if (++ky == 3) {
-                    ky = 0;
-                    ci++;
-                }
+            const bool pok = pin && iy >= 0 && iy < h && ix >= 0 && ix < wd;
+            const float* xb = xi + (i64)(c0 + br) * hw + (pok ? iy * wd + ix : 0);
+#pragma unroll
+            for (int i = 0; i < BL; i++) {
+                const int r = br + BR * i;
+                const bool ok = pok && c0 + r < c;
+                cp_async4(&Bs[r * BLD + bpx], ok ? xb + (i64)i * BR * hw : x, ok);
             }
         }
-    };
-    auto store = [&](int buf) {
-#pragma unroll
-        for (int i = 0; i < AL; i++) {
-            const int e = tid + 256 * i;
-            As[buf][e / CBK][e % CBK] = to_tf32(ra[i]);
-        }
-#pragma unroll
-        for (int i = 0; i < 8; i++) Bs[buf][kb + i][bpx] = to_tf32(rb[i]);
+        cp_async_commit(); // empty groups keep the count uniform
     };
 
     float acc[2][NT][4];
@@ -96,37 +99,35 @@ __device__ __forceinline__ void conv3_igemm(float* __restrict__ out, const float
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
 
-    const int slices = (K + CBK - 1) / CBK;
-    load(0);
-    store(0);
-    __syncthreads();
-    for (int s = 0; s < slices; s++) {
-        const int buf = s & 1;
-        if (s + 1 < slices) load((s + 1) * CBK);
 #pragma unroll
-        for (int ks = 0; ks < CBK; ks += 8) {
+    for (int s = 0; s < CV_STAGES - 1; s++) load(s);
+    for (int s = 0; s < slices; s++) {
+        cp_async_wait<CV_STAGES - 2>(); // slice s has landed (this thread's copies)
+        __syncthreads();                // everyone's; and slice s-1's stage is free
+        load(s + CV_STAGES - 1);
+        const float* As = cv_smem + (s % CV_STAGES) * STAGE;
+        const float* Bs = As + BM * ALD;
+#pragma unroll
+        for (int ks = 0; ks < CV_BK; ks += 8) {
             unsigned a[2][4];
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
-                const int r = wm * 32 + mt * 16 + g;
-                a[mt][0] = As[buf][r][ks + tg];
-                a[mt][1] = As[buf][r + 8][ks + tg];
-                a[mt][2] = As[buf][r][ks + tg + 4];
-                a[mt][3] = As[buf][r + 8][ks + tg + 4];
+                const float* ar = As + (wm * 32 + mt * 16 + g) * ALD + ks + tg;
+                a[mt][0] = to_tf32(ar[0]);
+                a[mt][1] = to_tf32(ar[8 * ALD]);
+                a[mt][2] = to_tf32(ar[4]);
+                a[mt][3] = to_tf32(ar[8 * ALD + 4]);
             }
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                const int cb = wn * WN + nt * 8 + g;
-                const unsigned b0 = Bs[buf][ks + tg][cb], b1 = Bs[buf][ks + tg + 4][cb];
+                const float* bc = Bs + (ks + tg) * BLD + wn * WN + nt * 8 + g;
+                const unsigned b0 = to_tf32(bc[0]), b1 = to_tf32(bc[4 * BLD]);
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) mma_tf32(acc[mt][nt], a[mt], b0, b1);
             }
         }
-        // The other buffer was last read in slice s-1, before the barrier
-        // that ended it.
-        if (s + 1 < slices) store(buf ^ 1);
-        __syncthreads();
     }
+    cp_async_wait<0>();
 
 #pragma unroll
     for (int mt = 0; mt < 2; mt++) {
@@ -146,12 +147,141 @@ __device__ __forceinline__ void conv3_igemm(float* __restrict__ out, const float
     }
 }
 
-#define CONV3(BM)                                                                                                  \
-    extern "C" __global__ void __launch_bounds__(256) conv3_igemm_tf32_m##BM(                                      \
+// Shared memory: CV_STAGES · (BM·(CV_BK+4) + CV_BK·(BN+8)) floats (the launch
+// passes it; cuda/conv.go computes the same).
+#define CONV3(BM, BN)                                                                                              \
+    extern "C" __global__ void __launch_bounds__(256, 2) conv3_igemm_tf32_m##BM##_n##BN(                           \
         float* out, const float* x, const float* w, const float* bias, int c, int h, int wd, int o, int stride,   \
         int pad, int ho, int wo) {                                                                                 \
-        conv3_igemm<BM>(out, x, w, bias, c, h, wd, o, stride, pad, ho, wo);                                        \
+        conv3_igemm<BM, BN>(out, x, w, bias, c, h, wd, o, stride, pad, ho, wo);                                    \
     }
-CONV3(32)
-CONV3(64)
-CONV3(128)
+CONV3(32, 256)
+CONV3(64, 128)
+CONV3(128, 128)
+
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+// D(64×128) (+)= A(64×8) · B(8×128) in TF32 (fp32 bits, the low mantissa bits
+// ignored), both operands K-major in shared memory with the 128-byte swizzle.
+__device__ __forceinline__ void wgmma_tf32_n128(float* d, unsigned long long da, unsigned long long db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+        "%64, %65, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db));
+}
+
+// The Hopper implicit GEMM: the same product with warpgroup MMAs reading both
+// operands from shared memory. TF32 wgmma needs K-major operands, so the
+// input comes channels-last (xt [images][pixels][c], made by the caller) and
+// the weights tap-major (wt [9][o][c]): a slice of CV_BK channels at one tap
+// is then 128 contiguous bytes per output channel and per input pixel,
+// copied by 16-byte cp.async straight into the swizzled layout the MMAs
+// read. A block is two warpgroups of 64 output channels × CW_BN pixels;
+// slices are loaded two ahead through CW_STAGES stages while the MMAs of the
+// previous slice still run. Needs c % 4 == 0.
+#define CW_BN 128
+#define CW_STAGES 4
+#define CW_TILE (128 * 128) // bytes of the A or the B tile of a stage
+extern "C" __global__ void __launch_bounds__(256, 1) conv3_wg_tf32(float* __restrict__ out, const float* __restrict__ xt,
+                                                                   const float* __restrict__ wt,
+                                                                   const float* __restrict__ bias, int c, int h, int wd,
+                                                                   int o, int stride, int pad, int ho, int wo) {
+    extern __shared__ __align__(16) unsigned char cw_smem[];
+    // Swizzle atoms must start on 1024 bytes; the launch adds 1 KB of slack.
+    const unsigned raw = smem_addr(cw_smem);
+    const unsigned sbase = (raw + 1023u) & ~1023u;
+    unsigned char* const sgen = cw_smem + (sbase - raw);
+
+    const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, tg = lane & 3;
+    const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0), warp = (tid >> 5) & 3;
+    const int P = ho * wo, hw = h * wd;
+    const int p0 = blockIdx.x * CW_BN, o0 = blockIdx.y * 128, img = blockIdx.z;
+    const int ncb = (c + CV_BK - 1) / CV_BK, slices = 9 * ncb;
+
+    // This thread copies 16-byte chunk ch of rows row0 + 32i (i < 4) of both
+    // tiles: output channels o0 + row of A, pixels p0 + row of B.
+    const int ch = tid & 7, row0 = tid >> 3;
+    int iy0[4], ix0[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int pp = p0 + row0 + 32 * i;
+        const int oy = pp / wo, ox = pp - (pp / wo) * wo;
+        iy0[i] = pp < P ? oy * stride - pad : -(1 << 28); // out of the image: always padding
+        ix0[i] = ox * stride - pad;
+    }
+    const float* ximg = xt + (i64)img * hw * c;
+
+    auto load = [&](int sl) {
+        if (sl < slices) {
+            const int tap = sl / ncb, c0 = (sl - tap * ncb) * CV_BK;
+            const int ky = tap / 3, kx = tap - ky * 3;
+            const int cc = c0 + ch * 4;
+            const bool cin = cc < c;
+            unsigned char* st = sgen + (sl % CW_STAGES) * 2 * CW_TILE;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int row = row0 + 32 * i;
+                const int off = row * 128 + ((ch ^ (row & 7)) << 4);
+                const bool aok = cin && o0 + row < o;
+                cp_async16(st + off, aok ? wt + ((i64)tap * o + o0 + row) * c + cc : wt, aok);
+                const int iy = iy0[i] + ky, ix = ix0[i] + kx;
+                const bool bok = cin && iy >= 0 && iy < h && ix >= 0 && ix < wd;
+                cp_async16(st + CW_TILE + off, bok ? ximg + (i64)(iy * wd + ix) * c + cc : xt, bok);
+            }
+        }
+        cp_async_commit(); // empty groups keep the count uniform
+    };
+
+    float d[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) d[i] = 0.f;
+    wg_pin(d);
+
+    load(0);
+    load(1);
+    for (int s = 0; s < slices; s++) {
+        cp_async_wait<1>(); // slice s (this thread's copies)
+        fence_proxy_async();
+        __syncthreads(); // everyone's; and every MMA of slice s-2 is done
+        const unsigned st = sbase + (s % CW_STAGES) * 2 * CW_TILE;
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < CV_BK / 8; kk++)
+            wgmma_tf32_n128(d, wg_desc(st + wg * 64 * 128 + kk * 32, 16, 1024), wg_desc(st + CW_TILE + kk * 32, 16, 1024));
+        wg_commit();
+        wg_wait<1>(); // this warpgroup's MMAs of slice s-1
+        wg_pin(d);
+        load(s + 2); // into slice s-2's stage
+    }
+    wg_wait<0>();
+    wg_pin(d);
+    cp_async_wait<0>();
+
+    float* oi = out + (i64)img * o * P;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int oc = o0 + wg * 64 + warp * 16 + g + half * 8;
+        if (oc >= o) continue;
+        const float bv = bias ? bias[oc] : 0.f;
+        float* orow = oi + (i64)oc * P;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const int px = p0 + j * 8 + 2 * tg;
+            if (px < P) orow[px] = d[4 * j + 2 * half] + bv;
+            if (px + 1 < P) orow[px + 1] = d[4 * j + 2 * half + 1] + bv;
+        }
+    }
+}
+#endif

@@ -41,6 +41,11 @@ const (
 	Trunk Precision = iota
 	// Head parameters (camera head, DPT heads) stay float32.
 	Head
+	// HeadConv parameters are head parameters of convolutions (the DPT
+	// heads, whose 1×1 projections a model may run as Linear): float32, but
+	// the reference's cuDNN multiplies them in TF32, as PyTorch allows for
+	// convolutions by default (not for matrix products).
+	HeadConv
 )
 
 // Activation is an optional epilogue fused into Linear.

@@ -250,5 +250,5 @@ func (l *loader) getAs(c *weights.Cursor, name string, stored []int, shape ...in
 		l.err = err
 		return nil
 	}
-	return l.be.Weight(c.Key(name), data, backend.Head, shape...)
+	return l.be.Weight(c.Key(name), data, backend.HeadConv, shape...)
 }
