@@ -167,7 +167,7 @@ func (g *gpu) Attention(q, k, v backend.Tensor, scale float32) backend.Tensor {
 					return []any{qt.ptr(), kt.ptr(), vt.ptr(), nq, nk, h, scale, o, pm, pl}
 				})
 			}
-			return g.denseFA(out, qt, kt, vt, scale)
+			return g.denseBF(out, qt, kt, vt, scale)
 		}
 		if nq <= decodeQueries {
 			// One block per (batch, query, head), keys spread over its warps.
@@ -181,10 +181,13 @@ func (g *gpu) Attention(q, k, v backend.Tensor, scale float32) backend.Tensor {
 	})
 }
 
-// denseFA runs the pipelined tensor-core kernel on bf16 copies of k and v:
+// denseBF runs a pipelined tensor-core kernel on bf16 copies of k and v:
 // rounding them once costs a few microseconds, where the fp32-input kernel
-// rounded every tile in registers and could not copy it with cp.async.
-func (g *gpu) denseFA(out, qt, kt, vt *Tensor, scale float32) error {
+// rounded every tile in registers and could not copy it with cp.async. On
+// Hopper one batch (a frame's DINO or frame-block attention in a stream) goes
+// to the warpgroup paged kernel, its keys one page of nk rows; several (phase
+// 1) to the mma.sync kernel, which has a batch dimension.
+func (g *gpu) denseBF(out, qt, kt, vt *Tensor, scale float32) error {
 	b, nq, h, d := qt.shape[0], qt.shape[1], qt.shape[2], qt.shape[3]
 	nk := kt.shape[1]
 	var kb, vb cu.DevicePtr
@@ -204,6 +207,22 @@ func (g *gpu) denseFA(out, qt, kt, vt *Tensor, scale float32) error {
 		if err := g.toBF16(vb, vt.ptr(), int64(n)); err != nil {
 			return err
 		}
+	}
+	if b == 1 && g.kernels.hopper() && g.pagedVariant != pagedFA2 {
+		if g.onePage == nil {
+			pt, err := g.pool.get(4)
+			if err != nil {
+				return err
+			}
+			if err := cu.MemsetD32(pt.ptr, 0, 1); err != nil {
+				g.pool.put(pt)
+				return err
+			}
+			g.onePage = pt
+		}
+		return g.attend(wgKernel, out, 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
+			return []any{qt.ptr(), kb, vb, g.onePage.ptr, nk, nq, nk, h, scale, o, pm, pl}
+		})
 	}
 	k := fa2Kernel("attn_fa2_dense_bf")
 	return g.attend(k, out, b, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {

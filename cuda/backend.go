@@ -30,8 +30,12 @@ type gpu struct {
 	// pagedVariant selects another paged attention kernel than the default
 	// (tests and benchmarks compare them; see the paged* constants).
 	pagedVariant string
-	// convVariant selects im2col for TF32 3×3 convolutions (tests and benchmarks).
+	// convVariant selects a kernel for TF32 3×3 convolutions (tests and
+	// benchmarks; see the conv* constants).
 	convVariant string
+	// onePage is a device page table holding page 0: dense attention runs
+	// the Hopper paged kernel with its keys as one page (made on first use).
+	onePage     *buffer
 	smemAllowed map[string]int // kernels whose shared memory limit was raised
 	prof        *profile       // nil unless Config.Profile
 	stage       staging        // pinned host memory for copies (owner thread)
@@ -140,6 +144,15 @@ func (g *gpu) Trim() {
 			g.prof.restart()
 		}
 		g.pool.trim()
+		return nil
+	})
+}
+
+// ResetMemoryPeak makes the peaks of MemStats and MemoryUsage start again
+// from what is held now.
+func (g *gpu) ResetMemoryPeak() {
+	_ = g.own.do(func() error {
+		g.pool.peak, g.pool.peakReserved = g.pool.inUse, g.pool.reserved
 		return nil
 	})
 }

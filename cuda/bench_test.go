@@ -96,14 +96,15 @@ func BenchmarkPagedAttention(b *testing.B) {
 }
 
 // BenchmarkFrameAttention: dense attention inside one frame (1005 × 1005,
-// 16 × 64): bf16 tensor cores in BF16 mode (the pipelined kernel, and the
-// 16-row one for comparison), the exact fp32 kernel in FP32 mode.
+// 16 × 64): bf16 tensor cores in BF16 mode (the default: the warpgroup
+// kernel on Hopper; the mma.sync pipelined kernel; the 16-row one), the
+// exact fp32 kernel in FP32 mode.
 func BenchmarkFrameAttention(b *testing.B) {
 	const n, h, d = 1005, 16, 64
 	runs := []struct {
 		name, variant string
 		g             Backend
-	}{{"BF16", pagedFA, fx.bf16}, {"BF16_mma", pagedSimple, fx.bf16}, {"FP32", pagedFA, fx.fp32}}
+	}{{"BF16", pagedFA, fx.bf16}, {"BF16_fa2", pagedFA2, fx.bf16}, {"BF16_mma", pagedSimple, fx.bf16}, {"FP32", pagedFA, fx.fp32}}
 	for _, r := range runs {
 		g := r.g
 		b.Run(r.name, func(b *testing.B) {

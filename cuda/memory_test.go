@@ -143,3 +143,27 @@ func TestIdleBuffersGoBack(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// ResetMemoryPeak makes the peak start again from what is held: a big
+// buffer freed and given back before the reset no longer shows in it, one
+// made after it does.
+func TestResetMemoryPeak(t *testing.T) {
+	g := pairs(t, 26)[1].gpu.(*gpu)
+	g.Trim()
+	big := g.FromHost(make([]float32, 64<<20), 64<<20) // 256 MiB
+	g.Free(big)
+	g.Trim()
+	if _, peak := g.MemoryUsage(); peak < 256<<20 {
+		t.Fatalf("peak %d bytes after a 256 MiB buffer", peak)
+	}
+	g.ResetMemoryPeak()
+	cur, peak := g.MemoryUsage()
+	if peak != cur {
+		t.Fatalf("after ResetMemoryPeak: peak %d, held %d", peak, cur)
+	}
+	small := g.FromHost(make([]float32, 1<<20), 1<<20) // 4 MiB
+	defer g.Free(small)
+	if _, p2 := g.MemoryUsage(); p2 < cur+4<<20 || p2 > cur+(8<<20) {
+		t.Fatalf("peak %d after a 4 MiB buffer on %d held", p2, cur)
+	}
+}

@@ -248,8 +248,9 @@ func TestAttention(t *testing.T) {
 			want := fx.cpu.Attention(cq, ck, cv, scale)
 			p.check(fmt.Sprintf("Attention %+v", c), p.gpu.Attention(gq, gk, gv, scale), want, tol)
 			if g := p.gpu.(*gpu); g.cfg.Precision == BF16 && c.d == 64 {
-				// The other kernels, kept for comparison.
-				for _, variant := range []string{pagedSimple} {
+				// The other kernels, kept for comparison (on Hopper one
+				// batch runs the warpgroup kernel by default, fa2 otherwise).
+				for _, variant := range []string{pagedSimple, pagedFA2} {
 					g.pagedVariant = variant
 					p.check(fmt.Sprintf("Attention %+v kernel %s", c, variant), p.gpu.Attention(gq, gk, gv, scale), want, tol)
 				}

@@ -312,9 +312,7 @@ func (s *stream) runPhase1(ctx context.Context) ([]Result, error) {
 	w.buf = nil
 	// phase 1 works on several frames at once; a GPU backend can give the
 	// memory it cached for those shapes back now
-	if t, ok := s.be.(interface{ Trim() }); ok {
-		t.Trim()
-	}
+	s.trimBackend()
 	return s.emit(res)
 }
 
@@ -518,6 +516,7 @@ func (s *stream) nextWindow(ctx context.Context) ([]Result, error) {
 		}
 	}
 	s.m.Reset()
+	s.trimBackend()
 	s.win = s.newWindow(old.index + 1)
 	s.trace(TraceEvent{Event: "reset"})
 	s.log.Info("new window", "window", s.win.index, "overlap_frames", len(retained))
@@ -599,10 +598,29 @@ func (s *stream) Stats() CacheStats {
 // Reset starts a new map.
 func (s *stream) Reset() error {
 	s.m.Reset()
+	s.trimBackend()
 	s.win = s.newWindow(0)
 	s.held, s.prevTail, s.sims = nil, nil, nil
 	s.h, s.w = 0, 0
 	return nil
+}
+
+// trimBackend lets a GPU backend give the buffers it cached back to the
+// driver: after phase 1 (its eight-frame shapes do not come again) and at a
+// reset (the next phase 1 would otherwise come on top of the steady state's
+// buffers).
+func (s *stream) trimBackend() {
+	if t, ok := s.be.(interface{ Trim() }); ok {
+		t.Trim()
+	}
+}
+
+// ResetMemoryPeak starts the backend's peak device memory afresh, where it
+// tracks one.
+func (s *stream) ResetMemoryPeak() {
+	if r, ok := s.be.(interface{ ResetMemoryPeak() }); ok {
+		r.ResetMemoryPeak()
+	}
 }
 
 // MemoryUsage reports the backend's device memory (current, peak) in bytes,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"image"
 	"image/color"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -13,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lingbotmap/lingbotmap/engine/backend"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/model"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
 )
 
@@ -337,5 +340,67 @@ func TestStreamDecideOverridesFlowDecisions(t *testing.T) {
 	}
 	if !slices.Equal(events, []string{"commit", "rollback", "commit", "rollback"}) {
 		t.Fatalf("traced decisions %v", events)
+	}
+}
+
+// trimCounter is a backend that can give cached device memory back; it
+// counts when the stream asks it to.
+type trimCounter struct {
+	backend.Backend
+	trims int
+}
+
+func (t *trimCounter) Trim() { t.trims++ }
+
+// TestStreamTrimsTheBackend: the stream lets a GPU backend drop its cached
+// buffers after phase 1 (whose shapes do not come again) and at a reset
+// (before the next phase 1 comes on top of them), and not on other frames.
+func TestStreamTrimsTheBackend(t *testing.T) {
+	ctx := context.Background()
+	cfg := tinyConfig()
+	store, err := openWeights(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	inner, err := newBackend(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := &trimCounter{Backend: inner}
+	m, err := model.Load(be, store, model.Options{ScaleFrames: cfg.ScaleFrames, SlidingWindow: cfg.SlidingWindow, MaxFrames: cfg.MaxFrames})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newStream(cfg, slog.New(slog.DiscardHandler), be, m)
+	defer st.Close()
+	push := func(n int) {
+		for i := 0; i < n; i++ {
+			if _, err := st.Push(ctx, Frame{Seq: uint64(i), Image: testImage(70, 42, uint8(i))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	push(cfg.ScaleFrames - 1)
+	if be.trims != 0 {
+		t.Fatalf("%d trims before phase 1 ran", be.trims)
+	}
+	push(1)
+	if be.trims != 1 {
+		t.Fatalf("%d trims after phase 1, want 1", be.trims)
+	}
+	push(3)
+	if be.trims != 1 {
+		t.Fatalf("%d trims after 3 streaming frames, want still 1", be.trims)
+	}
+	if err := st.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if be.trims != 2 {
+		t.Fatalf("%d trims after a reset, want 2", be.trims)
+	}
+	push(cfg.ScaleFrames)
+	if be.trims != 3 {
+		t.Fatalf("%d trims after the next phase 1, want 3", be.trims)
 	}
 }

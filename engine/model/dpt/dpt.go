@@ -30,8 +30,12 @@ const (
 	// lnEps is the head's LayerNorm epsilon (PyTorch's default).
 	lnEps = 1e-5
 	// chunkFrames bounds the frames run through the head at once, as the
-	// reference's frames_chunk_size does; it only limits activation memory.
-	chunkFrames = 8
+	// reference's frames_chunk_size (8) does; it only limits activation
+	// memory, since frames do not mix in the head. Two rather than eight:
+	// at 518×378 a frame's maps reach ~0.3 GB (the 128 channels at full
+	// resolution before output_conv2), and phase 1's eight frames at once
+	// were the GPU's peak.
+	chunkFrames = 2
 )
 
 type conv struct {

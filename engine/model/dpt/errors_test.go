@@ -81,7 +81,8 @@ func TestForwardRejectsBadInput(t *testing.T) {
 }
 
 // TestForwardFramesIndependent: frames do not interact, so running a subset
-// (below the chunk size) gives the same rows as the 16-frame (chunked) run.
+// gives the same rows as the 16-frame run, though the two cut their frames
+// into chunks at different places.
 func TestForwardFramesIndependent(t *testing.T) {
 	be := cpu.New(cpu.Config{})
 	h, err := Load(be, weights.NewCursor(goldentest.Open(t, "weights.safetensors")).Sub("depth_head"))
@@ -93,7 +94,7 @@ func TestForwardFramesIndependent(t *testing.T) {
 	for _, k := range []string{"agg_layer00", "agg_layer02", "agg_layer03", "agg_layer04"} {
 		x := be.FromHost(read(t, im, k), 16, 21, 256)
 		all = append(all, x)
-		sub = append(sub, be.SliceRows(x, 7, 3)) // frames 7–9 straddle the chunk boundary
+		sub = append(sub, be.SliceRows(x, 7, 3)) // frames 7–9: in chunks {6, 7}, {8, 9} of the full run, {7, 8}, {9} alone
 	}
 	a, err := h.Forward(be, all, 6, 3, 5, 42, 70)
 	if err != nil {
