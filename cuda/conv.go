@@ -85,10 +85,10 @@ func (g *gpu) Conv2D(x, w, b backend.Tensor, stride, pad int) backend.Tensor {
 }
 
 // conv2D computes (unless an implicit GEMM does), per image and per chunk
-// [p0, p0+np) of output pixels, col[ck, np] by im2col and out[o, p0:p0+np] = w[o, ck]·col[ck, np] straight
-// into the NCHW output (ldc = Ho·Wo); the bias follows in one pass. A 1×1
-// convolution with stride 1 reads x directly. limit (bytes, ≤ 0 for the
-// default) bounds the scratch.
+// [p0, p0+np) of output pixels, col[ck, np] by im2col and out[o, p0:p0+np] =
+// w[o, ck]·col[ck, np] straight into the NCHW output (ldc = Ho·Wo); the bias
+// follows in one pass. A 1×1 convolution with stride 1 reads x directly.
+// limit (bytes, ≤ 0 for the default) bounds the scratch.
 func (g *gpu) conv2D(x, w, b backend.Tensor, stride, pad int, limit int64) backend.Tensor {
 	xt, wt, bt := g.tensor(x), g.tensor(w), g.tensor(b)
 	if len(xt.shape) != 4 || len(wt.shape) != 4 || wt.shape[1] != xt.shape[1] || stride < 1 || pad < 0 {

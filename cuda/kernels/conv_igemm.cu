@@ -160,7 +160,7 @@ CONV3(64, 128)
 CONV3(128, 128)
 
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
-// D(64×128) (+)= A(64×8) · B(8×128) in TF32 (fp32 bits, the low mantissa bits
+// D(64×128) += A(64×8) · B(8×128) in TF32 (fp32 bits, the low mantissa bits
 // ignored), both operands K-major in shared memory with the 128-byte swizzle.
 __device__ __forceinline__ void wgmma_tf32_n128(float* d, unsigned long long da, unsigned long long db) {
     asm volatile(
