@@ -70,6 +70,9 @@ func New(cfg Config) (Backend, error) {
 	default:
 		log.Warn("cuda: unknown LINGBOTMAP_CUDA_PAGED_KERNEL, using the default", "value", v)
 	}
+	// Programmatic dependent launch hides most of the gap between two
+	// kernels (LINGBOTMAP_CUDA_PDL=0 turns it off, to time it).
+	g.launcher.pdl = info.major >= 9 && pdlBuilt() && os.Getenv("LINGBOTMAP_CUDA_PDL") != "0"
 	if cfg.Profile {
 		g.prof = newProfile()
 	}

@@ -6,6 +6,7 @@ package cuda
 #cgo LDFLAGS: -lcuda
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <cuda.h>
 
 static int lbm_module_load(const char *image, CUmodule *m) { return (int)cuModuleLoadData(m, image); }
@@ -13,11 +14,31 @@ static int lbm_module_function(CUmodule m, const char *name, CUfunction *f) { re
 
 // params points at the arguments: the slots of one C block that the backend
 // reuses for every launch (launches are serialised by the owner), or C
-// memory of their own (tensor maps).
+// memory of their own (tensor maps). pdl launches with programmatic stream
+// serialization (CUDA 12 and later; every kernel in kernels/ waits for its
+// predecessor with griddepcontrol.wait before it touches memory).
 static int lbm_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                      unsigned shared, void **params) {
+                      unsigned shared, void **params, int pdl) {
+#if CUDA_VERSION >= 12000
+	if (pdl) {
+		CUlaunchAttribute attr;
+		memset(&attr, 0, sizeof attr);
+		attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+		attr.value.programmaticStreamSerializationAllowed = 1;
+		CUlaunchConfig cfg;
+		memset(&cfg, 0, sizeof cfg);
+		cfg.gridDimX = gx; cfg.gridDimY = gy; cfg.gridDimZ = gz;
+		cfg.blockDimX = bx; cfg.blockDimY = by; cfg.blockDimZ = bz;
+		cfg.sharedMemBytes = shared;
+		cfg.attrs = &attr;
+		cfg.numAttrs = 1;
+		return (int)cuLaunchKernelEx(&cfg, f, params, 0);
+	}
+#endif
 	return (int)cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, 0, params, 0);
 }
+
+static int lbm_pdl_supported(void) { return CUDA_VERSION >= 12000; }
 
 static int lbm_max_dynamic_smem(CUfunction f, int bytes) {
 	return (int)cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes);
@@ -56,7 +77,15 @@ func driverError(r C.int) error {
 type launcher struct {
 	slots  *C.uint64_t
 	params *unsafe.Pointer
+	// pdl: launch with programmatic dependent launch, so that a kernel's
+	// blocks are scheduled while its predecessor drains (Hopper and later;
+	// see pdl_wait in kernels/common.cuh).
+	pdl bool
 }
+
+// pdlBuilt reports whether this build's driver API header has
+// programmatic dependent launch (CUDA 12 and later).
+func pdlBuilt() bool { return C.lbm_pdl_supported() != 0 }
 
 func newLauncher() *launcher {
 	block := C.malloc(C.size_t(maxKernelArgs * 16))
@@ -136,8 +165,12 @@ func (l *launcher) launch(f kernelFunc, name string, grid, block [3]int, shared 
 			return fmt.Errorf("kernel %s: bad launch shape grid %v block %v", name, grid, block)
 		}
 	}
+	pdl := C.int(0)
+	if l.pdl {
+		pdl = 1
+	}
 	r := C.lbm_launch(f.fn, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]), C.uint(block[0]), C.uint(block[1]), C.uint(block[2]),
-		C.uint(shared), l.params)
+		C.uint(shared), l.params, pdl)
 	if err := driverError(r); err != nil {
 		return fmt.Errorf("launching %s (grid %v, block %v): %w", name, grid, block, err)
 	}

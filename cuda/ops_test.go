@@ -5,6 +5,7 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"testing"
 
@@ -189,6 +190,31 @@ func TestElementwise(t *testing.T) {
 		p.check(fmt.Sprintf("Mul %v", bs), p.gpu.Mul(ga, gb), fx.cpu.Mul(ca, cb), tolFP32)
 	}
 	p.check("ScaleShift", p.gpu.ScaleShift(ga, 0.37, -2.5), fx.cpu.ScaleShift(ca, 0.37, -2.5), tolFP32)
+}
+
+// TestDependentLaunchChain runs a long chain of kernels, each reading the
+// one before's output, with no synchronisation between them. On Hopper they
+// are launched with programmatic dependent launch, so a kernel that read
+// memory before its griddepcontrol.wait would read stale values here.
+func TestDependentLaunchChain(t *testing.T) {
+	p := pairs(t, 21)[0]
+	g := p.gpu.(*gpu)
+	if g.info.major >= 9 && os.Getenv("LINGBOTMAP_CUDA_PDL") != "0" && !g.launcher.pdl {
+		t.Fatalf("sm %d.%d: programmatic dependent launch is off", g.info.major, g.info.minor)
+	}
+	const rows, c = 2048, 1024 // several waves of blocks per kernel
+	cx, gx := p.in(p.randn(rows*c, 2), rows, c)
+	for range 48 {
+		cn := fx.cpu.Add(fx.cpu.ScaleShift(cx, 0.5, 1), fx.cpu.LayerNorm(cx, nil, nil, 1e-5))
+		gs := p.gpu.ScaleShift(gx, 0.5, 1)
+		gl := p.gpu.LayerNorm(gx, nil, nil, 1e-5)
+		gn := p.gpu.Add(gs, gl)
+		p.gpu.Free(gs)
+		p.gpu.Free(gl)
+		p.gpu.Free(gx)
+		gx, cx = gn, cn
+	}
+	p.check("48 dependent steps", gx, cx, tolFP32)
 }
 
 func TestMovement(t *testing.T) {

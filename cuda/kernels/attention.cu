@@ -97,6 +97,7 @@ __device__ __forceinline__ void attn_body(const float* __restrict__ q, const KT*
 
 // Merges nsplit partial results: po [nsplit, rows·H, D], pm/pl [nsplit, rows·H] -> out [rows·H, D].
 extern "C" __global__ void attn_combine(float* out, const float* po, const float* pm, const float* pl, i64 rowsh, int d, int nsplit) {
+    pdl_wait();
     const i64 n = rowsh * d;
     for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (i64)gridDim.x * blockDim.x) {
         const i64 r = t / d;
@@ -118,12 +119,14 @@ extern "C" __global__ void attn_combine(float* out, const float* po, const float
     extern "C" __global__ void __launch_bounds__(BQ) attn_dense_f32_d##D(                                         \
         const float* q, const float* k, const float* v, int nq, int nk, int h, float scale, float* out, float* pm, \
         float* pl) {                                                                                              \
+        pdl_wait();                                                                                               \
         attn_body<D, float, false>(q, k, v, nullptr, 1, nq, nk, h, scale, out, pm, pl);                           \
     }
 #define ATTN_PAGED(D, T, NAME)                                                                                     \
     extern "C" __global__ void __launch_bounds__(BQ) attn_paged_##NAME##_d##D(                                     \
         const float* q, const T* k, const T* v, const int* pages, int ps, int nq, int nk, int h, float scale,      \
         float* out, float* pm, float* pl) {                                                                        \
+        pdl_wait();                                                                                                \
         attn_body<D, T, true>(q, k, v, pages, ps, nq, nk, h, scale, out, pm, pl);                                  \
     }
 

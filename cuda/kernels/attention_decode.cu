@@ -73,6 +73,7 @@ __device__ __forceinline__ void attn_decode(const float* __restrict__ q, const f
 #define ATTN_DECODE(D)                                                                                        \
     extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_f32_d##D(                         \
         const float* q, const float* k, const float* v, int nq, int nk, int h, float scale, float* out) {      \
+        pdl_wait();                                                                                            \
         attn_decode<D>(q, k, v, nq, nk, h, scale, out);                                                        \
     }
 ATTN_DECODE(32)

@@ -209,12 +209,14 @@ __device__ __forceinline__ void mma_attn(const float* __restrict__ q, const KT* 
 extern "C" __global__ void __launch_bounds__(128) attn_mma_paged_bf(const float* q, const bf16_t* k, const bf16_t* v,
                                                                     const int* pages, int ps, int nq, int nk, int h,
                                                                     float scale, float* out, float* pm, float* pl) {
+    pdl_wait();
     mma_attn<bf16_t, true>(q, k, v, pages, ps, nq, nk, h, scale, out, pm, pl);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_mma_dense(const float* q, const float* k, const float* v, int nq,
                                                                  int nk, int h, float scale, float* out, float* pm,
                                                                  float* pl) {
+    pdl_wait();
     mma_attn<float, false>(q, k, v, nullptr, 1, nq, nk, h, scale, out, pm, pl);
 }
 
@@ -499,6 +501,7 @@ extern "C" __global__ void __launch_bounds__(128, 2) attn_fa2_paged_bf(const flo
                                                                        const int* pages, int ps, int nq, int nk, int h,
                                                                        float scale, float* out, float* pm, float* pl,
                                                                        unsigned* obf) {
+    pdl_wait();
     fa_attn<2, true, true>(q, k, v, pages, ps, nq, nk, h, scale, out, pm, pl, obf);
 }
 
@@ -507,6 +510,7 @@ extern "C" __global__ void __launch_bounds__(128, 2) attn_fa2_paged_bf(const flo
 extern "C" __global__ void __launch_bounds__(128, 2) attn_fa2_dense_bf(const float* q, const bf16_t* k, const bf16_t* v,
                                                                        int nq, int nk, int h, float scale, float* out,
                                                                        float* pm, float* pl, unsigned* obf) {
+    pdl_wait();
     fa_attn<2, false>(q, k, v, nullptr, 1, nq, nk, h, scale, out, pm, pl, obf);
 }
 
@@ -1033,6 +1037,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
                                                                       int nk, int h, float scale, float* __restrict__ out,
                                                                       float* __restrict__ pm, float* __restrict__ pl,
                                                                       unsigned* __restrict__ obf) {
+    pdl_wait();
     wg_paged<false>(q, k, v, nullptr, nullptr, pages, ps, nq, nk, h, scale, out, pm, pl, obf);
 }
 
@@ -1047,5 +1052,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_tma_paged_bf(const flo
                                                                        int nk, int h, float scale, float* __restrict__ out,
                                                                        float* __restrict__ pm, float* __restrict__ pl,
                                                                        unsigned* __restrict__ obf) {
+    pdl_wait();
     wg_paged<true>(q, nullptr, nullptr, &tk, &tv, pages, ps, nq, nk, h, scale, out, pm, pl, obf);
 }

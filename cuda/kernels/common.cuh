@@ -7,6 +7,17 @@ typedef long long i64;
 #define INFINITY __int_as_float(0x7f800000)
 #endif
 
+// Every kernel starts here. On Hopper the backend launches kernels with
+// programmatic dependent launch: a kernel may be scheduled while the one
+// before it drains, so it first waits for that one's results (a no-op when
+// launched normally), and then lets the next kernel be scheduled.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float bf16_to_f32(bf16_t h) {
     return __uint_as_float(((unsigned int)h) << 16);
 }

@@ -9,6 +9,7 @@
 // 64-bit divisions measured 13-15 % slower over the whole convolution).
 extern "C" __global__ void im2col_rows_f32(float* col, const float* x, int c, int h, int w, int kh, int kw,
                                            int stride, int pad, int wo, int p0, int np) {
+    pdl_wait();
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= np) return;
     const int p = p0 + j;
@@ -29,6 +30,7 @@ extern "C" __global__ void im2col_rows_f32(float* col, const float* x, int c, in
 // image -> those rows' k×k blocks of out [o, h·k, w·k] (+ bias[o]).
 extern "C" __global__ void convt_scatter_f32(float* out, const float* prod, const float* bias, int o, int h, int w, int k,
                                              int y0, int rows) {
+    pdl_wait();
     const int ow = w * k, bh = rows * k;
     const i64 n = (i64)o * bh * ow;
     const i64 okk = (i64)o * k * k;
@@ -63,6 +65,7 @@ __device__ __forceinline__ void bilinear_tap(int o, int in, float scale, int ali
 // planes of its block row (32-bit indices within a plane).
 extern "C" __global__ void resize_bilinear_rows_f32(float* y, const float* x, int planes, int h, int w, int oh, int ow,
                                                     float sy, float sx, int align) {
+    pdl_wait();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= oh * ow) return;
     const int oy = t / ow, ox = t - oy * ow;

@@ -153,6 +153,7 @@ __device__ __forceinline__ void conv3_igemm(float* __restrict__ out, const float
     extern "C" __global__ void __launch_bounds__(256, 2) conv3_igemm_tf32_m##BM##_n##BN(                           \
         float* out, const float* x, const float* w, const float* bias, int c, int h, int wd, int o, int stride,   \
         int pad, int ho, int wo) {                                                                                 \
+        pdl_wait();                                                                                                \
         conv3_igemm<BM, BN>(out, x, w, bias, c, h, wd, o, stride, pad, ho, wo);                                    \
     }
 CONV3(32, 256)
@@ -198,6 +199,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) conv3_wg_tf32(float* __rest
                                                                    const float* __restrict__ wt,
                                                                    const float* __restrict__ bias, int c, int h, int wd,
                                                                    int o, int stride, int pad, int ho, int wo) {
+    pdl_wait();
     extern __shared__ __align__(16) unsigned char cw_smem[];
     // Swizzle atoms must start on 1024 bytes; the launch adds 1 KB of slack.
     const unsigned raw = smem_addr(cw_smem);

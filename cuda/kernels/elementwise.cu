@@ -15,11 +15,13 @@ __device__ __forceinline__ float unary_apply(int op, float x) {
 }
 
 extern "C" __global__ void unary_f32(float* y, const float* x, i64 n, int op) {
+    pdl_wait();
     GRID_LOOP(i, n) y[i] = unary_apply(op, x[i]);
 }
 
 // op 0: a+b, op 1: a*b; b repeats every bn elements (suffix broadcast).
 extern "C" __global__ void binary_f32(float* y, const float* a, const float* b, i64 n, i64 bn, int op) {
+    pdl_wait();
     GRID_LOOP(i, n) {
         float bv = b[bn == n ? i : i % bn];
         y[i] = op == 0 ? a[i] + bv : a[i] * bv;
@@ -27,24 +29,29 @@ extern "C" __global__ void binary_f32(float* y, const float* a, const float* b, 
 }
 
 extern "C" __global__ void scale_shift_f32(float* y, const float* x, i64 n, float s, float c) {
+    pdl_wait();
     GRID_LOOP(i, n) y[i] = x[i] * s + c;
 }
 
 extern "C" __global__ void f32_to_bf16_k(bf16_t* y, const float* x, i64 n) {
+    pdl_wait();
     GRID_LOOP(i, n) y[i] = f32_to_bf16(x[i]);
 }
 
 // In place: round fp32 values to the nearest bf16 (trunk weights in BF16 mode).
 extern "C" __global__ void round_bf16(float* y, i64 n) {
+    pdl_wait();
     GRID_LOOP(i, n) y[i] = bf16_to_f32(f32_to_bf16(y[i]));
 }
 
 extern "C" __global__ void bf16_to_f32_k(float* y, const bf16_t* x, i64 n) {
+    pdl_wait();
     GRID_LOOP(i, n) y[i] = bf16_to_f32(x[i]);
 }
 
 // In place on y [rows, cols]: y += bias[col] (if bias) then the activation (0 none, 1 GELU).
 extern "C" __global__ void bias_act_f32(float* y, const float* bias, i64 rows, int cols, int act) {
+    pdl_wait();
     GRID_LOOP(i, rows * cols) {
         float v = y[i];
         if (bias) v += bias[i % cols];
@@ -58,6 +65,7 @@ extern "C" __global__ void bias_act_f32(float* y, const float* bias, i64 rows, i
 // channel): no division per element, which in 64 bits cost more than the
 // memory traffic.
 extern "C" __global__ void bias_planes_f32(float* y, const float* bias, int planes, int c, int hw) {
+    pdl_wait();
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= hw) return;
     for (int p = blockIdx.y; p < planes; p += gridDim.y) y[(i64)p * hw + j] += bias[p % c];
@@ -71,12 +79,14 @@ __device__ __forceinline__ uint2 bf16x4(float4 v) { return make_uint2(pack_bf16(
 #define GRID_LOOP32(i, n) for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += gridDim.x * blockDim.x)
 
 extern "C" __global__ void f32_to_bf16_v4(uint2* y, const float4* x, int n4) {
+    pdl_wait();
     GRID_LOOP32(i, n4) y[i] = bf16x4(x[i]);
 }
 
 // Exact GELU rounded to bf16, four values at a time: in BF16 mode the MLP's
 // hidden layer, which only the next bf16 GEMM reads.
 extern "C" __global__ void gelu_bf16_v4(uint2* y, const float4* x, int n4) {
+    pdl_wait();
     GRID_LOOP32(i, n4) {
         float4 v = x[i];
         v.x = unary_apply(0, v.x);
@@ -88,11 +98,13 @@ extern "C" __global__ void gelu_bf16_v4(uint2* y, const float4* x, int n4) {
 }
 
 extern "C" __global__ void gelu_bf16_k(bf16_t* y, const float* x, i64 n) {
+    pdl_wait();
     GRID_LOOP(i, n) y[i] = f32_to_bf16(unary_apply(0, x[i]));
 }
 
 // KV append into a bf16 page, four values at a time.
 extern "C" __global__ void write_kv_bf_v4(uint2* kd, uint2* vd, const float4* ks, const float4* vs, int n4) {
+    pdl_wait();
     GRID_LOOP32(i, n4) {
         kd[i] = bf16x4(ks[i]);
         vd[i] = bf16x4(vs[i]);
@@ -101,6 +113,7 @@ extern "C" __global__ void write_kv_bf_v4(uint2* kd, uint2* vd, const float4* ks
 
 // copy2d_f32 on float4 columns (all leading dimensions multiples of 4).
 extern "C" __global__ void copy2d_v4(float4* dst, int ldd4, const float4* src, int lds4, int rows, int cols4) {
+    pdl_wait();
     GRID_LOOP32(t, rows * cols4) {
         const int r = t / cols4, c = t - r * cols4;
         dst[(i64)r * ldd4 + c] = src[(i64)r * lds4 + c];

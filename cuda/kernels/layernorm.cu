@@ -45,6 +45,7 @@ __device__ void layernorm_row(float* y, const float* x, const P* w, const P* b, 
 }
 
 extern "C" __global__ void layernorm_f32(float* y, const float* x, const float* w, const float* b, int c, float eps) {
+    pdl_wait();
     layernorm_row<float>(y, x, w, b, c, eps);
 }
 
@@ -86,11 +87,14 @@ __device__ __forceinline__ void layernorm_warp(float* y, unsigned* ybf, const fl
 }
 
 extern "C" __global__ void layernorm_w64(float* y, unsigned* ybf, const float* x, const float* w, const float* b, int rows, float eps) {
+    pdl_wait();
     layernorm_warp<2>(y, ybf, x, w, b, rows, eps);
 }
 extern "C" __global__ void layernorm_w128(float* y, unsigned* ybf, const float* x, const float* w, const float* b, int rows, float eps) {
+    pdl_wait();
     layernorm_warp<4>(y, ybf, x, w, b, rows, eps);
 }
 extern "C" __global__ void layernorm_w1024(float* y, unsigned* ybf, const float* x, const float* w, const float* b, int rows, float eps) {
+    pdl_wait();
     layernorm_warp<32>(y, ybf, x, w, b, rows, eps);
 }

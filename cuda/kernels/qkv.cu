@@ -47,6 +47,7 @@ extern "C" __global__ void qkv_split_f32(float* q, float* k, float* v, const flo
                                          const float* qw, const float* qb, const float* kw, const float* kb,
                                          int norm, float eps, const float* cs, const float* sn, int pairing,
                                          i64 rows, int n, int h, int d) {
+    pdl_wait();
     const int lane = threadIdx.x & 31;
     const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
     const i64 e = (i64)h * d;
@@ -99,6 +100,7 @@ extern "C" __global__ void qkv_split_d64(float* q, float* k, float* v, const flo
                                          const float* qw, const float* qb, const float* kw, const float* kb,
                                          int norm, float eps, const float* cs, const float* sn, int pairing,
                                          i64 rows, int n, int h, unsigned* kbf, unsigned* vbf) {
+    pdl_wait();
     const int lane = threadIdx.x & 31;
     const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
     const i64 e = (i64)h * 64;

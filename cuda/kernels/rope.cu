@@ -3,6 +3,7 @@
 // head), 1: interleaved (2m, 2m+1). See backend.RoPEPairing.
 extern "C" __global__ void rope_f32(float* y, const float* x, const float* cs, const float* sn,
                                     i64 rows, int n, int h, int d, int pairing) {
+    pdl_wait();
     const int half = d / 2;
     const i64 total = rows * h * half;
     for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (i64)gridDim.x * blockDim.x) {
