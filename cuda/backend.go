@@ -70,9 +70,7 @@ func New(cfg Config) (Backend, error) {
 	default:
 		log.Warn("cuda: unknown LINGBOTMAP_CUDA_PAGED_KERNEL, using the default", "value", v)
 	}
-	// Programmatic dependent launch hides most of the gap between two
-	// kernels (LINGBOTMAP_CUDA_PDL=0 turns it off, to time it).
-	g.launcher.pdl = info.major >= 9 && pdlBuilt() && os.Getenv("LINGBOTMAP_CUDA_PDL") != "0"
+	g.launcher.pdl = info.major >= 9 && pdlBuilt() && !cfg.SerialLaunch
 	if cfg.Profile {
 		g.prof = newProfile()
 	}

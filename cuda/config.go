@@ -61,19 +61,28 @@ type Config struct {
 	// shape instead of timing its candidates on the shape's first call.
 	// DefaultConfig sets it when LINGBOTMAP_CUDA_GEMM_TUNING=0.
 	FixedGEMMAlgo bool
+	// SerialLaunch starts each kernel only after the previous one has
+	// finished. By default, on Hopper and later GPUs, kernels are launched
+	// with programmatic dependent launch: a kernel's blocks are placed while
+	// the one before drains and wait on the device for its results, which
+	// takes most of the gap between two kernels away (0.7 ms a frame on an
+	// H200). DefaultConfig sets it when LINGBOTMAP_CUDA_PDL=0.
+	SerialLaunch bool
 	// Logger receives compile and memory events; nil means slog.Default().
 	Logger *slog.Logger
 }
 
 // DefaultConfig is device 0 in bf16. LINGBOTMAP_CUDA_EXACT_ATTENTION=1 sets
 // ExactAttention, LINGBOTMAP_CUDA_PROFILE=1 Profile, LINGBOTMAP_CUDA_GEMM_TUNING=0
-// FixedGEMMAlgo and LINGBOTMAP_CUDA_CACHE CacheDir.
+// FixedGEMMAlgo, LINGBOTMAP_CUDA_PDL=0 SerialLaunch and LINGBOTMAP_CUDA_CACHE
+// CacheDir.
 func DefaultConfig() Config {
 	return Config{Device: 0, Precision: BF16,
 		CacheDir:       os.Getenv("LINGBOTMAP_CUDA_CACHE"),
 		ExactAttention: os.Getenv("LINGBOTMAP_CUDA_EXACT_ATTENTION") == "1",
 		Profile:        os.Getenv("LINGBOTMAP_CUDA_PROFILE") == "1",
-		FixedGEMMAlgo:  os.Getenv("LINGBOTMAP_CUDA_GEMM_TUNING") == "0"}
+		FixedGEMMAlgo:  os.Getenv("LINGBOTMAP_CUDA_GEMM_TUNING") == "0",
+		SerialLaunch:   os.Getenv("LINGBOTMAP_CUDA_PDL") == "0"}
 }
 
 // Backend is a backend.Backend on a GPU. Device failures (out of memory, a

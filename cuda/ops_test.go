@@ -5,7 +5,6 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"os"
 	"strings"
 	"testing"
 
@@ -199,7 +198,7 @@ func TestElementwise(t *testing.T) {
 func TestDependentLaunchChain(t *testing.T) {
 	p := pairs(t, 21)[0]
 	g := p.gpu.(*gpu)
-	if g.info.major >= 9 && os.Getenv("LINGBOTMAP_CUDA_PDL") != "0" && !g.launcher.pdl {
+	if g.info.major >= 9 && !g.cfg.SerialLaunch && !g.launcher.pdl {
 		t.Fatalf("sm %d.%d: programmatic dependent launch is off", g.info.major, g.info.minor)
 	}
 	const rows, c = 2048, 1024 // several waves of blocks per kernel

@@ -19,6 +19,7 @@
 #   WGCHECK_VARIANTS="-DX;-DY=2"  'wgcheck' also builds and times these variants
 #   WGCHECK_NCU=1     'wgcheck' also runs Nsight Compute on the full-size launch
 #   WGCHECK_NCU_KERNEL=name  its kernel (default attn_tma_paged_bf)
+#   WGCHECK_NCU_BUILD=i      profile the i-th build (1: the default, 2: the first variant, ...)
 #   WG_ONLY_TMA=1     'wgcheck' times only the TMA kernel at full size
 #   REF_FRAMES=n      frames for the reference timing in 'ref' (default 30; needs
 #                     .ref/make_golden.py and .ref/lingbot-map, see pack.sh)
@@ -168,7 +169,7 @@ stage_wgcheck() { # the Hopper paged kernel alone, built by nvcc: layout probes,
     ncu=$(command -v ncu || ls "$cuda"/bin/ncu 2>/dev/null | head -1)
     timeout 200 "$ncu" --kernel-name "${WGCHECK_NCU_KERNEL:-attn_tma_paged_bf}" --launch-skip 6 --launch-count 1 \
       --section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy --section WarpStateStats \
-      --section InstructionStats --section SchedulerStats --page raw /tmp/wgcheck1 >"$OUT/wgncu.txt" 2>&1
+      --section InstructionStats --section SchedulerStats --page raw "/tmp/wgcheck${WGCHECK_NCU_BUILD:-1}" >"$OUT/wgncu.txt" 2>&1
     grep -E 'issue_stalled_[a-z_]*_per_issue_active.ratio|gpu__time_duration.sum|sm__inst_executed_pipe_[a-z_]*.avg.pct_of_peak_sustained_active|sm__pipe_[a-z_]*cycles_active.avg.pct|issue_active.avg.pct|rror' "$OUT/wgncu.txt" \
       | awk '$NF+0 > 0.05 || /rror|duration/' | head -70 | tee -a "$OUT/summary.txt"
   fi
