@@ -59,8 +59,12 @@ const (
 	pagedTMA    = "tma"   // attn_tma_paged_bf: wg with TMA copies, Hopper and pages of ≥ 128 rows (else wg)
 )
 
-// wgStages is WSTAGES in kernels/attention_mma.cu: the Hopper kernels' K+V stages.
-const wgStages = 5
+// wgStages and tmaStages are WSTAGES and WSTAGES_TMA in
+// kernels/attention_mma.cu: the Hopper kernels' K+V stages.
+const (
+	wgStages  = 5
+	tmaStages = 4
+)
 
 // wgKernel is the Hopper paged kernel: 2 warpgroups × 64 queries, 128-key
 // tiles in wgStages cp.async stages of K and V (16 KB each), plus 1 KB to
@@ -68,9 +72,9 @@ const wgStages = 5
 var wgKernel = attnKernel{module: "attention_mma", name: "attn_wg_paged_bf", bq: 128, tk: 128, perSM: 1, smem: wgStages*2*128*64*2 + 1024, threads: 256, bfOut: true}
 
 // tmaKernel is wgKernel with its tiles copied by the TMA (one tile never
-// straddles two pages, so pages must hold at least a tile), plus a barrier
-// of 8 bytes a stage.
-var tmaKernel = attnKernel{module: "attention_mma", name: "attn_tma_paged_bf", bq: 128, tk: 128, perSM: 1, smem: wgKernel.smem + wgStages*8, threads: 256, bfOut: true}
+// straddles two pages, so pages must hold at least a tile) in tmaStages
+// stages, each with a barrier of 8 bytes, plus the 1 KB of alignment slack.
+var tmaKernel = attnKernel{module: "attention_mma", name: "attn_tma_paged_bf", bq: 128, tk: 128, perSM: 1, smem: tmaStages*(2*128*64*2+8) + 1024, threads: 256, bfOut: true}
 
 // fa2Kernel is the mma.sync pipelined kernel, paged or dense.
 func fa2Kernel(name string) attnKernel {

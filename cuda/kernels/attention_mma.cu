@@ -536,6 +536,9 @@ extern "C" __global__ void __launch_bounds__(128, 2) attn_fa2_dense_bf(const flo
 #ifndef WSTAGES               // (wgcheck times other values)
 #define WSTAGES 5             // K+V stages (at least 4); tiles are loaded WSTAGES-2 ahead
 #endif
+#ifndef WSTAGES_TMA           // the TMA kernel's: 4 took 0.848 ms against 0.860 for 5
+#define WSTAGES_TMA 4         // (wgcheck, twice each in one call)
+#endif
 
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
 // D(64×128) (+)= A(64×16, registers) · B(16×128, shared memory descriptor, K-major).
@@ -690,6 +693,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     const int hd = blockIdx.y;
     const i64 ld = (i64)h * HD;
 
+    constexpr int NST = TMA ? WSTAGES_TMA : WSTAGES; // K+V stages
     const int nsplit = gridDim.z;
     // cp.async: keys [k0, k1) in tiles of WK from k0. TMA: tiles [tb, tb +
     // ntiles) of the (page, part) sequence, tpp parts a page; the last page
@@ -718,7 +722,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         }
     };
     // TMA: the stages' barriers follow the tiles.
-    const unsigned bars = sbase + WSTAGES * 2 * WTILE;
+    const unsigned bars = sbase + NST * 2 * WTILE;
     int nextPage = 0; // TMA, thread 0: the page of the next tile to load, read a tile ahead
 
     // Thread tid copies 16-byte chunk (tid & 7) of rows (tid >> 3) + 32·i, i < 4;
@@ -733,7 +737,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
                 // Tiles are loaded in order: fetch the page after this one now.
                 const int pn = (tb + t + 1) / tpp;
                 if (pn < npg) nextPage = pages[pn];
-                const unsigned st = sbase + (t % WSTAGES) * 2 * WTILE, bar = bars + (t % WSTAGES) * 8;
+                const unsigned st = sbase + (t % NST) * 2 * WTILE, bar = bars + (t % NST) * 8;
                 mbar_expect_tx(bar, 2 * WTILE);
                 tma_load_3d(st, tk, hd * HD, part * WK, page, bar);
                 tma_load_3d(st + WTILE, tv, hd * HD, part * WK, page, bar);
@@ -741,7 +745,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             return;
         }
 #ifdef WG_NOLOADS // timing only: every tile reuses the first stages' data
-        if (t >= WSTAGES) t = ntiles;
+        if (t >= NST) t = ntiles;
 #endif
         if (t < ntiles) {
             const int t0 = k0 + t * WK;
@@ -750,7 +754,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
                 pi = t0 / ps;
                 rem = t0 - pi * ps;
             }
-            unsigned char* ks = sgen + (t % WSTAGES) * 2 * WTILE;
+            unsigned char* ks = sgen + (t % NST) * 2 * WTILE;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int j = lrow + 32 * i;
@@ -778,14 +782,14 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     };
     if constexpr (TMA) {
         if (tid == 0) {
-            for (int st = 0; st < WSTAGES; st++) mbar_init(bars + st * 8, 1);
+            for (int st = 0; st < NST; st++) mbar_init(bars + st * 8, 1);
             asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
             if (ntiles > 0) nextPage = pages[tb / tpp];
         }
         __syncthreads();
     }
 #pragma unroll
-    for (int st = 0; st < WSTAGES - 2; st++) load_tile(st);
+    for (int st = 0; st < NST - 2; st++) load_tile(st);
 
     // Q as register A fragments of this warp's 16 rows, rounded to bf16.
     const int r0 = blockIdx.x * WQ + wg * 64 + warp * 16 + g, r1 = r0 + 8;
@@ -809,7 +813,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // registers; otherwise it only writes s, which then needs no registers
     // between tiles.
     auto issue_qk = [&](float(&s)[64], int t, bool carried) {
-        const unsigned ka = sbase + (t % WSTAGES) * 2 * WTILE;
+        const unsigned ka = sbase + (t % NST) * 2 * WTILE;
         wg_fence();
         if (carried) wgmma_n128_k(s, qa[0], wg_desc(ka, 16, 1024), 0);
         else wgmma_n128_k_first(s, qa[0], wg_desc(ka, 16, 1024));
@@ -819,7 +823,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     };
     // O += P·V of tile t (issued, not waited for).
     auto issue_pv = [&](int t) {
-        const unsigned va = sbase + (t % WSTAGES) * 2 * WTILE + WTILE;
+        const unsigned va = sbase + (t % NST) * 2 * WTILE + WTILE;
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < 8; kk++) wgmma_n64_mn(o, p[kk], wg_desc(va + kk * 2048, 16, 1024), 1);
@@ -894,10 +898,10 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // visible to the tensor cores) once all threads pass this.
     auto arrived = [&](int t) {
         if constexpr (TMA) {
-            mbar_wait(bars + (t % WSTAGES) * 8, (t / WSTAGES) & 1);
+            mbar_wait(bars + (t % NST) * 8, (t / NST) & 1);
             if (stale(t)) {
                 const int nt = tile_keys(t);
-                unsigned char* vs = sgen + (t % WSTAGES) * 2 * WTILE + WTILE;
+                unsigned char* vs = sgen + (t % NST) * 2 * WTILE + WTILE;
                 for (int i = tid; i < (WK - nt) * 8; i += blockDim.x)
                     *(uint4*)(vs + nt * 128 + i * 16) = make_uint4(0, 0, 0, 0);
                 fence_proxy_async();
@@ -915,7 +919,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // iteration t-1 (S of tile t, P·V of tile t-1), does the softmax of tile
     // t, and then issues S of tile t+1 and P·V of tile t, which run across the
     // next barrier. So a stage is free only two iterations after its tile's
-    // P·V was issued: with WSTAGES stages, iteration t loads tile t+WSTAGES-2,
+    // P·V was issued: with NST stages, iteration t loads tile t+NST-2,
     // and tile t+1 (loaded two iterations ago) has landed at its barrier.
     // ROLE is the warpgroup; each has its own loop so that warpgroup 1's
     // in-flight scores stay in fixed registers across the back edge.
@@ -929,7 +933,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             wg_pin(s);
         }
         wg_pin(o); // O's zeros are written before any MMA is in flight
-        cp_async_wait<WSTAGES - 3>(); // tile 0
+        cp_async_wait<NST - 3>(); // tile 0
         arrived(0);
         __syncthreads();
         issue_qk(s, 0, ROLE == 1);
@@ -943,14 +947,14 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             if constexpr (TMA) {
                 // The barrier frees the stage; the wait lets the copy start first.
                 __syncthreads();
-                load_tile(t + WSTAGES - 2);
+                load_tile(t + NST - 2);
                 arrived(t + 1);
                 if (stale(t + 1)) __syncthreads();
             } else {
-                cp_async_wait<WSTAGES - 4>(); // tile t+1
+                cp_async_wait<NST - 4>(); // tile t+1
                 arrived(t + 1);
                 __syncthreads();
-                load_tile(t + WSTAGES - 2);
+                load_tile(t + NST - 2);
             }
             if constexpr (ROLE == 0) {
                 issue_qk(s, t + 1, false);

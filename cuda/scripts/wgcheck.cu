@@ -263,7 +263,7 @@ static void paged(Rng& rng, Case c, bool timeit) {
         CK(cudaMalloc(&dpm, c.splits * rowsh * 4));
         CK(cudaMalloc(&dpl, c.splits * rowsh * 4));
     }
-    const int smem = WSTAGES * 2 * WTILE + 1024 + (c.tma ? WSTAGES * 8 : 0);
+    const int smem = c.tma ? WSTAGES_TMA * (2 * WTILE + 8) + 1024 : WSTAGES * 2 * WTILE + 1024;
     CK(cudaFuncSetAttribute(attn_wg_paged_bf, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     CK(cudaFuncSetAttribute(attn_tma_paged_bf, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     dim3 grid((c.nq + WQ - 1) / WQ, c.h, c.splits);
