@@ -65,8 +65,8 @@ type Config struct {
 	// finished. By default, on Hopper and later GPUs, kernels are launched
 	// with programmatic dependent launch: a kernel's blocks are placed while
 	// the one before drains and wait on the device for its results, which
-	// takes most of the gap between two kernels away (0.6–0.7 ms a frame on an
-	// H200). DefaultConfig sets it when LINGBOTMAP_CUDA_PDL=0.
+	// shortens the gaps between kernels (0.6–0.7 ms a frame on an H200).
+	// DefaultConfig sets it when LINGBOTMAP_CUDA_PDL=0.
 	SerialLaunch bool
 	// Logger receives compile and memory events; nil means slog.Default().
 	Logger *slog.Logger
