@@ -199,6 +199,28 @@ func (s *kvStore) free() {
 	clear(s.backed)
 }
 
+// Release gives the physical memory of every page back while the cache holds
+// no frames (a reset); pages get memory again, zeroed, when next written.
+// Only a lazily backed store shrinks.
+func (s *kvStore) Release() error {
+	return s.g.own.do(func() error {
+		if s.vm == nil || s.vm.bytes == 0 {
+			return nil
+		}
+		// Kernels still queued may read the pages.
+		if err := cu.Synchronize(); err != nil {
+			return err
+		}
+		s.g.pool.external(-s.vm.bytes, catKV)
+		s.vm.unmapAll()
+		clear(s.backed)
+		// The next page table is checked (and its pages backed) even if it
+		// is the one on the device now.
+		s.ptHost = s.ptHost[:0]
+		return nil
+	})
+}
+
 // Close gives the store's device memory back; the store must not be used
 // afterwards.
 func (s *kvStore) Close() error {

@@ -59,14 +59,46 @@ func TestKVPagesBackedOnWrite(t *testing.T) {
 	p.check("PagedAttention over an unwritten page", g.PagedAttention(gq, s, 2, []int32{page, 3}, 10, scale),
 		fx.cpu.PagedAttention(cq, cs, 2, []int32{page, 3}, 10, scale), p.tol)
 
+	// A reset gives every page's memory back; the page is mapped again, zeroed,
+	// when next written, and reads what was written then.
+	kvBefore, held := g.MemStats().KV, st.Bytes()
+	if err := st.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if b := st.Bytes(); b != 0 {
+		t.Errorf("after Release the store holds %d bytes, want 0", b)
+	}
+	if d := kvBefore - g.MemStats().KV; d != held {
+		t.Errorf("Release took %d bytes off the KV line, want %d", d, held)
+	}
+	// The same page table as the last call: it must not be taken as backed.
+	p.check("PagedAttention over released pages", g.PagedAttention(gq, s, 2, []int32{page, 3}, 10, scale),
+		fx.cpu.PagedAttention(cq, fresh(t, spec), 2, []int32{page, 3}, 10, scale), p.tol)
+	g.WriteKV(s, 2, page, 0, gk, gv, 0, 700)
+	if b := st.Bytes(); b != held {
+		t.Errorf("writing the page again mapped %d bytes, want %d as before", b, held)
+	}
+	p.check("PagedAttention on a page written after Release", g.PagedAttention(gq, s, 2, []int32{page}, 700, scale),
+		fx.cpu.PagedAttention(cq, cs, 2, []int32{page}, 700, scale), p.tol)
+
 	reserved := g.MemStats().Reserved
-	held := st.Bytes()
+	held = st.Bytes()
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if d := reserved - g.MemStats().Reserved; d != held {
 		t.Errorf("closing the store gave back %d bytes, want %d", d, held)
 	}
+}
+
+// fresh is an empty CPU KV store: what a released GPU store must read like.
+func fresh(t *testing.T, spec backend.KVSpec) backend.KVStore {
+	t.Helper()
+	s, err := fx.cpu.NewKVStore(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // Activation classes: never smaller than asked, at most 12.5 % (or 512 B)

@@ -175,13 +175,20 @@ func (s *vmSpace) unmap(from int) {
 	s.chunks = s.chunks[:from]
 }
 
+// unmapAll gives all physical memory back and keeps the address space, so
+// that later writes map memory again at the same addresses.
+func (s *vmSpace) unmapAll() {
+	s.unmap(0)
+	s.bytes = 0
+	clear(s.mapped)
+}
+
 // release unmaps everything and frees the address space.
 func (s *vmSpace) release() {
 	if s == nil || s.base == 0 {
 		return
 	}
-	s.unmap(0)
+	s.unmapAll()
 	_ = C.lbm_vmm_free(C.CUdeviceptr(s.base), C.size_t(s.size))
-	s.base, s.bytes = 0, 0
-	clear(s.mapped)
+	s.base = 0
 }

@@ -598,6 +598,12 @@ func (s *stream) Stats() CacheStats {
 // Reset starts a new map.
 func (s *stream) Reset() error {
 	s.m.Reset()
+	// The old map's KV pages give their memory back too, so the next phase 1
+	// does not run on top of them (a new window keeps them: its frames
+	// refill the same pages at once).
+	if err := s.m.ReleaseCache(); err != nil {
+		s.log.Warn("reset: the KV cache keeps its memory", "err", err)
+	}
 	s.trimBackend()
 	s.win = s.newWindow(0)
 	s.held, s.prevTail, s.sims = nil, nil, nil

@@ -352,6 +352,91 @@ type trimCounter struct {
 
 func (t *trimCounter) Trim() { t.trims++ }
 
+// releaseCounter is a backend whose KV stores can give their memory back;
+// it counts when the model asks them to.
+type releaseCounter struct {
+	backend.Backend
+	releases int
+}
+
+type countedStore struct {
+	backend.KVStore
+	owner *releaseCounter
+}
+
+func (s countedStore) Release() error {
+	s.owner.releases++
+	return nil
+}
+
+func (b *releaseCounter) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
+	st, err := b.Backend.NewKVStore(spec)
+	if err != nil {
+		return nil, err
+	}
+	return countedStore{st, b}, nil
+}
+
+func (b *releaseCounter) WriteKV(s backend.KVStore, layer, page, dstRow int, k, v backend.Tensor, srcRow, n int) {
+	b.Backend.WriteKV(s.(countedStore).KVStore, layer, page, dstRow, k, v, srcRow, n)
+}
+
+func (b *releaseCounter) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pages []int32, lastPageLen int, scale float32) backend.Tensor {
+	return b.Backend.PagedAttention(q, s.(countedStore).KVStore, layer, pages, lastPageLen, scale)
+}
+
+// TestStreamReleasesKVAtReset: a reset (a new map) lets the KV store give
+// its pages' memory back, and the stream carries on after it; frames alone
+// never do.
+func TestStreamReleasesKVAtReset(t *testing.T) {
+	ctx := context.Background()
+	cfg := tinyConfig()
+	store, err := openWeights(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	inner, err := newBackend(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := &releaseCounter{Backend: inner}
+	m, err := model.Load(be, store, model.Options{ScaleFrames: cfg.ScaleFrames, SlidingWindow: cfg.SlidingWindow, MaxFrames: cfg.MaxFrames})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newStream(cfg, slog.New(slog.DiscardHandler), be, m)
+	defer st.Close()
+	results := 0
+	push := func(n int) {
+		for i := 0; i < n; i++ {
+			res, err := st.Push(ctx, Frame{Seq: uint64(i), Image: testImage(70, 42, uint8(i))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			results += len(res)
+		}
+	}
+	push(cfg.ScaleFrames + 3)
+	if be.releases != 0 {
+		t.Fatalf("%d releases while streaming, want 0", be.releases)
+	}
+	if err := m.ReleaseCache(); err == nil {
+		t.Fatal("ReleaseCache with frames in the cache did not fail")
+	}
+	if err := st.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if be.releases != 1 {
+		t.Fatalf("%d releases after a reset, want 1", be.releases)
+	}
+	before := results
+	push(cfg.ScaleFrames + 2)
+	if results-before != cfg.ScaleFrames+2 {
+		t.Fatalf("%d results after the reset, want %d", results-before, cfg.ScaleFrames+2)
+	}
+}
+
 // TestStreamTrimsTheBackend: the stream lets a GPU backend drop its cached
 // buffers after phase 1 (whose shapes do not come again) and at a reset
 // (before the next phase 1 comes on top of them), and not on other frames.

@@ -461,6 +461,22 @@ func (m *Model) Reset() {
 	m.pending = false
 }
 
+// ReleaseCache lets the KV storage give its memory back while the cache
+// holds no frames (after Reset), where the backend's store can: a GPU store
+// unmaps its pages, which get memory again as frames are written. A store
+// that cannot shrink keeps its memory.
+func (m *Model) ReleaseCache() error {
+	if m.cache != nil && m.cache.Stats().FrameCount > 0 {
+		return errors.New("model: ReleaseCache while the cache holds frames (call Reset first)")
+	}
+	if r, ok := m.store.(interface{ Release() error }); ok {
+		if err := r.Release(); err != nil {
+			return fmt.Errorf("model: giving the KV cache's memory back: %w", err)
+		}
+	}
+	return nil
+}
+
 // Stats describes the aggregator cache (zero before the first call).
 func (m *Model) Stats() kvcache.Stats {
 	if m.cache == nil {
