@@ -201,8 +201,7 @@ func (s *kvStore) free() {
 
 // Release gives the physical memory of every page back while the cache holds
 // no frames (a reset); pages get memory again, zeroed, when next written or
-// attended.
-// Only a lazily backed store shrinks.
+// attended. Only a lazily backed store shrinks.
 func (s *kvStore) Release() error {
 	return s.g.own.do(func() error {
 		if s.vm == nil || s.vm.bytes == 0 {
