@@ -343,6 +343,43 @@ func TestStreamDecideOverridesFlowDecisions(t *testing.T) {
 	}
 }
 
+// wrappedStream is a stream on the tiny model whose backend wrap puts a
+// test double around; everything is closed when the test ends.
+func wrappedStream(t *testing.T, cfg Config, wrap func(backend.Backend) backend.Backend) (*stream, *model.Model) {
+	t.Helper()
+	store, err := openWeights(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	inner, err := newBackend(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := wrap(inner)
+	m, err := model.Load(be, store, model.Options{ScaleFrames: cfg.ScaleFrames, SlidingWindow: cfg.SlidingWindow, MaxFrames: cfg.MaxFrames})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newStream(cfg, slog.New(slog.DiscardHandler), be, m)
+	t.Cleanup(func() { st.Close() })
+	return st, m
+}
+
+// pushFrames feeds n test frames and returns how many results came out.
+func pushFrames(t *testing.T, st *stream, n int) int {
+	t.Helper()
+	results := 0
+	for i := 0; i < n; i++ {
+		res, err := st.Push(context.Background(), Frame{Seq: uint64(i), Image: testImage(70, 42, uint8(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		results += len(res)
+	}
+	return results
+}
+
 // trimCounter is a backend that can give cached device memory back; it
 // counts when the stream asks it to.
 type trimCounter struct {
@@ -389,34 +426,14 @@ func (b *releaseCounter) PagedAttention(q backend.Tensor, s backend.KVStore, lay
 // its pages' memory back, and the stream carries on after it; frames alone
 // never do.
 func TestStreamReleasesKVAtReset(t *testing.T) {
-	ctx := context.Background()
 	cfg := tinyConfig()
-	store, err := openWeights(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	inner, err := newBackend(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	be := &releaseCounter{Backend: inner}
-	m, err := model.Load(be, store, model.Options{ScaleFrames: cfg.ScaleFrames, SlidingWindow: cfg.SlidingWindow, MaxFrames: cfg.MaxFrames})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := newStream(cfg, slog.New(slog.DiscardHandler), be, m)
-	defer st.Close()
+	var be *releaseCounter
+	st, m := wrappedStream(t, cfg, func(inner backend.Backend) backend.Backend {
+		be = &releaseCounter{Backend: inner}
+		return be
+	})
 	results := 0
-	push := func(n int) {
-		for i := 0; i < n; i++ {
-			res, err := st.Push(ctx, Frame{Seq: uint64(i), Image: testImage(70, 42, uint8(i))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			results += len(res)
-		}
-	}
+	push := func(n int) { results += pushFrames(t, st, n) }
 	push(cfg.ScaleFrames + 3)
 	if be.releases != 0 {
 		t.Fatalf("%d releases while streaming, want 0", be.releases)
@@ -441,31 +458,13 @@ func TestStreamReleasesKVAtReset(t *testing.T) {
 // buffers after phase 1 (whose shapes do not come again) and at a reset
 // (before the next phase 1 comes on top of them), and not on other frames.
 func TestStreamTrimsTheBackend(t *testing.T) {
-	ctx := context.Background()
 	cfg := tinyConfig()
-	store, err := openWeights(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	inner, err := newBackend(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	be := &trimCounter{Backend: inner}
-	m, err := model.Load(be, store, model.Options{ScaleFrames: cfg.ScaleFrames, SlidingWindow: cfg.SlidingWindow, MaxFrames: cfg.MaxFrames})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := newStream(cfg, slog.New(slog.DiscardHandler), be, m)
-	defer st.Close()
-	push := func(n int) {
-		for i := 0; i < n; i++ {
-			if _, err := st.Push(ctx, Frame{Seq: uint64(i), Image: testImage(70, 42, uint8(i))}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	var be *trimCounter
+	st, _ := wrappedStream(t, cfg, func(inner backend.Backend) backend.Backend {
+		be = &trimCounter{Backend: inner}
+		return be
+	})
+	push := func(n int) { pushFrames(t, st, n) }
 	push(cfg.ScaleFrames - 1)
 	if be.trims != 0 {
 		t.Fatalf("%d trims before phase 1 ran", be.trims)
