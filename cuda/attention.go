@@ -33,7 +33,8 @@ const (
 // attnKernel is one attention launch configuration. perSM > 0 is how many
 // blocks of it fit on a multiprocessor; such a kernel is split over the keys
 // only as far as one full wave of blocks (its blocks are long-lived and
-// equal, so more waves would only add a tail and a bigger merge).
+// equal, so more waves would only add a tail and a bigger merge), unless
+// fillWaves says to fill whole waves.
 type attnKernel struct {
 	module, name string
 	bq, tk       int
@@ -43,6 +44,9 @@ type attnKernel struct {
 	// bfOut: the kernel's last parameter is an optional bf16 copy of the
 	// output, written when the key range is not split.
 	bfOut bool
+	// fillWaves: split the keys so that the blocks fill whole waves of
+	// perSM blocks an SM (see splits).
+	fillWaves bool
 }
 
 // faStage is one cp.async stage of attn_fa*_paged_bf: a K and a V tile of
@@ -51,12 +55,13 @@ const faStage = 2 * mmaTK * 72 * 2
 
 // Paged kernel variants (gpu.pagedVariant), for tests and benchmarks.
 const (
-	pagedFA     = ""      // default: attn_tma_paged_bf (or attn_wg_paged_bf for small pages) on Hopper, attn_fa2_paged_bf elsewhere
+	pagedFA     = ""      // default: attn_tma3_paged_bf (or attn_wg_paged_bf for small pages) on Hopper, attn_fa2_paged_bf elsewhere
 	pagedFA2    = "fa2"   // attn_fa2_paged_bf: mma.sync, cp.async pipelined, 32 queries a warp
 	pagedSimple = "mma"   // the unpipelined 16-row kernels (paged, and dense on fp32 k and v)
 	pagedExact  = "exact" // the fp32 FMA kernel on the bf16 cache
 	pagedWG     = "wg"    // attn_wg_paged_bf: warpgroup MMA, Hopper only (fa2 elsewhere)
 	pagedTMA    = "tma"   // attn_tma_paged_bf: wg with TMA copies, Hopper and pages of ≥ 128 rows (else wg)
+	pagedTMA3   = "tma3"  // attn_tma3_paged_bf: tma with three warpgroups, same conditions (the default)
 )
 
 // wgStages and tmaStages are WSTAGES and WSTAGES_TMA in
@@ -76,6 +81,14 @@ var wgKernel = attnKernel{module: "attention_mma", name: "attn_wg_paged_bf", bq:
 // stages, each with a barrier of 8 bytes, plus the 1 KB of alignment slack.
 var tmaKernel = attnKernel{module: "attention_mma", name: "attn_tma_paged_bf", bq: 128, tk: 128, perSM: 1, smem: tmaStages*(2*128*64*2+8) + 1024, threads: 256, bfOut: true}
 
+// tma3Kernel is tmaKernel with three warpgroups (192 queries a block) and Q
+// in shared memory: 8 KB a warpgroup after a 1 KB slot for the barriers.
+// Its few blocks need key splits: fillWaves picks them. The default on
+// Hopper: a whole frame took 33.9 ms against 35.6 with tmaKernel (150
+// frames at 518×378, twice each in one call), though the kernels alone tie
+// (833 and 835 µs).
+var tma3Kernel = attnKernel{module: "attention_mma", name: "attn_tma3_paged_bf", bq: 192, tk: 128, perSM: 1, smem: tmaStages*2*128*64*2 + 1024 + 3*8192 + 1024, threads: 384, bfOut: true, fillWaves: true}
+
 // fa2Kernel is the mma.sync pipelined kernel, paged or dense.
 func fa2Kernel(name string) attnKernel {
 	return attnKernel{module: "attention_mma", name: name, bq: faBQ, tk: mmaTK, perSM: 2, smem: 2 * faStage, bfOut: true}
@@ -90,6 +103,23 @@ func (g *gpu) splits(k attnKernel, blocks, nk int) int {
 		want = k.perSM * g.info.sms / max(blocks, 1)
 	}
 	most := max(1, nk/(k.tk*8))
+	if k.fillWaves && k.perSM > 0 {
+		// The fewest splits whose waves are at least 95 % full (each split
+		// adds partial results for the merge), else the fullest.
+		wave := k.perSM * g.info.sms
+		best, bestFill := 1, 0.0
+		for ns := 1; ns <= min(most, 16); ns++ {
+			n := blocks * ns
+			fill := float64(n) / float64((n+wave-1)/wave*wave)
+			if fill >= 0.95 {
+				return ns
+			}
+			if fill > bestFill {
+				best, bestFill = ns, fill
+			}
+		}
+		return best
+	}
 	return max(1, min(want, most, 64))
 }
 
@@ -280,13 +310,16 @@ func (g *gpu) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pag
 		switch {
 		case fast && g.pagedVariant == pagedSimple:
 			k = attnKernel{module: "attention_mma", name: "attn_mma_paged_bf", bq: mmaBQ, tk: mmaTK}
-		case hopper && (g.pagedVariant == pagedTMA || g.pagedVariant == pagedFA) && ps >= tmaKernel.tk:
+		case hopper && (g.pagedVariant == pagedTMA || g.pagedVariant == pagedTMA3 || g.pagedVariant == pagedFA) && ps >= tmaKernel.tk:
 			maps, err := st.tensorMaps()
 			if err != nil {
 				return err
 			}
-			k, kArg, vArg = tmaKernel, maps.at(2*layer), maps.at(2*layer+1)
-		case hopper && (g.pagedVariant == pagedWG || g.pagedVariant == pagedTMA || g.pagedVariant == pagedFA):
+			k, kArg, vArg = tma3Kernel, maps.at(2*layer), maps.at(2*layer+1)
+			if g.pagedVariant == pagedTMA {
+				k = tmaKernel
+			}
+		case hopper && (g.pagedVariant == pagedWG || g.pagedVariant == pagedTMA || g.pagedVariant == pagedTMA3 || g.pagedVariant == pagedFA):
 			k = wgKernel
 		case fast && g.pagedVariant != pagedExact:
 			k = fa2Kernel("attn_fa2_paged_bf")

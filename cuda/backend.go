@@ -65,7 +65,7 @@ func New(cfg Config) (Backend, error) {
 	// For timing the paged attention kernels against each other in a whole
 	// frame (cuda/scripts/run.sh).
 	switch v := os.Getenv("LINGBOTMAP_CUDA_PAGED_KERNEL"); v {
-	case pagedFA, pagedFA2, pagedSimple, pagedExact, pagedWG, pagedTMA:
+	case pagedFA, pagedFA2, pagedSimple, pagedExact, pagedWG, pagedTMA, pagedTMA3:
 		g.pagedVariant = v
 	default:
 		log.Warn("cuda: unknown LINGBOTMAP_CUDA_PAGED_KERNEL, using the default", "value", v)

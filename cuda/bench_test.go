@@ -79,7 +79,7 @@ func BenchmarkPagedAttention(b *testing.B) {
 	}
 	q := g.FromHost(p.randn(nq*h*d, 1), nq, h, d)
 	keys := float64(frames*ps + specials)
-	for _, variant := range []string{pagedTMA, pagedWG, pagedFA2, pagedSimple} {
+	for _, variant := range []string{pagedTMA, pagedTMA3, pagedWG, pagedFA2, pagedSimple} {
 		b.Run(variant, func(b *testing.B) {
 			g.(*gpu).pagedVariant = variant
 			defer func() { g.(*gpu).pagedVariant = pagedFA }()

@@ -339,7 +339,7 @@ func TestPagedAttention(t *testing.T) {
 			what := fmt.Sprintf("PagedAttention %+v", c)
 			p.check(what, p.gpu.PagedAttention(gq, gs, 1, table, c.specials, scale), fx.cpu.PagedAttention(cq, cs, 1, table, c.specials, scale), p.tol)
 			if g := p.gpu.(*gpu); g.cfg.Precision == BF16 && c.d == 64 {
-				for _, variant := range []string{pagedFA2, pagedSimple, pagedExact, pagedWG, pagedTMA} {
+				for _, variant := range []string{pagedFA2, pagedSimple, pagedExact, pagedWG, pagedTMA, pagedTMA3} {
 					g.pagedVariant = variant
 					p.check(what+" kernel "+variant, p.gpu.PagedAttention(gq, gs, 1, table, c.specials, scale), fx.cpu.PagedAttention(cq, cs, 1, table, c.specials, scale), p.tol)
 				}

@@ -541,26 +541,27 @@ extern "C" __global__ void __launch_bounds__(128, 2) attn_fa2_dense_bf(const flo
 #endif
 
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
+// The 64 accumulator operands of an m64n128 wgmma, each through constraint macro C.
+#define WG_ACC64(C)                                                                                                   \
+    C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]), C(d[10]), C(d[11]),    \
+        C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]), C(d[17]), C(d[18]), C(d[19]), C(d[20]), C(d[21]), C(d[22]), \
+        C(d[23]), C(d[24]), C(d[25]), C(d[26]), C(d[27]), C(d[28]), C(d[29]), C(d[30]), C(d[31]), C(d[32]), C(d[33]), \
+        C(d[34]), C(d[35]), C(d[36]), C(d[37]), C(d[38]), C(d[39]), C(d[40]), C(d[41]), C(d[42]), C(d[43]), C(d[44]), \
+        C(d[45]), C(d[46]), C(d[47]), C(d[48]), C(d[49]), C(d[50]), C(d[51]), C(d[52]), C(d[53]), C(d[54]), C(d[55]), \
+        C(d[56]), C(d[57]), C(d[58]), C(d[59]), C(d[60]), C(d[61]), C(d[62]), C(d[63])
+#define WG_RW(x) "+f"(x)
+#define WG_WO(x) "=f"(x)
+#define WG_REGS64                                                                                                     \
+    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29," \
+    "%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,"    \
+    "%57,%58,%59,%60,%61,%62,%63}, "
+
 // D(64×128) (+)= A(64×16, registers) · B(16×128, shared memory descriptor, K-major).
 __device__ __forceinline__ void wgmma_n128_k(float* d, const unsigned* a, unsigned long long desc, int acc) {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %68, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
-        "{%64,%65,%66,%67}, %69, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(acc), "l"(desc));
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %68, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WG_REGS64 "{%64,%65,%66,%67}, %69, p, 1, 1, 0;\n}\n"
+                 : WG_ACC64(WG_RW)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(acc), "l"(desc));
 }
 
 // D(64×64) (+)= A(64×16, registers) · B(16×64, shared memory descriptor, MN-major).
@@ -583,26 +584,27 @@ __device__ __forceinline__ void wgmma_n64_mn(float* d, const unsigned* a, unsign
 // scores of one tile are not carried across loop iterations (a register move
 // into an in-flight accumulator makes ptxas serialize the wgmmas).
 __device__ __forceinline__ void wgmma_n128_k_first(float* d, const unsigned* a, unsigned long long desc) {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
-        "{%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
-          "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),
-          "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]),
-          "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]),
-          "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]),
-          "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]),
-          "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]),
-          "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(0));
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WG_REGS64 "{%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+                 : WG_ACC64(WG_WO)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(0));
 }
 
+// D(64×128) (+)= A(64×16) · B(16×128), both from shared-memory descriptors
+// (K-major), so that A costs no registers.
+__device__ __forceinline__ void wgmma_n128_ss(float* d, unsigned long long da, unsigned long long db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WG_REGS64 "%64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : WG_ACC64(WG_RW)
+                 : "l"(da), "l"(db), "r"(acc));
+}
+// Its first k-step: D is only written (see wgmma_n128_k_first).
+__device__ __forceinline__ void wgmma_n128_ss_first(float* d, unsigned long long da, unsigned long long db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WG_REGS64 "%64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : WG_ACC64(WG_WO)
+                 : "l"(da), "l"(db), "r"(0));
+}
 
 // (wg_pin of floats is in common.cuh.)
 template <int N>
@@ -671,8 +673,11 @@ struct __align__(64) TensorMap {
 // ([pages][ps][h·64] bf16, the store's layout); tiles then never straddle a
 // page (a page is ceil(ps/WK) tiles, rows past ps read as zeros), which costs
 // 2.5 % more MMA work at ps = 999 but takes the copies off the warps that do
-// the math.
-template <bool TMA>
+// the math. NWG warpgroups of 64 queries (2, or 3 with TMA): with three, the
+// second and third share a schedule role (see run), and Q lives in shared
+// memory so that the 168 registers a thread then has suffice (with Q in
+// registers ptxas serialized the MMAs: 0.91 against 0.82 ms in wgcheck).
+template <bool TMA, int NWG>
 __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16_t* __restrict__ k,
                                          const bf16_t* __restrict__ v, const TensorMap* tk, const TensorMap* tv,
                                          const int* __restrict__ pages, int ps, int nq, int nk, int h, float scale,
@@ -792,9 +797,31 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     for (int st = 0; st < NST - 2; st++) load_tile(st);
 
     // Q as register A fragments of this warp's 16 rows, rounded to bf16.
-    const int r0 = blockIdx.x * WQ + wg * 64 + warp * 16 + g, r1 = r0 + 8;
-    unsigned qa[4][4];
-    {
+    const int wrow = blockIdx.x * (64 * NWG) + wg * 64; // this warpgroup's first query
+    const int r0 = wrow + warp * 16 + g, r1 = r0 + 8;
+    // QS (three warpgroups): Q as this warpgroup's K-major swizzled bf16
+    // tile after the barriers' 1 KB slot, which spares the 16 registers
+    // that keep three warpgroups' MMAs from being serialized. Else register A
+    // fragments of this warp's 16 rows.
+    constexpr bool QS = NWG == 3;
+    const unsigned qsm = sbase + NST * 2 * WTILE + 1024 + wg * 8192;
+    unsigned qa[QS ? 1 : 4][4];
+    if constexpr (QS) {
+        const int j = (tid & 127) >> 1, half = tid & 1, row = wrow + j;
+        const float* qr = q + (i64)min(row, nq - 1) * ld + (i64)hd * HD + half * 32;
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            float4 x = make_float4(0.f, 0.f, 0.f, 0.f), y = x;
+            if (row < nq) {
+                x = *(const float4*)(qr + c * 8);
+                y = *(const float4*)(qr + c * 8 + 4);
+            }
+            const int ch = half * 4 + c;
+            *(uint4*)(sgen + (qsm - sbase) + j * 128 + ((ch ^ (j & 7)) << 4)) =
+                make_uint4(pack_bf16(x.x, x.y), pack_bf16(x.z, x.w), pack_bf16(y.x, y.y), pack_bf16(y.z, y.w));
+        }
+        fence_proxy_async(); // for the tensor cores (a barrier comes before the first MMA)
+    } else {
         const bool ok0 = r0 < nq, ok1 = r1 < nq;
         const float* q0 = q + (i64)(ok0 ? r0 : 0) * ld + (i64)hd * HD;
         const float* q1 = q + (i64)(ok1 ? r1 : 0) * ld + (i64)hd * HD;
@@ -815,10 +842,18 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     auto issue_qk = [&](float(&s)[64], int t, bool carried) {
         const unsigned ka = sbase + (t % NST) * 2 * WTILE;
         wg_fence();
-        if (carried) wgmma_n128_k(s, qa[0], wg_desc(ka, 16, 1024), 0);
-        else wgmma_n128_k_first(s, qa[0], wg_desc(ka, 16, 1024));
+        if constexpr (QS) {
+            if (carried) wgmma_n128_ss(s, wg_desc(qsm, 16, 1024), wg_desc(ka, 16, 1024), 0);
+            else wgmma_n128_ss_first(s, wg_desc(qsm, 16, 1024), wg_desc(ka, 16, 1024));
 #pragma unroll
-        for (int kk = 1; kk < 4; kk++) wgmma_n128_k(s, qa[kk], wg_desc(ka + kk * 32, 16, 1024), 1);
+            for (int kk = 1; kk < 4; kk++)
+                wgmma_n128_ss(s, wg_desc(qsm + kk * 32, 16, 1024), wg_desc(ka + kk * 32, 16, 1024), 1);
+        } else {
+            if (carried) wgmma_n128_k(s, qa[0], wg_desc(ka, 16, 1024), 0);
+            else wgmma_n128_k_first(s, qa[0], wg_desc(ka, 16, 1024));
+#pragma unroll
+            for (int kk = 1; kk < 4; kk++) wgmma_n128_k(s, qa[kk], wg_desc(ka + kk * 32, 16, 1024), 1);
+        }
         wg_commit();
     };
     // O += P·V of tile t (issued, not waited for).
@@ -921,7 +956,8 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // next barrier. So a stage is free only two iterations after its tile's
     // P·V was issued: with NST stages, iteration t loads tile t+NST-2,
     // and tile t+1 (loaded two iterations ago) has landed at its barrier.
-    // ROLE is the warpgroup; each has its own loop so that warpgroup 1's
+    // ROLE is 0 for warpgroup 0 and 1 for the others (a third in role 0
+    // measured the same); each role has its own loop so that role 1's
     // in-flight scores stay in fixed registers across the back edge.
     auto run = [&](auto role) {
         constexpr int ROLE = decltype(role)::value;
@@ -996,8 +1032,21 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // One guard around all of it: every path that issues an MMA also waits
     // for it (separate guards leave ptxas paths that seem not to, and it
     // serializes the MMAs).
+    // TMA: a warpgroup whose rows all lie past the last query (in the last
+    // query tile) only keeps the barriers; thread 0, which issues the
+    // copies, is in warpgroup 0, whose rows never do.
+    auto idle = [&]() {
+        arrived(0);
+        __syncthreads();
+        for (int t = 0; t + 1 < ntiles; t++) {
+            __syncthreads();
+            arrived(t + 1);
+            if (stale(t + 1)) __syncthreads();
+        }
+    };
     if (ntiles > 0) {
-        if (wg == 0) run(Int<0>{});
+        if (TMA && wrow >= nq) idle();
+        else if (wg == 0) run(Int<0>{});
         else run(Int<1>{});
     }
     cp_async_wait<0>();
@@ -1042,20 +1091,25 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
                                                                       float* __restrict__ pm, float* __restrict__ pl,
                                                                       unsigned* __restrict__ obf) {
     pdl_wait();
-    wg_paged<false>(q, k, v, nullptr, nullptr, pages, ps, nq, nk, h, scale, out, pm, pl, obf);
+    wg_paged<false, 2>(q, k, v, nullptr, nullptr, pages, ps, nq, nk, h, scale, out, pm, pl, obf);
 }
 
 // The same kernel with TMA copies: K and V come as tensor maps of the
 // layer's arrays (3-D: h·64 columns, ps rows, pages; 64 × WK boxes in the
-// 128-byte swizzle), and the page size must be at least WK. Shared memory:
-// the stages, 1 KB of alignment slack and 8 bytes a stage for its barrier.
-extern "C" __global__ void __launch_bounds__(256, 1) attn_tma_paged_bf(const float* __restrict__ q,
-                                                                       const __grid_constant__ TensorMap tk,
-                                                                       const __grid_constant__ TensorMap tv,
-                                                                       const int* __restrict__ pages, int ps, int nq,
-                                                                       int nk, int h, float scale, float* __restrict__ out,
-                                                                       float* __restrict__ pm, float* __restrict__ pl,
-                                                                       unsigned* __restrict__ obf) {
-    pdl_wait();
-    wg_paged<true>(q, nullptr, nullptr, &tk, &tv, pages, ps, nq, nk, h, scale, out, pm, pl, obf);
-}
+// 128-byte swizzle), and the page size must be at least WK. NWG warpgroups
+// of 64 queries. Shared memory: the stages, 1 KB of alignment slack, and 8
+// bytes a stage for its barrier (NWG = 3: a 1 KB slot for them, then Q, 8
+// KB a warpgroup).
+#define TMA_PAGED_KERNEL(NAME, NWG)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(128 * NWG, 1)                                                         \
+        NAME(const float* __restrict__ q, const __grid_constant__ TensorMap tk, const __grid_constant__ TensorMap tv,   \
+             const int* __restrict__ pages, int ps, int nq, int nk, int h, float scale, float* __restrict__ out,        \
+             float* __restrict__ pm, float* __restrict__ pl, unsigned* __restrict__ obf) {                              \
+        pdl_wait();                                                                                                     \
+        wg_paged<true, NWG>(q, nullptr, nullptr, &tk, &tv, pages, ps, nq, nk, h, scale, out, pm, pl, obf);             \
+    }
+TMA_PAGED_KERNEL(attn_tma_paged_bf, 2)
+// Three warpgroups (192 queries a block), FlashAttention-3's layout for
+// head dim 64. It needs key splits to fill the GPU (96 blocks for one
+// frame's 1005 queries × 16 heads).
+TMA_PAGED_KERNEL(attn_tma3_paged_bf, 3)

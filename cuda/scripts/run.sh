@@ -21,6 +21,8 @@
 #   WGCHECK_NCU_KERNEL=name  its kernel (default attn_tma_paged_bf)
 #   WGCHECK_NCU_BUILD=i      profile the i-th build (1: the default, 2: the first variant, ...)
 #   WG_ONLY_TMA=1     'wgcheck' times only the TMA kernel at full size
+#   WG_SPLITS="1 4"   key splits the TMA kernel is timed at in 'wgcheck' (default 1)
+#   WG_TMA3=1         'wgcheck' runs its TMA cases on attn_tma3_paged_bf
 #   REF_FRAMES=n      frames for the reference timing in 'ref' (default 30; needs
 #                     .ref/make_golden.py and .ref/lingbot-map, see pack.sh)
 set -uo pipefail
@@ -157,7 +159,7 @@ stage_wgcheck() { # the Hopper paged kernel alone, built by nvcc: layout probes,
     say "wgcheck variant '${v}'"
     # shellcheck disable=SC2086
     if (IFS=' '; "$cuda"/bin/nvcc -std=c++17 -O2 -arch=sm_90a -Xptxas -v $v -o /tmp/wgcheck$i cuda/scripts/wgcheck.cu -lcuda) >"$OUT/wgcheck-build$i.log" 2>&1; then
-      grep -A2 'attn_wg_paged_bf' "$OUT/wgcheck-build$i.log" | grep -E 'registers|spill|C75' | tee -a "$OUT/summary.txt"
+      grep -E -A2 'attn_(wg|tma)_paged_bf' "$OUT/wgcheck-build$i.log" | grep -E 'registers|spill|C75' | tee -a "$OUT/summary.txt"
       timeout 120 /tmp/wgcheck$i 2>&1 | tee "$OUT/wgcheck$i.log" | grep -v '^probe' | tee -a "$OUT/summary.txt"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1
     else

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "../kernels/common.cuh"
@@ -263,17 +264,23 @@ static void paged(Rng& rng, Case c, bool timeit) {
         CK(cudaMalloc(&dpm, c.splits * rowsh * 4));
         CK(cudaMalloc(&dpl, c.splits * rowsh * 4));
     }
-    const int smem = c.tma ? WSTAGES_TMA * (2 * WTILE + 8) + 1024 : WSTAGES * 2 * WTILE + 1024;
+    // WG_TMA3=1: the TMA cases run attn_tma3_paged_bf (three warpgroups, Q in shared memory).
+    const bool three = c.tma && getenv("WG_TMA3") != nullptr;
+    const int smem = three ? WSTAGES_TMA * 2 * WTILE + 1024 + 3 * 8192 + 1024
+                     : c.tma ? WSTAGES_TMA * (2 * WTILE + 8) + 1024 : WSTAGES * 2 * WTILE + 1024;
     CK(cudaFuncSetAttribute(attn_wg_paged_bf, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     CK(cudaFuncSetAttribute(attn_tma_paged_bf, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    dim3 grid((c.nq + WQ - 1) / WQ, c.h, c.splits);
+    CK(cudaFuncSetAttribute(attn_tma3_paged_bf, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const int wq = three ? 192 : WQ;
+    dim3 grid((c.nq + wq - 1) / wq, c.h, c.splits);
     TensorMap tk{}, tv{};
     if (c.tma) {
         tk = tensor_map(dk, ld, c.ps, npages);
         tv = tensor_map(dv, ld, c.ps, npages);
     }
     auto run = [&] {
-        if (c.tma) attn_tma_paged_bf<<<grid, 256, smem>>>(dq, tk, tv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl, nullptr);
+        if (three) attn_tma3_paged_bf<<<grid, 384, smem>>>(dq, tk, tv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl, nullptr);
+        else if (c.tma) attn_tma_paged_bf<<<grid, 256, smem>>>(dq, tk, tv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl, nullptr);
         else attn_wg_paged_bf<<<grid, 256, smem>>>(dq, dk, dv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl, nullptr);
     };
     run();
@@ -353,8 +360,8 @@ static void paged(Rng& rng, Case c, bool timeit) {
         float ms;
         CK(cudaEventElapsedTime(&ms, a, b));
         ms /= reps;
-        printf("time %s nq %d keys %d h %d: %.3f ms, %.1f TFLOP/s\n", c.tma ? "attn_tma_paged_bf" : "attn_wg_paged_bf", c.nq, nk,
-               c.h, ms,
+        printf("time %s nq %d keys %d h %d splits %d: %.3f ms, %.1f TFLOP/s\n", three ? "attn_tma3_paged_bf" : c.tma ? "attn_tma_paged_bf" : "attn_wg_paged_bf", c.nq, nk,
+               c.h, c.splits, ms,
                4.0 * c.nq * (double)nk * c.h * 64 / (ms * 1e-3) / 1e12);
     }
     CK(cudaFree(dq)); CK(cudaFree(dout)); CK(cudaFree(dk)); CK(cudaFree(dv)); CK(cudaFree(dt));
@@ -376,7 +383,16 @@ int main() {
     paged(rng, {200, 0, 60, 64, 1, 1, true, true}, false);    // one page, one tile
     // WG_ONLY_TMA=1 skips the full-size check and time of the cp.async kernel.
     if (getenv("WG_ONLY_TMA") == nullptr) paged(rng, {999, 72, 432, 1005, 16, 1, false}, true);
-    paged(rng, {999, 72, 432, 1005, 16, 1, false, true}, true);
+    // WG_SPLITS="1 4" times the TMA kernel at these key splits (default 1).
+    const char* sp = getenv("WG_SPLITS");
+    std::string splits = sp ? sp : "1";
+    for (size_t at = 0; at < splits.size();) {
+        const int n = atoi(splits.c_str() + at);
+        if (n > 0) paged(rng, {999, 72, 432, 1005, 16, n, false, true}, true);
+        const size_t sp2 = splits.find(' ', at);
+        if (sp2 == std::string::npos) break;
+        at = sp2 + 1;
+    }
     printf("%s\n", failures ? "wgcheck: FAIL" : "wgcheck: PASS");
     return failures ? 1 : 0;
 }
