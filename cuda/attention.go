@@ -47,6 +47,9 @@ type attnKernel struct {
 	// fillWaves: split the keys so that the blocks fill whole waves of
 	// perSM blocks an SM (see splits).
 	fillWaves bool
+	// splits, when positive, is the split count to use (at most what the
+	// keys allow).
+	splits int
 }
 
 // faStage is one cp.async stage of attn_fa*_paged_bf: a K and a V tile of
@@ -103,6 +106,9 @@ func (g *gpu) splits(k attnKernel, blocks, nk int) int {
 		want = k.perSM * g.info.sms / max(blocks, 1)
 	}
 	most := max(1, nk/(k.tk*8))
+	if k.splits > 0 {
+		return min(k.splits, most)
+	}
 	if k.fillWaves && k.perSM > 0 {
 		// The fewest splits whose waves are at least 95 % full (each split
 		// adds partial results for the merge), else the fullest.
@@ -319,6 +325,7 @@ func (g *gpu) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pag
 			if g.pagedVariant == pagedTMA {
 				k = tmaKernel
 			}
+			k.splits = g.pagedSplits
 		case hopper && (g.pagedVariant == pagedWG || g.pagedVariant == pagedTMA || g.pagedVariant == pagedTMA3 || g.pagedVariant == pagedFA):
 			k = wgKernel
 		case fast && g.pagedVariant != pagedExact:

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 
 	"gorgonia.org/cu"
@@ -30,6 +31,9 @@ type gpu struct {
 	// pagedVariant selects another paged attention kernel than the default
 	// (tests and benchmarks compare them; see the paged* constants).
 	pagedVariant string
+	// pagedSplits, when positive, replaces the key split count of the TMA
+	// paged kernels (LINGBOTMAP_CUDA_PAGED_SPLITS, for timing whole frames).
+	pagedSplits int
 	// convVariant selects a kernel for TF32 3×3 convolutions (tests and
 	// benchmarks; see the conv* constants).
 	convVariant string
@@ -69,6 +73,14 @@ func New(cfg Config) (Backend, error) {
 		g.pagedVariant = v
 	default:
 		log.Warn("cuda: unknown LINGBOTMAP_CUDA_PAGED_KERNEL, using the default", "value", v)
+	}
+	if v := os.Getenv("LINGBOTMAP_CUDA_PAGED_SPLITS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			log.Warn("cuda: LINGBOTMAP_CUDA_PAGED_SPLITS is not a positive number, ignored", "value", v)
+		} else {
+			g.pagedSplits = n
+		}
 	}
 	g.launcher.pdl = info.major >= 9 && pdlBuilt() && !cfg.SerialLaunch
 	if cfg.Profile {
