@@ -803,6 +803,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // tile after the barriers' 1 KB slot, which spares the 16 registers
     // that keep three warpgroups' MMAs from being serialized. Else register A
     // fragments of this warp's 16 rows.
+    static_assert(NWG == 2 || (TMA && NWG == 3), "three warpgroups need the TMA layout of shared memory");
     constexpr bool QS = NWG == 3;
     const unsigned qsm = sbase + NST * 2 * WTILE + 1024 + wg * 8192;
     unsigned qa[QS ? 1 : 4][4];
