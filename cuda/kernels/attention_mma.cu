@@ -541,21 +541,6 @@ extern "C" __global__ void __launch_bounds__(128, 2) attn_fa2_dense_bf(const flo
 #endif
 
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
-// The 64 accumulator operands of an m64n128 wgmma, each through constraint macro C.
-#define WG_ACC64(C)                                                                                                   \
-    C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]), C(d[10]), C(d[11]),    \
-        C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]), C(d[17]), C(d[18]), C(d[19]), C(d[20]), C(d[21]), C(d[22]), \
-        C(d[23]), C(d[24]), C(d[25]), C(d[26]), C(d[27]), C(d[28]), C(d[29]), C(d[30]), C(d[31]), C(d[32]), C(d[33]), \
-        C(d[34]), C(d[35]), C(d[36]), C(d[37]), C(d[38]), C(d[39]), C(d[40]), C(d[41]), C(d[42]), C(d[43]), C(d[44]), \
-        C(d[45]), C(d[46]), C(d[47]), C(d[48]), C(d[49]), C(d[50]), C(d[51]), C(d[52]), C(d[53]), C(d[54]), C(d[55]), \
-        C(d[56]), C(d[57]), C(d[58]), C(d[59]), C(d[60]), C(d[61]), C(d[62]), C(d[63])
-#define WG_RW(x) "+f"(x)
-#define WG_WO(x) "=f"(x)
-#define WG_REGS64                                                                                                     \
-    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29," \
-    "%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,"    \
-    "%57,%58,%59,%60,%61,%62,%63}, "
-
 // D(64×128) (+)= A(64×16, registers) · B(16×128, shared memory descriptor, K-major).
 __device__ __forceinline__ void wgmma_n128_k(float* d, const unsigned* a, unsigned long long desc, int acc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %68, 0;\n"
