@@ -6,6 +6,7 @@
 #   cuda/scripts/run.sh [STAGE...]     run in the order given; stages: info build
 #                                     test bench verify (= verify-bf16 verify-fp32)
 #                                     benchcmd ref peak profile sanitize ncu wgcheck
+#                                     golden-sized
 #                                     (default: info build test bench)
 #   TEST_RUN=regexp   go test -run filter (default: all tests); TEST_SKIP=regexp -skip
 #   SANITIZE_RUN=re   tests for the 'sanitize' stage (compute-sanitizer memcheck)
@@ -23,8 +24,12 @@
 #   WG_ONLY_TMA=1     'wgcheck' times only the TMA kernel at full size
 #   WG_SPLITS="1 4"   key splits the TMA kernel is timed at in 'wgcheck' (default 1)
 #   WG_TMA3=1         'wgcheck' runs its TMA cases on attn_tma3_paged_bf
-#   REF_FRAMES=n      frames for the reference timing in 'ref' (default 30; needs
+#   REF_FRAMES=n      frames for the reference timing in 'ref' (default 30; more
+#                     than 8 + 64 to time frames with a full cache; needs
 #                     .ref/make_golden.py and .ref/lingbot-map, see pack.sh)
+#   SIZED_HW=HxW      'golden-sized': input size of the cases it makes with the
+#                     reference and then verifies (default 224x294: 336-token
+#                     pages, so the TMA paged kernels run; needs .ref)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 root=$PWD
@@ -115,7 +120,7 @@ stage_verify() { # $1 = precision
 stage_benchcmd() {
   # shellcheck disable=SC2086
   timeout "${BENCH_TIMEOUT:-200}" /tmp/lingbotmap bench --device cuda --frames "${BENCH_FRAMES:-22}" --mem-every "${MEM_EVERY:-0}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench-cmd.log" \
-    | grep -E 'phase 1|steady|KV cache|memory|after [0-9]+ frames|rror|cuda memory at close' | tee -a "$OUT/summary.txt"
+    | grep -E 'phase 1|steady|cache filling|full cache|KV cache|memory|after [0-9]+ frames|rror|cuda memory at close' | tee -a "$OUT/summary.txt"
 }
 
 stage_peak() {
@@ -125,7 +130,7 @@ stage_peak() {
 stage_profile() { # device time per operation kind and idle time, from CUDA events
   # shellcheck disable=SC2086
   LINGBOTMAP_CUDA_PROFILE=1 timeout 200 /tmp/lingbotmap bench --device cuda --frames "${PROFILE_FRAMES:-20}" ${BENCH_ARGS:-} >"$OUT/profile.log" 2>&1
-  grep -E 'steady' "$OUT/profile.log" | tee -a "$OUT/summary.txt"
+  grep -E 'steady|cache filling|full cache' "$OUT/profile.log" | tee -a "$OUT/summary.txt"
   grep -E 'cuda profile|cuda gemm' "$OUT/profile.log" | head -90 | sed -E 's/^.*INFO cuda profile //' | tee -a "$OUT/summary.txt"
 }
 
@@ -178,9 +183,48 @@ stage_wgcheck() { # the Hopper paged kernel alone, built by nvcc: layout probes,
   say "wgcheck took $((SECONDS - t0)) s"
 }
 
+stage_golden_sized() { # cases of the tiny model at a size whose pages reach a TMA tile
+  local hw=${SIZED_HW:-224x294} dir=/tmp/golden-sized c t0=$SECONDS
+  rm -rf "$dir"; mkdir -p "$dir"
+  mk() { # name HxW make_golden arguments...
+    local name=$1 h=${2%x*} w=${2#*x}; shift 2
+    PYTHONUNBUFFERED=1 timeout 300 python3 cuda/scripts/golden_sized.py --tool .ref/make_golden.py --height "$h" --width "$w" \
+      -- --ref .ref/lingbot-map --out "$dir/$name" --config tiny "$@" >"$OUT/golden-sized-$name.log" 2>&1 \
+      || { tail -5 "$OUT/golden-sized-$name.log" | tee -a "$OUT/summary.txt"; say "golden-sized: $name not made"; status=1; return 1; }
+  }
+  mk stream_kf1 "$hw" && mk stream_kf2 "$hw" --keyframe-interval 2 && mk windowed_kf2 "$hw" --mode windowed --keyframe-interval 2 || return
+  # The model is the shipped tiny one: all cases must hold the same weights.
+  cp "$dir/stream_kf1/weights.safetensors" "$dir/weights.safetensors"
+  for c in stream_kf2 windowed_kf2; do cmp -s "$dir/weights.safetensors" "$dir/$c/weights.safetensors" || { say "golden-sized: $c has other weights"; status=1; }; done
+  if cmp -s "$dir/weights.safetensors" .gpu/golden/weights.safetensors; then say "golden-sized: weights equal the shipped tiny weights"; else say "golden-sized: weights differ from the shipped tiny weights"; fi
+  say "golden-sized: $hw cases made in $((SECONDS - t0)) s"
+  # bf16 runs a TMA paged kernel on these pages: the default (three
+  # warpgroups), then the two-warpgroup one.
+  local cases="$dir/stream_kf1 $dir/stream_kf2 $dir/windowed_kf2"
+  GOLDEN=$cases stage_verify bf16
+  say "golden-sized: bf16 again with LINGBOTMAP_CUDA_PAGED_KERNEL=tma"
+  GOLDEN=$cases LINGBOTMAP_CUDA_PAGED_KERNEL=tma stage_verify bf16
+  GOLDEN=$cases stage_verify fp32
+}
+
 stage_ref() {
   PYTHONUNBUFFERED=1 timeout 300 python3 .ref/make_golden.py --ref .ref/lingbot-map --out "$OUT/full" --config full --frames "${REF_FRAMES:-30}" 2>&1 \
     | tee "$OUT/ref.log" | tail -12 | tee -a "$OUT/summary.txt"
+  # The frames that ran with a full cache, counted as bench counts them:
+  # from the streaming frame after the one that filled the window.
+  python3 - "$OUT/full/full_timing.json" <<'EOF' 2>&1 | tee -a "$OUT/summary.txt"
+import json, statistics, sys
+r = json.load(open(sys.argv[1]))
+ms, w = r["per_frame_ms"], r["sliding_window"]
+full = sorted(ms[w:])
+if full:
+    print(f"ref steady state, full cache: median {statistics.median(full):.1f} ms/frame, "
+          f"p90 {full[min(len(full) - 1, len(full) * 9 // 10)]:.1f} ms/frame ({len(full)} frames)")
+else:
+    print(f"ref: no frame ran with a full cache ({len(ms)} streaming frames, window {w})")
+blocks = [f"{i}-{min(i + 16, len(ms)) - 1}: {statistics.median(ms[i:i + 16]):.1f}" for i in range(0, len(ms), 16)]
+print("ref medians by streaming frame: " + ", ".join(blocks))
+EOF
 }
 
 for st in $stages; do
@@ -195,6 +239,7 @@ for st in $stages; do
     verify-fp32) stage_verify fp32 ;;
     benchcmd) stage_benchcmd ;;
     ref) stage_ref ;;
+    golden-sized) stage_golden_sized ;;
     peak) stage_peak ;;
     profile) stage_profile ;;
     sanitize) stage_sanitize ;;
