@@ -12,7 +12,9 @@ package cuda
 // One planned GEMM: descriptors and the algorithm cuBLASLt chose, kept for
 // every later call with the same shape so that steady state does no
 // planning. Column-major, as cuBLASLt sees it.
+#ifndef LBM_CANDIDATES // (timing other counts: CGO_CFLAGS=-DLBM_CANDIDATES=n)
 #define LBM_CANDIDATES 8
+#endif
 typedef struct {
 	cublasLtMatmulDesc_t op;
 	cublasLtMatrixLayout_t a, b, c;
