@@ -27,12 +27,12 @@ def main():
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
     if args.height % 14 or args.width % 14:
         p.error("height and width must be multiples of the patch size, 14")
+    if any(a == "--images" or a.startswith("--images=") for a in rest):
+        p.error("only random inputs: real images are resized to the model's own size")
 
     spec = importlib.util.spec_from_file_location("make_golden", args.tool)
     mg = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mg)
-    if "--images" in rest:
-        p.error("only random inputs: real images are resized to the model's own size")
 
     load_inputs = mg.load_inputs
 
