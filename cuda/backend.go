@@ -161,6 +161,18 @@ func (g *gpu) Trim() {
 	})
 }
 
+// RestartProfile drops the operation profile measured so far (when
+// Config.Profile keeps one), so that the report covers what follows: bench
+// calls it once the cache is full.
+func (g *gpu) RestartProfile() {
+	_ = g.own.do(func() error {
+		if g.prof != nil {
+			g.prof.restart()
+		}
+		return nil
+	})
+}
+
 // ResetMemoryPeak makes the peaks of MemStats and MemoryUsage start again
 // from what is held now.
 func (g *gpu) ResetMemoryPeak() {

@@ -629,6 +629,14 @@ func (s *stream) ResetMemoryPeak() {
 	}
 }
 
+// RestartProfile starts the backend's operation profile afresh, where it
+// keeps one.
+func (s *stream) RestartProfile() {
+	if r, ok := s.be.(interface{ RestartProfile() }); ok {
+		r.RestartProfile()
+	}
+}
+
 // MemoryUsage reports the backend's device memory (current, peak) in bytes,
 // or zeros when the backend does not track it (the CPU backend).
 func (s *stream) MemoryUsage() (current, peak int64) {

@@ -488,3 +488,36 @@ func TestStreamTrimsTheBackend(t *testing.T) {
 		t.Fatalf("%d trims after the next phase 1, want 3", be.trims)
 	}
 }
+
+// hookCounter is a backend with the measuring hooks bench uses (a device
+// backend's operation profile and memory peak); it counts the calls.
+type hookCounter struct {
+	backend.Backend
+	profileRestarts, peakResets int
+}
+
+func (h *hookCounter) RestartProfile()  { h.profileRestarts++ }
+func (h *hookCounter) ResetMemoryPeak() { h.peakResets++ }
+
+// TestStreamForwardsMeasuringHooks: bench reaches the backend's hooks
+// through the stream, and a backend without them is no error.
+func TestStreamForwardsMeasuringHooks(t *testing.T) {
+	cfg := tinyConfig()
+	var be *hookCounter
+	st, _ := wrappedStream(t, cfg, func(inner backend.Backend) backend.Backend {
+		be = &hookCounter{Backend: inner}
+		return be
+	})
+	st.RestartProfile()
+	st.ResetMemoryPeak()
+	st.RestartProfile()
+	if be.profileRestarts != 2 || be.peakResets != 1 {
+		t.Fatalf("backend saw %d profile restarts and %d peak resets, want 2 and 1", be.profileRestarts, be.peakResets)
+	}
+	plain, _ := wrappedStream(t, cfg, func(inner backend.Backend) backend.Backend { return inner })
+	plain.RestartProfile()
+	plain.ResetMemoryPeak()
+	if n := pushFrames(t, plain, cfg.ScaleFrames+1); n == 0 {
+		t.Fatal("no results after the hooks on a backend without them")
+	}
+}

@@ -174,6 +174,11 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 		// too, but the count does not depend on when eviction happens).
 		if full < 0 && st.Stats().LivePages >= o.window {
 			full = i + 1
+			// A backend's operation profile (LINGBOTMAP_CUDA_PROFILE) then
+			// covers the full-cache frames only.
+			if r, ok := st.(interface{ RestartProfile() }); ok {
+				r.RestartProfile()
+			}
 		}
 		if len(res) != 1 {
 			return fmt.Errorf("frame %d gave %d results", i, len(res))
