@@ -344,8 +344,9 @@ func TestStreamDecideOverridesFlowDecisions(t *testing.T) {
 }
 
 // wrappedStream is a stream on the tiny model whose backend wrap puts a
-// test double around; everything is closed when the test ends.
-func wrappedStream(t *testing.T, cfg Config, wrap func(backend.Backend) backend.Backend) (*stream, *model.Model) {
+// test double around, returned with it; everything is closed when the test
+// ends.
+func wrappedStream[B backend.Backend](t *testing.T, cfg Config, wrap func(backend.Backend) B) (*stream, *model.Model, B) {
 	t.Helper()
 	store, err := openWeights(cfg)
 	if err != nil {
@@ -363,7 +364,7 @@ func wrappedStream(t *testing.T, cfg Config, wrap func(backend.Backend) backend.
 	}
 	st := newStream(cfg, slog.New(slog.DiscardHandler), be, m)
 	t.Cleanup(func() { st.Close() })
-	return st, m
+	return st, m, be
 }
 
 // pushFrames feeds n test frames and returns how many results came out.
@@ -427,11 +428,7 @@ func (b *releaseCounter) PagedAttention(q backend.Tensor, s backend.KVStore, lay
 // never do.
 func TestStreamReleasesKVAtReset(t *testing.T) {
 	cfg := tinyConfig()
-	var be *releaseCounter
-	st, m := wrappedStream(t, cfg, func(inner backend.Backend) backend.Backend {
-		be = &releaseCounter{Backend: inner}
-		return be
-	})
+	st, m, be := wrappedStream(t, cfg, func(inner backend.Backend) *releaseCounter { return &releaseCounter{Backend: inner} })
 	results := 0
 	push := func(n int) { results += pushFrames(t, st, n) }
 	push(cfg.ScaleFrames + 3)
@@ -459,11 +456,7 @@ func TestStreamReleasesKVAtReset(t *testing.T) {
 // (before the next phase 1 comes on top of them), and not on other frames.
 func TestStreamTrimsTheBackend(t *testing.T) {
 	cfg := tinyConfig()
-	var be *trimCounter
-	st, _ := wrappedStream(t, cfg, func(inner backend.Backend) backend.Backend {
-		be = &trimCounter{Backend: inner}
-		return be
-	})
+	st, _, be := wrappedStream(t, cfg, func(inner backend.Backend) *trimCounter { return &trimCounter{Backend: inner} })
 	push := func(n int) { pushFrames(t, st, n) }
 	push(cfg.ScaleFrames - 1)
 	if be.trims != 0 {
@@ -503,18 +496,14 @@ func (h *hookCounter) ResetMemoryPeak() { h.peakResets++ }
 // through the stream, and a backend without them is no error.
 func TestStreamForwardsMeasuringHooks(t *testing.T) {
 	cfg := tinyConfig()
-	var be *hookCounter
-	st, _ := wrappedStream(t, cfg, func(inner backend.Backend) backend.Backend {
-		be = &hookCounter{Backend: inner}
-		return be
-	})
+	st, _, be := wrappedStream(t, cfg, func(inner backend.Backend) *hookCounter { return &hookCounter{Backend: inner} })
 	st.RestartProfile()
 	st.ResetMemoryPeak()
 	st.RestartProfile()
 	if be.profileRestarts != 2 || be.peakResets != 1 {
 		t.Fatalf("backend saw %d profile restarts and %d peak resets, want 2 and 1", be.profileRestarts, be.peakResets)
 	}
-	plain, _ := wrappedStream(t, cfg, func(inner backend.Backend) backend.Backend { return inner })
+	plain, _, _ := wrappedStream(t, cfg, func(inner backend.Backend) backend.Backend { return inner })
 	plain.RestartProfile()
 	plain.ResetMemoryPeak()
 	if n := pushFrames(t, plain, cfg.ScaleFrames+1); n == 0 {
