@@ -329,18 +329,28 @@ type ShapeMismatch struct {
 	Have, Want []int
 }
 
+// DTypeMismatch is one tensor stored in a dtype that cannot hold the
+// model's float parameters (integer or boolean data under a float key).
+type DTypeMismatch struct {
+	Key, DType string
+}
+
 // MismatchError lists every difference between a checkpoint and an architecture.
 type MismatchError struct {
 	Arch      Arch
 	Missing   []string
 	Extra     []string
 	Misshaped []ShapeMismatch
+	WrongType []DTypeMismatch
 }
 
 func (e *MismatchError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "weights: checkpoint does not match the architecture (%v): %d missing, %d unexpected, %d mis-shaped tensors",
 		e.Arch, len(e.Missing), len(e.Extra), len(e.Misshaped))
+	if len(e.WrongType) > 0 {
+		fmt.Fprintf(&b, ", %d with a non-float dtype", len(e.WrongType))
+	}
 	for _, k := range e.Missing {
 		fmt.Fprintf(&b, "\n  missing: %s", k)
 	}
@@ -350,12 +360,18 @@ func (e *MismatchError) Error() string {
 	for _, m := range e.Misshaped {
 		fmt.Fprintf(&b, "\n  mis-shaped: %s is %v, want %v", m.Key, m.Have, m.Want)
 	}
+	for _, m := range e.WrongType {
+		fmt.Fprintf(&b, "\n  wrong dtype: %s is stored as %s (%s), want a float dtype (%s)", m.Key, m.DType, dtypeClass(m.DType), floatDTypeList)
+	}
 	return b.String()
 }
 
 // Validate checks that the store holds exactly the architecture's tensors
-// with exactly its shapes; the error (a *MismatchError) names every
-// missing, unexpected and mis-shaped key, sorted.
+// with exactly its shapes, each in a float dtype; the error (a
+// *MismatchError) names every missing, unexpected, mis-shaped and
+// wrongly typed key, sorted. Every parameter of the model is a float: a
+// checkpoint labelling one as integers would otherwise be converted value
+// by value into garbage weights.
 func Validate(s Store, a Arch) error {
 	if err := a.Check(); err != nil {
 		return fmt.Errorf("weights: invalid architecture: %w", err)
@@ -372,28 +388,37 @@ func Validate(s Store, a Arch) error {
 		if !equalShape(inf.Shape, w) {
 			e.Misshaped = append(e.Misshaped, ShapeMismatch{Key: k, Have: inf.Shape, Want: w})
 		}
+		if !isFloatDType(inf.DType) {
+			e.WrongType = append(e.WrongType, DTypeMismatch{Key: k, DType: inf.DType})
+		}
 	}
 	for k := range want {
 		if _, ok := s.Info(k); !ok {
 			e.Missing = append(e.Missing, k)
 		}
 	}
-	if len(e.Missing)+len(e.Extra)+len(e.Misshaped) == 0 {
+	if len(e.Missing)+len(e.Extra)+len(e.Misshaped)+len(e.WrongType) == 0 {
 		return nil
 	}
 	sort.Strings(e.Missing)
 	sort.Strings(e.Extra)
 	sort.Slice(e.Misshaped, func(i, j int) bool { return e.Misshaped[i].Key < e.Misshaped[j].Key })
+	sort.Slice(e.WrongType, func(i, j int) bool { return e.WrongType[i].Key < e.WrongType[j].Key })
 	return e
 }
 
-// Check infers the architecture of a checkpoint and validates every tensor against it.
+// Check infers the architecture of a checkpoint, validates every tensor
+// against it (keys, shapes, dtypes) and then scans every value for NaN and
+// ±Inf (ScanFinite), so that a broken file is refused before any work.
 func Check(s Store) (Arch, error) {
 	a, err := InferArch(s)
 	if err != nil {
 		return a, err
 	}
-	return a, Validate(s, a)
+	if err := Validate(s, a); err != nil {
+		return a, err
+	}
+	return a, ScanFinite(s)
 }
 
 func equalShape(a, b []int) bool {

@@ -22,6 +22,31 @@ func dtypeSize(dt string) int {
 	return 0
 }
 
+// floatDTypeList names the dtypes a model parameter may be stored in.
+const floatDTypeList = "F32, F16, BF16 or F64"
+
+// isFloatDType reports whether dt is a float dtype the loader converts.
+func isFloatDType(dt string) bool {
+	switch dt {
+	case "F32", "F16", "BF16", "F64":
+		return true
+	}
+	return false
+}
+
+// dtypeClass names the kind of data a non-float dtype holds, for messages.
+func dtypeClass(dt string) string {
+	switch dt {
+	case "BOOL":
+		return "booleans"
+	case "U8", "U16", "U32", "U64", "I8", "I16", "I32", "I64":
+		return "integers"
+	case "F8_E4M3", "F8_E5M2":
+		return "8-bit floats, not supported"
+	}
+	return "unknown"
+}
+
 // littleEndianHost reports whether float32 values can be copied byte for byte
 // from little-endian files.
 func littleEndianHost() bool {

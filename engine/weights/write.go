@@ -125,11 +125,30 @@ func writeFileAtomic(path string, write func(io.Writer) error) error {
 		tmp.Close()
 		return fmt.Errorf("%w (writing %s)", err, path)
 	}
+	// fsync before the rename: otherwise a crash can leave the new name
+	// pointing at a file whose data never reached the disk.
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("weights: writing %s: %w", path, err)
+	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("weights: writing %s: %w", path, err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("weights: %w", err)
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("weights: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("weights: syncing %s: %w", dir, err)
 	}
 	return nil
 }
