@@ -2,6 +2,7 @@ package msgs
 
 import (
 	"encoding/binary"
+	"fmt"
 	"image"
 	"math"
 
@@ -110,6 +111,18 @@ func DecodeImage(m *sensor_msgs.Image) (*image.RGBA, error) {
 		}
 	}
 	return img, nil
+}
+
+// PrecisionLoss says what DecodeImage drops of an image with this encoding:
+// the 16-bit encodings (mono16, rgb16, ...) keep only the high byte of each
+// sample. ok is false for the 8-bit encodings, which keep every bit. The
+// package does not log: callers say it once per stream.
+func PrecisionLoss(encoding string) (loss string, ok bool) {
+	lay, known := layoutOf(encoding)
+	if !known || lay.depth == 1 {
+		return "", false
+	}
+	return fmt.Sprintf("%s images are reduced to 8 bits per sample (the high byte of each 16-bit sample is kept)", encoding), true
 }
 
 func premul(c, a uint8) uint8 { return uint8((uint32(c)*uint32(a) + 127) / 255) }

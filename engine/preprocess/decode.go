@@ -72,6 +72,58 @@ func Decode(r io.Reader) (image.Image, error) {
 	return img, nil
 }
 
+// PrecisionLoss says what FromImage drops of a decoded image when it makes
+// 8-bit RGB, and how much of the image that touches: a 16-bit grey image
+// (Pillow's "I" mode) is clipped at 255, as the reference does, and 16-bit
+// colour keeps the high byte of each sample. ok is false when nothing is
+// lost: 8-bit images, and 16-bit ones whose values all survive. This
+// package does not log; callers say it once per input.
+func PrecisionLoss(img image.Image) (loss string, ok bool) {
+	b := img.Bounds()
+	n := b.Dx() * b.Dy()
+	affected := 0
+	switch m := img.(type) {
+	case *image.Gray16:
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			row := m.Pix[m.PixOffset(b.Min.X, y):m.PixOffset(b.Max.X, y)]
+			for x := 0; x+1 < len(row); x += 2 {
+				if row[x] != 0 { // big-endian: a high byte above 0 means > 255
+					affected++
+				}
+			}
+		}
+		if affected == 0 {
+			return "", false
+		}
+		return fmt.Sprintf("16-bit grey image reduced to 8 bits: %d of its %d pixels are above 255 and were clipped to 255 (white), as the reference's conversion does", affected, n), true
+	case *image.RGBA64:
+		affected = lowBitsLost(m.Pix, m.Stride, m.PixOffset(b.Min.X, b.Min.Y), b.Dx(), b.Dy())
+	case *image.NRGBA64:
+		affected = lowBitsLost(m.Pix, m.Stride, m.PixOffset(b.Min.X, b.Min.Y), b.Dx(), b.Dy())
+	default:
+		return "", false
+	}
+	if affected == 0 {
+		return "", false
+	}
+	return fmt.Sprintf("16-bit colour image reduced to 8 bits per sample: %d of its %d pixels lost their low bits", affected, n), true
+}
+
+// lowBitsLost counts the pixels of a 16-bit RGBA image (big-endian
+// samples, 8 bytes a pixel) whose red, green or blue low byte is not zero.
+func lowBitsLost(pix []uint8, stride, start, w, h int) int {
+	n := 0
+	for y := range h {
+		row := pix[start+y*stride : start+y*stride+8*w]
+		for x := 0; x < len(row); x += 8 {
+			if row[x+1]|row[x+3]|row[x+5] != 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 func checkSize(cfg image.Config, err error) error {
 	if err != nil {
 		return err

@@ -1,9 +1,13 @@
 package source
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"image"
+	"image/color"
+	"image/png"
 	"io"
 	"iter"
 	"slices"
@@ -16,6 +20,12 @@ import (
 	"github.com/lingbotmap/lingbotmap/msgs"
 	"github.com/lingbotmap/lingbotmap/msgs/bag"
 )
+
+// ErrPartial marks an input that was read only in part: it is truncated or
+// partly corrupt, and the frames before the damage (and any after it that
+// could be read) were returned. The error that wraps it says how much was
+// used; for a bag it also wraps the *bag.PartialError.
+var ErrPartial = errors.New("the input is truncated or corrupt")
 
 // ROS message types a bag source reads.
 const (
@@ -36,14 +46,18 @@ type Bag struct {
 	opt   Options
 	total int
 
-	r     *bag.Reader
-	next  func() (*bag.Message, error, bool)
-	stop  func()
-	index int // messages of the topic read so far
-	done  bool
+	r      *bag.Reader
+	next   func() (*bag.Message, error, bool)
+	stop   func()
+	index  int // messages of the topic read so far
+	frames int // frames returned
+	done   bool
 
 	skipped  int
 	firstErr error
+
+	noticed map[string]bool // precision losses already reported
+	notices []string        // not yet taken by Notices
 }
 
 // OpenBag opens path and picks the image topic: opt.Topic, or the only
@@ -126,6 +140,9 @@ func (b *Bag) Next(ctx context.Context) (engine.Frame, error) {
 		}
 		if err != nil {
 			b.finish()
+			if pe := (*bag.PartialError)(nil); errors.As(err, &pe) {
+				return engine.Frame{}, fmt.Errorf("bag %s: %w: %d frames were used; %w", b.path, ErrPartial, b.frames, err)
+			}
 			return engine.Frame{}, fmt.Errorf("bag %s: %w", b.path, err)
 		}
 		i := b.index
@@ -133,7 +150,7 @@ func (b *Bag) Next(ctx context.Context) (engine.Frame, error) {
 		if !keep {
 			continue
 		}
-		img, stamp, err := decodeBagImage(m)
+		img, stamp, loss, err := decodeBagImage(m)
 		if err != nil {
 			b.skipped++
 			if b.firstErr == nil {
@@ -141,33 +158,71 @@ func (b *Bag) Next(ctx context.Context) (engine.Frame, error) {
 			}
 			continue
 		}
+		if loss != "" && !b.noticed[loss] {
+			if b.noticed == nil {
+				b.noticed = map[string]bool{}
+			}
+			b.noticed[loss] = true
+			b.notices = append(b.notices, fmt.Sprintf("%s (first on message %d of %s)", loss, i, b.topic))
+		}
 		if stamp.IsZero() || stamp.Unix() == 0 {
 			stamp = m.Time
 		}
+		b.frames++
 		return b.opt.frame(uint64(i), stamp, img)
 	}
 }
 
-// decodeBagImage decodes an Image or CompressedImage message and returns its
-// header stamp.
-func decodeBagImage(m *bag.Message) (*image.RGBA, time.Time, error) {
+// decodeBagImage decodes an Image or CompressedImage message and returns
+// its header stamp and the precision the decoding drops ("" when none).
+func decodeBagImage(m *bag.Message) (*image.RGBA, time.Time, string, error) {
 	switch m.Type {
 	case typeImage:
 		var im sensor_msgs.Image
 		if err := m.Decode(&im); err != nil {
-			return nil, time.Time{}, err
+			return nil, time.Time{}, "", err
 		}
 		img, err := msgs.DecodeImage(&im)
-		return img, im.Header.Stamp, err
+		loss, _ := msgs.PrecisionLoss(im.Encoding)
+		return img, im.Header.Stamp, loss, err
 	case typeCompressed:
 		var cm sensor_msgs.CompressedImage
 		if err := m.Decode(&cm); err != nil {
-			return nil, time.Time{}, err
+			return nil, time.Time{}, "", err
 		}
 		img, err := msgs.DecodeCompressed(&cm)
-		return img, cm.Header.Stamp, err
+		return img, cm.Header.Stamp, compressedLoss(cm.Data), err
 	}
-	return nil, time.Time{}, fmt.Errorf("message type %s is not an image", m.Type)
+	return nil, time.Time{}, "", fmt.Errorf("message type %s is not an image", m.Type)
+}
+
+// compressedLoss says whether a compressed image is a 16-bit PNG, which
+// msgs.DecodeCompressed reduces to the high byte of each sample. Only the
+// header is read.
+func compressedLoss(data []byte) string {
+	if !bytes.HasPrefix(data, []byte("\x89PNG\r\n\x1a\n")) {
+		return ""
+	}
+	cfg, err := png.DecodeConfig(bytes.NewReader(data))
+	if err != nil {
+		return ""
+	}
+	switch cfg.ColorModel {
+	case color.Gray16Model:
+		return "16-bit grey PNG images are reduced to 8 bits (the high byte of each sample is kept)"
+	case color.RGBA64Model, color.NRGBA64Model:
+		return "16-bit colour PNG images are reduced to 8 bits per sample (the high byte is kept)"
+	}
+	return ""
+}
+
+// Notices returns, once each, what the source noticed about its input
+// since the last call: 16-bit images reduced to 8 bits. The caller shows
+// them as warnings.
+func (b *Bag) Notices() []string {
+	n := b.notices
+	b.notices = nil
+	return n
 }
 
 func (b *Bag) finish() {

@@ -171,12 +171,43 @@ func TestUnindexedBag(t *testing.T) {
 	if flushed == 0 || flushed == total {
 		t.Fatalf("test set-up: %d of %d messages flushed; want some but not all", flushed, total)
 	}
-	// Leave a partial record at the end as a crash would.
-	data, err := os.ReadFile(path)
+	// Until Close the bag grows in a temporary file; nothing is at path.
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("%s exists before Close: %v", path, err)
+	}
+	data, err := os.ReadFile(w.f.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As the recorder left it (ending on a record boundary): all of it is
+	// read, with no complaint.
+	n, err := readImages(t, data)
+	if n != flushed || err != nil {
+		t.Fatalf("read %d messages and %v, want the %d in flushed chunks and no error", n, err, flushed)
+	}
+	// A partial record at the end, as a crash mid-write leaves: the same
+	// messages, then a *PartialError saying how much was used.
 	data = append(data, []byte{0x20, 0, 0, 0, 'o', 'p'}...)
+	n, err = readImages(t, data)
+	var pe *PartialError
+	if n != flushed || !errors.As(err, &pe) {
+		t.Fatalf("read %d messages and %v, want %d and a *PartialError", n, err, flushed)
+	}
+	if pe.Messages != flushed || pe.Read != int64(len(data)-6) || pe.Size != int64(len(data)) || pe.SkippedChunks != 0 {
+		t.Errorf("partial: %+v", *pe)
+	}
+	want := fmt.Sprintf("bag read only in part: %d messages from %d of its %d bytes: not a valid ROS bag 2.0 file: truncated record: record header at offset %d (32 bytes) overruns the file",
+		flushed, len(data)-6, len(data), len(data)-6)
+	if err.Error() != want {
+		t.Errorf("message\n%s\nwant\n%s", err, want)
+	}
+}
+
+// readImages reads a bag image's messages in order, checking that message i
+// is test image i, and returns how many there were and the error that ended
+// them.
+func readImages(t *testing.T, data []byte) (int, error) {
+	t.Helper()
 	r, err := NewReader(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +218,7 @@ func TestUnindexedBag(t *testing.T) {
 	n := 0
 	for m, err := range r.Messages() {
 		if err != nil {
-			t.Fatal(err)
+			return n, err
 		}
 		var img sensor_msgs.Image
 		if err := m.Decode(&img); err != nil || img.Header.Seq != uint32(n) {
@@ -195,9 +226,7 @@ func TestUnindexedBag(t *testing.T) {
 		}
 		n++
 	}
-	if n != flushed {
-		t.Fatalf("read %d messages, want the %d in flushed chunks", n, flushed)
-	}
+	return n, nil
 }
 
 func TestWriterErrors(t *testing.T) {

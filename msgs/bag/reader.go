@@ -70,6 +70,7 @@ type Reader struct {
 	first   int64 // offset of the first record after the bag header
 	end     int64 // where the chunk section ends (index_pos, or the file end)
 	indexed bool
+	cutAt   int64 // index_pos of a bag whose index lies beyond the end of the file
 	conns   map[uint32]*Connection
 	chunks  []chunkInfo
 }
@@ -133,8 +134,11 @@ func (c ReaderConfig) NewReader(ra io.ReaderAt, size int64) (*Reader, error) {
 		}
 		return r, nil
 	}
-	// Unindexed (still being recorded, or the recorder died): learn the
-	// connections from the chunks themselves.
+	if indexPos > uint64(size) {
+		r.cutAt = int64(indexPos)
+	}
+	// Unindexed (still being recorded, the recorder died, or the file was
+	// cut before its index): learn the connections from the chunks themselves.
 	for _, err := range r.scan(nil, true) {
 		if err != nil {
 			return nil, err
@@ -331,49 +335,124 @@ func (r *Reader) Messages(topics ...string) iter.Seq2[*Message, error] {
 	return r.scan(want, false)
 }
 
+// PartialError ends the messages of a bag that could be read only in part:
+// the file ends inside a record (cut short, or a recorder that died), its
+// header points at an index beyond the end of the file, or chunks are
+// corrupt. Every message before the damage, and in the readable chunks
+// after it, was yielded; the fields say how much that was.
+type PartialError struct {
+	Messages      int   // messages yielded (of the topics asked for)
+	Read          int64 // bytes of the file read and used
+	Size          int64 // bytes in the file
+	SkippedChunks int   // corrupt chunks skipped
+	SkippedBytes  int64 // their size
+	Err           error // the first problem found
+}
+
+func (e *PartialError) Error() string {
+	msg := fmt.Sprintf("bag read only in part: %d messages from %d of its %d bytes", e.Messages, e.Read, e.Size)
+	if e.SkippedChunks > 0 {
+		msg += fmt.Sprintf(", %d corrupt chunks (%d bytes) skipped", e.SkippedChunks, e.SkippedBytes)
+	}
+	return msg + ": " + e.Err.Error()
+}
+
+func (e *PartialError) Unwrap() error { return e.Err }
+
 // scan walks the chunk section. With learnOnly it only collects the
-// connection records found in chunks (for unindexed bags) and yields nothing
-// but errors.
+// connection records found in chunks (for unindexed bags) and yields
+// nothing. A corrupt chunk is skipped (the record framing around it still
+// holds); where the framing itself is lost, an indexed bag resumes at the
+// next chunk its index lists and an unindexed one stops. Damage is reported
+// once, after the last message, as a *PartialError.
 func (r *Reader) scan(want map[string]bool, learnOnly bool) iter.Seq2[*Message, error] {
 	return func(yield func(*Message, error) bool) {
-		for pos := r.first; pos < r.end; {
-			rec, err := r.recordAt(pos, r.end)
-			if err != nil {
-				if !r.indexed && errors.Is(err, errTruncated) {
-					// A recorder that died mid-write leaves a partial last
-					// record: what came before it is still good.
-					return
-				}
-				yield(nil, err)
-				return
+		p := &PartialError{Size: r.size}
+		stopped := false
+		count := func(m *Message, err error) bool {
+			if !yield(m, err) {
+				stopped = true
+				return false
 			}
-			pos = rec.next
-			if op, err := rec.h.op(); err != nil {
-				yield(nil, err)
-				return
-			} else if op != opChunk {
-				continue // index data and anything unknown
-			}
-			if !r.chunk(rec, want, learnOnly, yield) {
-				return
+			p.Messages++
+			return true
+		}
+		note := func(err error) {
+			if p.Err == nil {
+				p.Err = err
 			}
 		}
+		pos := r.first
+		for pos < r.end {
+			rec, err := r.recordAt(pos, r.end)
+			if err != nil {
+				note(err)
+				next, ok := r.nextChunk(pos)
+				if !ok {
+					break
+				}
+				p.SkippedChunks++
+				p.SkippedBytes += next - pos
+				pos = next
+				continue
+			}
+			op, err := rec.h.op()
+			if err != nil {
+				note(fmt.Errorf("record at offset %d: %w", pos, err))
+				p.SkippedChunks++
+				p.SkippedBytes += rec.next - pos
+				pos = rec.next
+				continue
+			}
+			if op == opChunk {
+				if err := r.chunk(rec, want, learnOnly, count); err != nil {
+					note(fmt.Errorf("chunk at offset %d: %w", rec.dataPos, err))
+					p.SkippedChunks++
+					p.SkippedBytes += rec.next - pos
+				}
+				if stopped {
+					return
+				}
+			}
+			pos = rec.next // index data and anything unknown are passed over
+		}
+		if r.cutAt > 0 && p.Err == nil {
+			p.Err = fmt.Errorf("%w: the bag header puts the index at byte %d but the file has %d bytes: the file was cut short", errTruncated, r.cutAt, r.size)
+		}
+		if p.Err == nil || learnOnly {
+			return
+		}
+		p.Read = min(pos, r.end) - p.SkippedBytes
+		yield(nil, p)
 	}
 }
 
-// chunk reads the records of one chunk; it returns false when iteration must stop.
-func (r *Reader) chunk(rec record, want map[string]bool, learnOnly bool, yield func(*Message, error) bool) bool {
-	fail := func(err error) bool {
-		yield(nil, fmt.Errorf("chunk at offset %d: %w", rec.dataPos, err))
-		return false
+// nextChunk is the offset of the first chunk after pos that an indexed
+// bag's index lists.
+func (r *Reader) nextChunk(pos int64) (int64, bool) {
+	if !r.indexed {
+		return 0, false
 	}
+	next, ok := int64(0), false
+	for _, c := range r.chunks {
+		if p := int64(c.pos); p > pos && p < r.end && (!ok || p < next) {
+			next, ok = p, true
+		}
+	}
+	return next, ok
+}
+
+// chunk reads the records of one chunk and yields its messages; it returns
+// what made the chunk unreadable, if anything. It also stops when yield
+// returns false.
+func (r *Reader) chunk(rec record, want map[string]bool, learnOnly bool, yield func(*Message, error) bool) error {
 	comp, err := rec.h.str("compression")
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	size, err := rec.h.u32("size")
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	var src io.Reader = io.NewSectionReader(r.ra, rec.dataPos, rec.dataLen)
 	switch comp {
@@ -383,7 +462,7 @@ func (r *Reader) chunk(rec record, want map[string]bool, learnOnly bool, yield f
 	case "lz4":
 		src = newLZ4Reader(bufio.NewReaderSize(src, 64*1024))
 	default:
-		return fail(fmt.Errorf("%w: unknown chunk compression %q", errFormat, comp))
+		return fmt.Errorf("%w: unknown chunk compression %q", errFormat, comp)
 	}
 	cr := bufio.NewReaderSize(io.LimitReader(src, int64(size)), 64*1024)
 	left := int64(size)
@@ -391,45 +470,45 @@ func (r *Reader) chunk(rec record, want map[string]bool, learnOnly bool, yield f
 		var n [4]byte
 		if _, err := io.ReadFull(cr, n[:]); err != nil {
 			if errors.Is(err, io.EOF) {
-				return true // chunk ends on a record boundary
+				return nil // chunk ends on a record boundary
 			}
-			return fail(fmt.Errorf("%w: reading a record length: %w", errFormat, err))
+			return fmt.Errorf("%w: reading a record length: %w", errFormat, err)
 		}
 		hlen := int64(binary.LittleEndian.Uint32(n[:]))
 		if hlen+8 > left || hlen > r.cfg.MaxRecordSize {
-			return fail(fmt.Errorf("%w: record header of %d bytes overruns the chunk", errFormat, hlen))
+			return fmt.Errorf("%w: record header of %d bytes overruns the chunk", errFormat, hlen)
 		}
 		hb, err := readFull(cr, uint64(hlen))
 		if err != nil {
-			return fail(fmt.Errorf("%w: reading a record header: %w", errFormat, err))
+			return fmt.Errorf("%w: reading a record header: %w", errFormat, err)
 		}
 		if _, err := io.ReadFull(cr, n[:]); err != nil {
-			return fail(fmt.Errorf("%w: reading a record length: %w", errFormat, err))
+			return fmt.Errorf("%w: reading a record length: %w", errFormat, err)
 		}
 		dlen := int64(binary.LittleEndian.Uint32(n[:]))
 		left -= 8 + hlen
 		if dlen > left || dlen > r.cfg.MaxRecordSize {
-			return fail(fmt.Errorf("%w: record of %d bytes overruns the chunk", errFormat, dlen))
+			return fmt.Errorf("%w: record of %d bytes overruns the chunk", errFormat, dlen)
 		}
 		left -= dlen
 		h, err := parseHeader(hb)
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		op, err := h.op()
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		var m *Message
 		switch op {
 		case opConnection:
 			d, err := readFull(cr, uint64(dlen))
 			if err != nil {
-				return fail(fmt.Errorf("%w: reading a connection record: %w", errFormat, err))
+				return fmt.Errorf("%w: reading a connection record: %w", errFormat, err)
 			}
 			c, err := parseConnection(h, d)
 			if err != nil {
-				return fail(err)
+				return err
 			}
 			// Only an unindexed bag learns connections here (during Open);
 			// afterwards iteration never writes to the Reader, so several
@@ -444,33 +523,33 @@ func (r *Reader) chunk(rec record, want map[string]bool, learnOnly bool, yield f
 			}
 			id, err := h.u32("conn")
 			if err != nil {
-				return fail(err)
+				return err
 			}
 			t, err := h.time("time")
 			if err != nil {
-				return fail(err)
+				return err
 			}
 			c, ok := r.conns[id]
 			if !ok {
-				return fail(fmt.Errorf("%w: message refers to connection %d, which the bag never defines", errFormat, id))
+				return fmt.Errorf("%w: message refers to connection %d, which the bag never defines", errFormat, id)
 			}
 			if want != nil && !want[c.Topic] {
 				break
 			}
 			d, err := readFull(cr, uint64(dlen))
 			if err != nil {
-				return fail(fmt.Errorf("%w: reading a message: %w", errFormat, err))
+				return fmt.Errorf("%w: reading a message: %w", errFormat, err)
 			}
 			m = &Message{Conn: c, Topic: c.Topic, Type: c.Type, Time: t.Time(), Data: d}
 		}
 		if m == nil {
 			if _, err := io.CopyN(io.Discard, cr, dlen); err != nil {
-				return fail(fmt.Errorf("%w: skipping a record: %w", errFormat, err))
+				return fmt.Errorf("%w: skipping a record: %w", errFormat, err)
 			}
 			continue
 		}
 		if !yield(m, nil) {
-			return false
+			return nil
 		}
 	}
 }

@@ -132,6 +132,14 @@ func TestRosbagReindexOurUnclosedBag(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "out"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Until Close the bag is the writer's temporary file: what a crash leaves.
+	crashed, err := os.ReadFile(w.f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, crashed, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	run(t, env, rosbag, "reindex", "--output-dir", filepath.Join(dir, "out"), path)
 	out := run(t, env, rosbag, "info", filepath.Join(dir, "out", "open.bag"))
 	if want := fmt.Sprintf(`/camera/image_raw\s+%d msgs\s+:\s+sensor_msgs/Image`, flushed); !regexp.MustCompile(want).MatchString(out) {

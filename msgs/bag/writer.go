@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"time"
@@ -35,9 +36,14 @@ func (c WriterConfig) withDefaults() WriterConfig {
 
 // Writer writes an uncompressed, indexed ROS bag 2.0. Messages are buffered
 // one chunk at a time; the index is written by Close, which must be called.
+// The bag is written whole or not at all: it grows in a hidden temporary
+// file beside the destination (".NAME.tmp…"), and Close syncs it and renames
+// it into place; Abort discards it. A crash leaves only the temporary file,
+// an unindexed bag that `rosbag reindex` or Reader can still read.
 // A Writer is not safe for concurrent use.
 type Writer struct {
 	cfg    WriterConfig
+	path   string // the destination; f is the temporary file
 	f      *os.File
 	pos    int64 // file offset of the next record
 	conns  []*writerConn
@@ -72,21 +78,28 @@ type chunkInfo struct {
 	counts     map[uint32]uint32
 }
 
-// Create creates (or truncates) a bag file with the default configuration.
+// Create starts a bag file with the default configuration; Close puts it
+// at path (replacing any file there).
 func Create(path string) (*Writer, error) { return WriterConfig{}.Create(path) }
 
-// Create creates (or truncates) a bag file with this configuration.
+// Create starts a bag file with this configuration; Close puts it at path
+// (replacing any file there).
 func (c WriterConfig) Create(path string) (*Writer, error) {
-	f, err := os.Create(path)
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return nil, fmt.Errorf("creating bag: %w", err)
 	}
-	w := &Writer{cfg: c.withDefaults(), f: f, byKey: map[connKey]*writerConn{}, chunkIndex: map[uint32][]indexEntry{}}
+	w := &Writer{cfg: c.withDefaults(), path: path, f: f, byKey: map[connKey]*writerConn{}, chunkIndex: map[uint32][]indexEntry{}}
 	// A header with index_pos 0 marks the bag as unindexed until Close
 	// rewrites it, so a crash leaves a bag `rosbag reindex` can repair.
-	if err := w.writeAt(0, append([]byte(magic), bagHeaderRecord(0, 0, 0)...)); err != nil {
+	err = f.Chmod(0o644)
+	if err == nil {
+		err = w.writeAt(0, append([]byte(magic), bagHeaderRecord(0, 0, 0)...))
+	}
+	if err != nil {
 		f.Close()
-		return nil, err
+		os.Remove(f.Name())
+		return nil, fmt.Errorf("creating bag %s: %w", path, err)
 	}
 	return w, nil
 }
@@ -100,7 +113,7 @@ func bagHeaderRecord(indexPos uint64, conns, chunks uint32) []byte {
 
 func (w *Writer) writeAt(off int64, b []byte) error {
 	if _, err := w.f.WriteAt(b, off); err != nil {
-		return fmt.Errorf("writing bag %s: %w", w.f.Name(), err)
+		return fmt.Errorf("writing bag %s: %w", w.path, err)
 	}
 	if end := off + int64(len(b)); end > w.pos {
 		w.pos = end
@@ -242,7 +255,8 @@ func appendU32(b []byte, v uint32) []byte {
 }
 
 // Close writes the last chunk, the connection and chunk info records, and
-// the final bag header, then closes the file.
+// the final bag header, syncs the file and renames it to its path. When
+// any step fails, no file appears at the path.
 func (w *Writer) Close() error {
 	if w.closed {
 		return nil
@@ -252,7 +266,37 @@ func (w *Writer) Close() error {
 	if cerr := w.f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("closing bag: %w", cerr)
 	}
-	return err
+	if err == nil {
+		err = os.Rename(w.f.Name(), w.path)
+	}
+	if err != nil {
+		os.Remove(w.f.Name())
+		return err
+	}
+	return syncDir(filepath.Dir(w.path))
+}
+
+// Abort discards the bag: nothing appears at its path. It does nothing
+// after Close.
+func (w *Writer) Abort() error {
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	return errors.Join(w.f.Close(), os.Remove(w.f.Name()))
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("syncing bag directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing bag directory %s: %w", dir, err)
+	}
+	return nil
 }
 
 func (w *Writer) finish() error {
