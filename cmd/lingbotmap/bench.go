@@ -86,6 +86,9 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 	if o.width%14 != 0 || o.height%14 != 0 || o.width <= 0 || o.height <= 0 {
 		return fmt.Errorf("--width and --height must be positive multiples of 14, not %d×%d", o.width, o.height)
 	}
+	if err := engine.CheckInputSize(o.width, o.height); err != nil {
+		return fmt.Errorf("--width/--height: %w", err)
+	}
 	if o.frames < 1 {
 		return fmt.Errorf("--frames must be ≥ 1")
 	}

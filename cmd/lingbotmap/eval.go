@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"image"
 	"image/png"
 	"io"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -87,7 +89,11 @@ func runEval(o *evalOptions, stdout io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("eval: %w", err)
 		}
-		if err := os.WriteFile(o.jsonOut, append(b, '\n'), 0o644); err != nil {
+		err = writeFileAtomic(o.jsonOut, func(w io.Writer) error {
+			_, err := w.Write(append(b, '\n'))
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("eval: write JSON: %w", err)
 		}
 	}
@@ -127,18 +133,53 @@ func printEval(w io.Writer, o *evalOptions, rep *traj.Report) {
 	tw.Flush()
 }
 
-// writePNGFile encodes img to path.
+// writePNGFile encodes img to path, whole or not at all.
 func writePNGFile(path string, img image.Image) error {
-	f, err := os.Create(path)
-	if err != nil {
+	if err := writeFileAtomic(path, func(w io.Writer) error { return png.Encode(w, img) }); err != nil {
 		return fmt.Errorf("write PNG: %w", err)
 	}
-	if err := png.Encode(f, img); err != nil {
-		f.Close()
-		return fmt.Errorf("write PNG %s: %w", path, err)
+	return nil
+}
+
+// writeFileAtomic writes a file whole or not at all: into a temporary file
+// beside path, synced to disk, then renamed over path (and the directory
+// synced, so the rename survives a crash). A failed or interrupted write
+// leaves path as it was.
+func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
 	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write PNG %s: %w", path, err)
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if err := tmp.Chmod(0o644); err != nil {
+		return err
 	}
+	bw := bufio.NewWriterSize(tmp, 1<<20)
+	if err := write(bw); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return nil // the file is in place; only its durability is unconfirmed
+	}
+	defer d.Close()
+	_ = d.Sync()
 	return nil
 }

@@ -4,19 +4,20 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 )
 
-// Exit codes.
+// Exit codes. exitCode (exitcode.go) maps errors onto them.
 const (
 	exitOK        = 0
-	exitError     = 1
-	exitUsage     = 2
+	exitError     = 1 // anything not listed below (I/O errors, a failed backend, ...)
+	exitUsage     = 2 // bad flags or arguments, sizes out of range
 	exitTolerance = 3 // verify: an output is beyond tolerance
+	exitPartial   = 4 // the input was truncated or partly corrupt: outputs cover what was read
+	exitBadInput  = 5 // an input cannot be used: corrupt checkpoint, trajectory that cannot be aligned
 )
 
 // exitCodeError carries a specific exit code out of a command.
@@ -42,9 +43,5 @@ func run(ctx context.Context, args []string) int {
 		return exitOK
 	}
 	fmt.Fprintln(os.Stderr, "lingbotmap:", err)
-	var ec *exitCodeError
-	if errors.As(err, &ec) {
-		return ec.code
-	}
-	return exitError
+	return exitCode(err)
 }

@@ -19,6 +19,11 @@ const maxCandidates = 50_000_000
 // maxDiff after adding offset to the estimate's stamps, one-to-one, taking
 // the closest candidates first (TUM's associate.py). Both trajectories must be
 // sorted by time (ReadTUM sorts). The pairs come back ordered by time.
+//
+// Stamps that differ by no more than their float64 resolution (see
+// stampResolution) count as equal and are always candidates: a --max-diff
+// below that resolution (1e-9 s for stamps near 1.7e9 s, whose spacing is
+// 2.4e-7 s) must not lose exact matches, as TUM's and evo's tools find them.
 func Associate(est, ref Trajectory, maxDiff, offset float64) ([]Pair, error) {
 	if !(maxDiff > 0) || math.IsInf(maxDiff, 0) {
 		return nil, errors.New("association: max difference must be a positive number of seconds")
@@ -29,17 +34,20 @@ func Associate(est, ref Trajectory, maxDiff, offset float64) ([]Pair, error) {
 	}
 	var cands []cand
 	for i, e := range est {
-		// Reference stamps within (t_e + offset − maxDiff, t_e + offset + maxDiff).
 		te := e.Time + offset
-		lo := te - maxDiff
-		j := sort.Search(len(ref), func(k int) bool { return ref[k].Time > lo })
+		res := stampResolution(te, offset)
+		tol := max(maxDiff, res)
+		// The window is found on the differences themselves, not on te ± tol,
+		// whose rounding can step over a stamp equal to te. fl(r − te) is
+		// monotonic in r, so the search is valid.
+		j := sort.Search(len(ref), func(k int) bool { return ref[k].Time-te >= -tol })
 		for ; j < len(ref); j++ {
-			if ref[j].Time >= te+maxDiff {
+			d := ref[j].Time - te
+			if d > tol {
 				break
 			}
-			d := math.Abs(te - ref[j].Time)
-			if d < maxDiff {
-				cands = append(cands, cand{d, i, j})
+			if ad := math.Abs(d); ad < maxDiff || ad <= res {
+				cands = append(cands, cand{ad, i, j})
 			}
 			if len(cands) > maxCandidates {
 				return nil, errors.New("association: the max difference matches too many timestamp pairs; use a tolerance near the frame period")
@@ -67,4 +75,23 @@ func Associate(est, ref Trajectory, maxDiff, offset float64) ([]Pair, error) {
 	}
 	slices.SortFunc(pairs, func(a, b Pair) int { return cmp.Compare(a.Est, b.Est) })
 	return pairs, nil
+}
+
+// stampResolution bounds how far apart two float64 stamps near t can be
+// when the decimal stamps they were parsed from, with offset added to one,
+// are equal: each parsed value and the sum est + offset is rounded once
+// (half a unit in the last place each), and a reference stamp may sit in the
+// next binade. For stamps near 1.7e9 s this is 0.48 µs, below the 1 µs step
+// of microsecond stamps, so distinct stamps stay distinct.
+func stampResolution(t, offset float64) float64 {
+	return 2*ulp(t) + ulp(offset)
+}
+
+// ulp is the spacing of float64 values at |x|.
+func ulp(x float64) float64 {
+	x = math.Abs(x)
+	if math.IsInf(x, 0) || math.IsNaN(x) {
+		return 0
+	}
+	return math.Nextafter(x, math.Inf(1)) - x
 }

@@ -14,11 +14,16 @@
 //     a reference stamp with |(t_e + offset) − t_r| < max_diff is a candidate;
 //     candidates are taken greedily in order of increasing time difference, each
 //     pose used at most once (one-to-one). Pairs are then ordered by time.
+//     Stamps equal within their float64 resolution (a few units in the last
+//     place) are candidates whatever max_diff is, so exact matches are never
+//     lost to rounding.
 //   - Alignment: Umeyama (1991) least squares on the associated positions,
 //     minimising Σ‖p_ref − (s·R·p_est + t)‖². "sim3" estimates s, R, t (the
 //     right choice for monocular estimates, whose scale is arbitrary); "se3"
 //     fixes s = 1; "none" uses the estimate as it is. The whole estimated pose is
-//     transformed: position s·R·p + t, orientation R·R_est.
+//     transformed: position s·R·p + t, orientation R·R_est. As in evo, "sim3"
+//     and "se3" need the positions' cross-covariance to have rank ≥ 2: fewer
+//     than 3 pairs, or positions on one line, are refused (ErrDegenerate).
 //   - ATE: for each associated pair i, e_i = ‖p_ref,i − p_aligned,i‖ (metres of
 //     the reference). Reported: RMSE = sqrt(mean e²), mean, median, standard
 //     deviation (population, as numpy.std), min, max.

@@ -2,6 +2,7 @@ package traj
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -425,14 +426,21 @@ func TestDegenerateEvaluations(t *testing.T) {
 			}
 		})
 	}
-	// A straight line is collinear: the rotation about it is free, but the
-	// positions still align exactly.
-	rep, err := Evaluate(line(6, 2), line(6, 1), DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
+	// A straight line is collinear: the rotation about it is free, so evo
+	// refuses it, and so do we, for sim3 and se3; --align none still works.
+	for _, a := range []Alignment{AlignSim3, AlignSE3} {
+		opt := DefaultOptions()
+		opt.Align = a
+		_, err := Evaluate(line(6, 2), line(6, 1), opt)
+		if !errors.Is(err, ErrDegenerate) || !strings.Contains(err.Error(), "the 6 associated positions lie on one line") {
+			t.Errorf("collinear, %s: %v", a, err)
+		}
 	}
-	if rep.ATE.Max > 1e-12 || math.Abs(rep.Alignment.S-0.5) > 1e-12 {
-		t.Errorf("collinear: ATE %g scale %g", rep.ATE.Max, rep.Alignment.S)
+	opt := DefaultOptions()
+	opt.Align = AlignNone
+	rep, err := Evaluate(line(6, 1), line(6, 1), opt)
+	if err != nil || rep.ATE.Max != 0 {
+		t.Errorf("collinear, none: %v, %+v", err, rep)
 	}
 }
 

@@ -50,17 +50,30 @@ func ParseAlignment(s string) (Alignment, error) {
 	return "", fmt.Errorf("alignment must be sim3, se3 or none, not %q", s)
 }
 
+// ErrDegenerate marks point sets that cannot fix an alignment: fewer than
+// three pairs, all points the same, or all on one line (a rotation about
+// that line changes nothing). evo refuses these as "Degenerate covariance
+// rank, Umeyama alignment is not possible".
+var ErrDegenerate = errors.New("degenerate covariance rank, Umeyama alignment is not possible")
+
+// rankTol is the smallest singular value of the cross-covariance, relative
+// to the largest, that counts towards its rank. Collinear points give
+// rounding noise near 1e-16 there; a straight drive with 1 cm of sideways
+// motion over 100 m still gives about 1e-8.
+const rankTol = 1e-12
+
 // Umeyama returns the transform that maps src onto dst with least squared
 // error (Umeyama 1991, "Least-squares estimation of transformation parameters
 // between two point patterns"); withScale estimates the scale as well, else
-// it is 1. It needs at least 3 point pairs and points that are not all the same.
+// it is 1. Like evo it needs a cross-covariance of rank ≥ 2 (at least 3
+// pairs, not all on one line); otherwise the error wraps ErrDegenerate.
 func Umeyama(src, dst [][3]float64, withScale bool) (Sim3, error) {
 	n := len(src)
 	if n != len(dst) {
 		return Sim3{}, fmt.Errorf("alignment: %d estimated but %d reference positions", n, len(dst))
 	}
 	if n < 3 {
-		return Sim3{}, fmt.Errorf("alignment needs at least 3 associated poses, have %d", n)
+		return Sim3{}, fmt.Errorf("alignment: %w: it needs at least 3 associated poses, have %d", ErrDegenerate, n)
 	}
 	var ms, md [3]float64
 	for i := range n {
@@ -93,10 +106,10 @@ func Umeyama(src, dst [][3]float64, withScale bool) (Sim3, error) {
 	varS /= float64(n)
 	varD /= float64(n)
 	if !(varS > 1e-300) || math.IsInf(varS, 0) {
-		return Sim3{}, errors.New("alignment: the estimated positions are all the same point (or not finite), so no rotation or scale can be found")
+		return Sim3{}, fmt.Errorf("alignment: %w: the estimated positions are all the same point (or not finite), so no rotation or scale can be found", ErrDegenerate)
 	}
 	if !(varD > 1e-300) || math.IsInf(varD, 0) {
-		return Sim3{}, errors.New("alignment: the reference positions are all the same point (or not finite), so no rotation or scale can be found")
+		return Sim3{}, fmt.Errorf("alignment: %w: the reference positions are all the same point (or not finite), so no rotation or scale can be found", ErrDegenerate)
 	}
 	m := mat.NewDense(3, 3, nil)
 	for r := range 3 {
@@ -111,7 +124,10 @@ func Umeyama(src, dst [][3]float64, withScale bool) (Sim3, error) {
 	var u, v mat.Dense
 	svd.UTo(&u)
 	svd.VTo(&v)
-	d := svd.Values(nil)
+	d := svd.Values(nil) // descending
+	if !(d[1] > rankTol*d[0]) {
+		return Sim3{}, fmt.Errorf("alignment: %w: the %d associated positions lie on one line (singular values of their cross-covariance %.3g, %.3g, %.3g), so the rotation about it is undetermined; use --align none", ErrDegenerate, n, d[0], d[1], d[2])
+	}
 	// Reflection guard: force det(R) = +1.
 	sgn := [3]float64{1, 1, 1}
 	if mat.Det(&u)*mat.Det(&v) < 0 {

@@ -180,3 +180,27 @@ func TestWriterIsAtomic(t *testing.T) {
 		r.Close()
 	}
 }
+
+// A bag of one uncompressed chunk, cut inside it: the whole records before
+// the cut are still read (the "bag cut in half" with small frames).
+func TestCutInsideTheOnlyChunk(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "one.bag")
+	const n = 24
+	writeTestBag(t, path, n, 1<<20)
+	full, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReader(bytes.NewReader(full), int64(len(full)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.chunks) != 1 {
+		t.Fatalf("test set-up: %d chunks", len(r.chunks))
+	}
+	got, err := countMessages(t, full[:len(full)/2])
+	var pe *PartialError
+	if !errors.As(err, &pe) || got == 0 || got >= 2*n || pe.Messages != got {
+		t.Errorf("%d of %d messages, then %v", got, 2*n, err)
+	}
+}

@@ -387,6 +387,16 @@ func (r *Reader) scan(want map[string]bool, learnOnly bool) iter.Seq2[*Message, 
 			rec, err := r.recordAt(pos, r.end)
 			if err != nil {
 				note(err)
+				if part, ok := r.cutChunk(pos); ok {
+					// The file ends inside an uncompressed chunk: its
+					// records before the cut are still whole.
+					_ = r.chunk(part, want, learnOnly, count)
+					if stopped {
+						return
+					}
+					pos = r.end
+					break
+				}
 				next, ok := r.nextChunk(pos)
 				if !ok {
 					break
@@ -425,6 +435,35 @@ func (r *Reader) scan(want map[string]bool, learnOnly bool) iter.Seq2[*Message, 
 		p.Read = min(pos, r.end) - p.SkippedBytes
 		yield(nil, p)
 	}
+}
+
+// cutChunk is the part of an uncompressed chunk record at pos that lies
+// before the end of the file, when the file ends inside its data.
+func (r *Reader) cutChunk(pos int64) (record, bool) {
+	var n [4]byte
+	if _, err := r.ra.ReadAt(n[:], pos); err != nil {
+		return record{}, false
+	}
+	hlen := int64(binary.LittleEndian.Uint32(n[:]))
+	dataPos := pos + 8 + hlen
+	if hlen > r.cfg.MaxRecordSize || dataPos > r.end {
+		return record{}, false
+	}
+	hb, err := readFull(io.NewSectionReader(r.ra, pos+4, hlen), uint64(hlen))
+	if err != nil {
+		return record{}, false
+	}
+	h, err := parseHeader(hb)
+	if err != nil {
+		return record{}, false
+	}
+	if op, err := h.op(); err != nil || op != opChunk {
+		return record{}, false
+	}
+	if c, err := h.str("compression"); err != nil || c != "none" {
+		return record{}, false
+	}
+	return record{h: h, dataPos: dataPos, dataLen: r.end - dataPos, next: r.end}, true
 }
 
 // nextChunk is the offset of the first chunk after pos that an indexed

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/source"
+	"github.com/lingbotmap/lingbotmap/engine/traj"
+	"github.com/lingbotmap/lingbotmap/engine/weights"
+)
+
+// exitCode is the exit code for an error that ended a command: the code an
+// exitCodeError carries, else the class of bad input found anywhere in the
+// error's chain, else exitError. The classes are the typed errors of the
+// packages that find them, so commands need not translate each one.
+func exitCode(err error) int {
+	var (
+		ec        *exitCodeError
+		mismatch  *weights.MismatchError
+		nonFinite *weights.NonFiniteError
+	)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ec):
+		return ec.code
+	case errors.Is(err, source.ErrPartial):
+		return exitPartial
+	case errors.As(err, &mismatch), errors.As(err, &nonFinite), errors.Is(err, traj.ErrDegenerate):
+		return exitBadInput
+	case errors.Is(err, engine.ErrInputSize):
+		return exitUsage
+	}
+	return exitError
+}

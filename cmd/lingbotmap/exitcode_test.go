@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
+
+	"github.com/lingbotmap/lingbotmap/engine/traj"
+	"github.com/lingbotmap/lingbotmap/engine/weights"
+	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
+	"github.com/lingbotmap/lingbotmap/msgs/bag"
+)
+
+// runCLI runs the binary's main path (parse, execute, map the error to an
+// exit code) and returns the code and what went to stderr.
+func runCLI(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stderr
+	os.Stderr = w
+	code := run(context.Background(), args)
+	os.Stderr = saved
+	w.Close()
+	msg, _ := io.ReadAll(r)
+	return code, string(msg)
+}
+
+// bench with an absurd size fails at once with a clear message and the
+// usage code, before allocating anything (it used to die in the Go runtime).
+func TestBenchHugeSizeFailsFast(t *testing.T) {
+	t0 := time.Now()
+	code, msg := runCLI(t, "bench", "--model-size", "tiny", "--width", "140000", "--height", "140000")
+	if code != exitUsage || !strings.Contains(msg, "10000×10000 patch grid, beyond the 1018 patches per side") {
+		t.Errorf("exit %d, stderr %q", code, msg)
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("took %v", d)
+	}
+	code, msg = runCLI(t, "bench", "--model-size", "tiny", "--width", "1274", "--height", "1274")
+	if code != exitUsage || !strings.Contains(msg, "8281 patches a frame, more than the 8192 allowed") {
+		t.Errorf("1274×1274: exit %d, stderr %q", code, msg)
+	}
+}
+
+// A checkpoint with a NaN weight or integer data under a float key stops
+// any command that loads it, naming the tensor, with the bad-input code.
+func TestBadCheckpointExitCode(t *testing.T) {
+	golden, err := weights.OpenSafeTensors(sharedtest.Path(t, "golden", "weights.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer golden.Close()
+	m, err := weights.Copy(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "camera_head.trunk.1.attn.proj.weight"
+	v, _ := m.Float32(key)
+	inf, _ := m.Info(key)
+	v[17] = float32(math.NaN())
+	if err := m.Put(key, inf.Shape, v); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "nan.safetensors")
+	if err := weights.WriteSafeTensorsFile(bad, m); err != nil {
+		t.Fatal(err)
+	}
+	code, msg := runCLI(t, "bench", "--weights", bad, "--width", "42", "--height", "28", "--frames", "1", "--scale-frames", "1")
+	if code != exitBadInput || !strings.Contains(msg, `tensor "`+key+`" (F32) holds 1 NaN and 0 ±Inf`) {
+		t.Errorf("exit %d, stderr %q", code, msg)
+	}
+}
+
+// A bag cut in half: run keeps what it read, says the input was partial,
+// and exits with exitPartial instead of 0.
+func TestRunCutBagIsPartial(t *testing.T) {
+	dir := t.TempDir()
+	full := filepath.Join(dir, "full.bag")
+	w, err := bag.Create(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 24
+	for i := range n {
+		stamp := time.Unix(1700000000, int64(i)*50_000_000)
+		data := make([]byte, 64*48)
+		for k := range data {
+			data[k] = byte(i + k)
+		}
+		img := &sensor_msgs.Image{Header: std_msgs.Header{Stamp: stamp}, Width: 64, Height: 48, Encoding: "mono8", Step: 64, Data: data}
+		if err := w.Write("/camera/image_raw", stamp, img); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(dir, "cut.bag")
+	if err := os.WriteFile(cut, b[:len(b)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := testRunOptions(t, &fakeStream{scale: 2})
+	o.input = cut
+	o.src.FirstK = 0
+	err = runRun(context.Background(), o, true)
+	if code := exitCode(err); code != exitPartial {
+		t.Fatalf("exit code %d for %v", code, err)
+	}
+	if !strings.Contains(err.Error(), "the input is truncated or corrupt") || !strings.Contains(err.Error(), "frames were used") {
+		t.Errorf("message: %v", err)
+	}
+	tr, err := traj.ReadTUMFile(filepath.Join(o.out, "trajectory.tum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr) == 0 || len(tr) >= n {
+		t.Errorf("%d poses from the cut bag", len(tr))
+	}
+}
+
+// eval refuses a collinear trajectory as evo does, with the bad-input code.
+func TestEvalDegenerateExitCode(t *testing.T) {
+	dir := t.TempDir()
+	var b strings.Builder
+	for i := range 20 {
+		fmt.Fprintf(&b, "%d %g %g %g 0 0 0 1\n", 100+i, 0.5*float64(i), float64(i), -0.25*float64(i))
+	}
+	path := filepath.Join(dir, "line.tum")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	jsonOut := filepath.Join(dir, "ate.json")
+	for _, align := range []string{"sim3", "se3"} {
+		code, msg := runCLI(t, "eval", path, path, "--align", align, "--json", jsonOut)
+		if code != exitBadInput || !strings.Contains(msg, "degenerate covariance rank, Umeyama alignment is not possible") {
+			t.Errorf("%s: exit %d, stderr %q", align, code, msg)
+		}
+	}
+	if _, err := os.Stat(jsonOut); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused evaluation wrote %s", jsonOut)
+	}
+	if code, msg := runCLI(t, "eval", path, path, "--align", "none", "--json", jsonOut); code != exitOK {
+		t.Errorf("--align none: exit %d, %s", code, msg)
+	}
+}
+
+// eval's outputs are written whole or not at all: a failed write leaves the
+// old file and no temporary file behind.
+func TestWriteFileAtomic(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "plot.png")
+	if err := os.WriteFile(path, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := writeFileAtomic(path, func(w io.Writer) error {
+		if _, err := w.Write(bytes.Repeat([]byte("x"), 3<<20)); err != nil {
+			return err
+		}
+		return errors.New("disk full")
+	})
+	if err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("err = %v", err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "old" {
+		t.Errorf("the old file was changed: %d bytes", len(b))
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("left behind: %v", entries)
+	}
+	img := image.NewGray(image.Rect(0, 0, 3, 2))
+	img.Set(1, 1, color.Gray{Y: 200})
+	if err := writePNGFile(path, img); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got, err := png.Decode(f)
+	if err != nil || got.Bounds() != img.Bounds() {
+		t.Fatalf("written PNG: %v", err)
+	}
+	if st, _ := f.Stat(); st.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v", st.Mode())
+	}
+	// A missing directory is an error, not a panic or a stray file.
+	if err := writePNGFile(filepath.Join(dir, "no", "such", "x.png"), img); err == nil {
+		t.Error("writing into a missing directory succeeded")
+	}
+}
