@@ -3,6 +3,7 @@ package weights
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"sort"
@@ -274,16 +275,18 @@ func dtypeLanes(dt string) (lanes, bool) {
 		return lanes{2, 0x7f80_7f80_7f80_7f80, 0x0080_0080_0080_0080, 0x7f80, 0x007f}, true
 	case "F16":
 		return lanes{2, 0x7c00_7c00_7c00_7c00, 0x0400_0400_0400_0400, 0x7c00, 0x03ff}, true
-	case "F64":
-		return lanes{8, 0x7ff00000_00000000, 0x00100000_00000000, 0x7ff00000_00000000, 0x000fffff_ffffffff}, true
 	}
 	return lanes{}, false
 }
 
 // anyNonFinite reports whether b, little-endian values of dt, holds a NaN
-// or ±Inf. It tests a 64-bit word (2 to 4 values) per step, without a
+// or ±Inf (for F64: a value that is not finite once converted to float32). It tests a 64-bit word (2 to 4 values) per step, without a
 // branch per value; aligned data is read in place as words.
 func anyNonFinite(dt string, b []byte) bool {
+	if dt == "F64" {
+		nan, inf, _ := countNonFinite(dt, b)
+		return nan+inf > 0
+	}
 	l, ok := dtypeLanes(dt)
 	if !ok {
 		return false
@@ -341,8 +344,27 @@ func elemBits(l lanes, b []byte) uint64 {
 // countNonFinite counts the NaN and ±Inf values of b and finds the first
 // one's element index (-1 when there is none).
 func countNonFinite(dt string, b []byte) (nan, inf, first int64) {
-	l, ok := dtypeLanes(dt)
 	first = -1
+	if dt == "F64" {
+		// Loading converts to float32: a finite F64 beyond its range
+		// becomes ±Inf, so the test is on the converted value.
+		for i := int64(0); len(b) >= 8; i, b = i+1, b[8:] {
+			v := float64(float32(math.Float64frombits(binary.LittleEndian.Uint64(b))))
+			switch {
+			case math.IsNaN(v):
+				nan++
+			case math.IsInf(v, 0):
+				inf++
+			default:
+				continue
+			}
+			if first < 0 {
+				first = i
+			}
+		}
+		return nan, inf, first
+	}
+	l, ok := dtypeLanes(dt)
 	if !ok {
 		return 0, 0, -1
 	}

@@ -297,6 +297,17 @@ func TestScanFiniteDTypes(t *testing.T) {
 			}
 		}
 	}
+	// A finite F64 beyond float32's range loads as ±Inf: it counts.
+	f64 := make([]byte, 8*3)
+	for i, x := range []float64{1, -1e39, 3.5e38} {
+		bits := math.Float64bits(x)
+		for k := range 8 {
+			f64[8*i+k] = byte(bits >> (8 * k))
+		}
+	}
+	if nan, inf, first := countNonFinite("F64", f64); nan != 0 || inf != 2 || first != 1 || !anyNonFinite("F64", f64) {
+		t.Errorf("F64 beyond float32: nan %d inf %d first %d", nan, inf, first)
+	}
 	// An in-memory store without raw bytes is scanned through Float32.
 	m := NewMemStore()
 	m.Put("a", []int{2}, []float32{1, 2})

@@ -4,7 +4,9 @@ import (
 	"archive/zip"
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"io"
+	"math"
 	"testing"
 )
 
@@ -12,6 +14,22 @@ import (
 // value count against the shape: a store that opens must be fully usable.
 func checkReadable(t *testing.T, s Store) {
 	t.Helper()
+	firstBad := ""
+	defer func() {
+		if t.Failed() {
+			return
+		}
+		// ScanFinite reads the stored bytes in place; it must name the first
+		// tensor whose float32 values (what the model gets) are not finite.
+		err := ScanFinite(s)
+		var ne *NonFiniteError
+		switch {
+		case firstBad == "" && err != nil:
+			t.Fatalf("ScanFinite = %v, but every value is finite", err)
+		case firstBad != "" && (!errors.As(err, &ne) || ne.Key != firstBad):
+			t.Fatalf("ScanFinite = %v, want tensor %q named", err, firstBad)
+		}
+	}()
 	for _, k := range s.Keys() {
 		inf, ok := s.Info(k)
 		if !ok {
@@ -27,6 +45,11 @@ func checkReadable(t *testing.T, s Store) {
 		}
 		if len(v) != n {
 			t.Fatalf("%q: %d values for shape %v", k, len(v), inf.Shape)
+		}
+		for _, x := range v {
+			if firstBad == "" && isFloatDType(inf.DType) && (math.IsNaN(float64(x)) || math.IsInf(float64(x), 0)) {
+				firstBad = k
+			}
 		}
 	}
 }
