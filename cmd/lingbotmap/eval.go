@@ -41,7 +41,12 @@ closed form (--align sim3 for monocular estimates, se3, or none), then it report
        rotation (degrees) of (Q_i⁻¹Q_{i+Δ})⁻¹(P_i⁻¹P_{i+Δ})
 
 each as RMSE, mean, median, standard deviation, min and max, in the
-reference's units.`,
+reference's units.
+
+Stamps equal within their floating-point resolution are always associated,
+however small --max-diff is. As evo does, sim3 and se3 refuse positions that
+cannot fix a rotation (fewer than 3 pairs, or all on one line; exit code 5).
+--json and --plot files are written whole or not at all.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.est, o.ref = args[0], args[1]

@@ -204,3 +204,20 @@ func TestCutInsideTheOnlyChunk(t *testing.T) {
 		t.Errorf("%d of %d messages, then %v", got, 2*n, err)
 	}
 }
+
+// A bag cut inside its index (after the last chunk): every message is read,
+// then the end says the index was cut.
+func TestCutInsideTheIndex(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "i.bag")
+	const n = 12
+	writeTestBag(t, path, n, 400)
+	full, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := countMessages(t, full[:len(full)-10])
+	var pe *PartialError
+	if !errors.As(err, &pe) || got != 2*n || !strings.Contains(err.Error(), "every chunk was read, but the index after them is cut short") {
+		t.Fatalf("%d of %d messages, then %v", got, 2*n, err)
+	}
+}

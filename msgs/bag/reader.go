@@ -63,16 +63,17 @@ type ReaderConfig struct {
 // the file size. It reads bags from this package and from rosbag
 // (Python, C++ and rosbag record).
 type Reader struct {
-	cfg     ReaderConfig
-	ra      io.ReaderAt
-	size    int64
-	closer  io.Closer
-	first   int64 // offset of the first record after the bag header
-	end     int64 // where the chunk section ends (index_pos, or the file end)
-	indexed bool
-	cutAt   int64 // index_pos of a bag whose index lies beyond the end of the file
-	conns   map[uint32]*Connection
-	chunks  []chunkInfo
+	cfg      ReaderConfig
+	ra       io.ReaderAt
+	size     int64
+	closer   io.Closer
+	first    int64 // offset of the first record after the bag header
+	end      int64 // where the chunk section ends (index_pos, or the file end)
+	indexed  bool
+	cutAt    int64 // index_pos of a bag whose index lies beyond the end of the file
+	indexErr error // why the index of a bag cut inside it could not be read
+	conns    map[uint32]*Connection
+	chunks   []chunkInfo
 }
 
 // Open opens a bag file with the default configuration.
@@ -129,10 +130,17 @@ func (c ReaderConfig) NewReader(ra io.ReaderAt, size int64) (*Reader, error) {
 	if indexPos >= uint64(r.first) && indexPos <= uint64(size) && indexPos != 0 {
 		r.indexed = true
 		r.end = int64(indexPos)
-		if err := r.readIndex(); err != nil {
+		err := r.readIndex()
+		if err == nil {
+			return r, nil
+		}
+		if !errors.Is(err, errTruncated) {
 			return nil, err
 		}
-		return r, nil
+		// The file ends inside its index: the chunks before it are whole.
+		// Read them as an unindexed bag, and say so after the last message.
+		r.indexed, r.chunks, r.conns = false, nil, map[uint32]*Connection{}
+		r.indexErr = err
 	}
 	if indexPos > uint64(size) {
 		r.cutAt = int64(indexPos)
@@ -428,6 +436,9 @@ func (r *Reader) scan(want map[string]bool, learnOnly bool) iter.Seq2[*Message, 
 		}
 		if r.cutAt > 0 && p.Err == nil {
 			p.Err = fmt.Errorf("%w: the bag header puts the index at byte %d but the file has %d bytes: the file was cut short", errTruncated, r.cutAt, r.size)
+		}
+		if r.indexErr != nil && p.Err == nil {
+			p.Err = fmt.Errorf("every chunk was read, but the index after them is cut short (%w)", r.indexErr)
 		}
 		if p.Err == nil || learnOnly {
 			return
