@@ -382,7 +382,7 @@ func TestRunFlags(t *testing.T) {
 		return nil
 	})
 	cmd.SetArgs([]string{"in.bag", "-o", "res", "--topic", "/cam/image/compressed", "--first-k", "100", "--stride", "2",
-		"--flow-threshold", "14", "--max-gap", "20", "--windowed", "--window-size", "32", "--overlap", "8",
+		"--flow-threshold", "14", "--max-non-keyframe-gap", "20", "--windowed", "--window-size", "32", "--overlap-size", "8",
 		"--scale-frames", "4", "--sliding-window", "16", "--device", "cuda", "--weights", "w.pt",
 		"--conf-threshold", "2.5", "--voxel", "0.05", "--save-conf", "--depth-scale", "5000",
 		"--fps", "5", "--frame-rate", "20", "--rotate-cw90", "--model-size", "full", "--pixel-stride", "3"})
