@@ -92,7 +92,9 @@ func newRunCmdWith(runF func(ctx context.Context, o *runOptions, autoKF bool) er
                   timings and the KV-cache state
 
 Settings (config/lingbotmap.yaml) come from the built-in defaults, the --config
-file, LINGBOTMAP_* environment variables and the flags, in that order.
+file, LINGBOTMAP_* environment variables and the flags, in that order. Unless
+keyframe_interval, flow_threshold or windowed is set, an input longer than 320
+frames takes one keyframe in ⌈N/320⌉ frames, as the reference does.
 
 INPUT is a folder of .png/.jpg/.JPG images (sorted by name), a .bag file
 (--topic, sensor_msgs/Image or CompressedImage) or a video (decoded by ffmpeg).
