@@ -225,7 +225,9 @@ func LoadConfig(b *config.Binding) (Config, config.Sources, error) {
 	return c, src, nil
 }
 
-// ParamSource reads ROS parameters (a goroslib node satisfies it through rosParams).
+// ParamSource reads the middleware's parameters by configuration key
+// ("weights", "cuda.pdl"); each transport maps the key onto its own parameter
+// names (ROS 1: the private parameter ~cuda/pdl, config.ParamName).
 type ParamSource interface {
 	IsSet(key string) (bool, error)
 	Bool(key string) (bool, error)
@@ -234,63 +236,73 @@ type ParamSource interface {
 	String(key string) (string, error)
 }
 
-// ParamName is the ROS private parameter that overrides a configuration key
-// (config.ParamName).
-func ParamName(key string) string { return config.ParamName(key) }
+// ParamNamer is what a ParamSource may also offer so that messages name the
+// parameter as its users write it (ROS 1: "~cuda/pdl").
+type ParamNamer interface {
+	ParamName(key string) string
+}
 
-// ApplyParams overrides c with the ROS private parameters that are set, and
-// returns the keys it took. Integers are accepted for float settings, as
-// rosparam stores "1" as an int.
+// paramName is key as p's users name it.
+func paramName(p ParamSource, key string) string {
+	if pn, ok := p.(ParamNamer); ok {
+		return pn.ParamName(key)
+	}
+	return key
+}
+
+// ApplyParams overrides c with the parameters of p that are set, and returns
+// the keys it took. Integers are accepted for float settings, as rosparam
+// stores "1" as an int.
 func ApplyParams(c Config, p ParamSource) (Config, []string, error) {
 	var taken []string
 	for _, f := range config.Settings(&c) {
-		name := ParamName(f.Key)
-		set, err := p.IsSet(name)
+		key, name := f.Key, paramName(p, f.Key)
+		set, err := p.IsSet(key)
 		if err != nil {
-			return c, taken, fmt.Errorf("asking the ROS master for parameter %s: %w", name, err)
+			return c, taken, fmt.Errorf("reading parameter %s: %w", name, err)
 		}
 		if !set {
 			continue
 		}
 		switch f.Value.Kind() {
 		case reflect.Bool:
-			b, err := p.Bool(name)
+			b, err := p.Bool(key)
 			if err != nil {
-				return c, taken, fmt.Errorf("ROS parameter %s must be a bool: %w", name, err)
+				return c, taken, fmt.Errorf("parameter %s must be a bool: %w", name, err)
 			}
 			f.Value.SetBool(b)
 		case reflect.Int, reflect.Int64:
-			i, err := p.Int(name)
+			i, err := p.Int(key)
 			if err != nil {
-				return c, taken, fmt.Errorf("ROS parameter %s must be an integer: %w", name, err)
+				return c, taken, fmt.Errorf("parameter %s must be an integer: %w", name, err)
 			}
 			f.Value.SetInt(int64(i))
 		case reflect.Float64:
-			x, err := p.Float64(name)
+			x, err := p.Float64(key)
 			if err != nil {
-				i, ierr := p.Int(name)
+				i, ierr := p.Int(key)
 				if ierr != nil {
-					return c, taken, fmt.Errorf("ROS parameter %s must be a number: %w", name, err)
+					return c, taken, fmt.Errorf("parameter %s must be a number: %w", name, err)
 				}
 				x = float64(i)
 			}
 			f.Value.SetFloat(x)
 		case reflect.String:
-			s, err := p.String(name)
+			s, err := p.String(key)
 			if err != nil {
-				return c, taken, fmt.Errorf("ROS parameter %s must be a string: %w", name, err)
+				return c, taken, fmt.Errorf("parameter %s must be a string: %w", name, err)
 			}
 			f.Value.SetString(s)
 		case reflect.Slice:
-			// ROS 1 parameters through goroslib are scalars only, so lists
-			// come as strings such as "4 11 17 23".
-			s, err := p.String(name)
+			// Parameter servers may hold scalars only (ROS 1 through
+			// goroslib), so lists come as strings such as "4 11 17 23".
+			s, err := p.String(key)
 			if err != nil {
-				return c, taken, fmt.Errorf("ROS parameter %s must be a string of integers like \"4 11 17 23\": %w", name, err)
+				return c, taken, fmt.Errorf("parameter %s must be a string of integers like \"4 11 17 23\": %w", name, err)
 			}
 			ints, err := parseInts(s)
 			if err != nil || f.Value.Type() != reflect.TypeOf(ints) {
-				return c, taken, fmt.Errorf("ROS parameter %s must be a string of integers like \"4 11 17 23\", not %q", name, s)
+				return c, taken, fmt.Errorf("parameter %s must be a string of integers like \"4 11 17 23\", not %q", name, s)
 			}
 			f.Value.Set(reflect.ValueOf(ints))
 		default:
@@ -299,7 +311,7 @@ func ApplyParams(c Config, p ParamSource) (Config, []string, error) {
 		taken = append(taken, f.Key)
 	}
 	if err := c.Validate(); err != nil {
-		return c, taken, fmt.Errorf("after applying ROS parameters: %w", err)
+		return c, taken, fmt.Errorf("after applying the parameters: %w", err)
 	}
 	return c, taken, nil
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -108,7 +109,7 @@ func TestLoadConfigLayers(t *testing.T) {
 	}
 
 	// ROS parameters come last.
-	c, taken, err := ApplyParams(c, fakeParams{"~scale_frames": 4, "~cuda/pdl": true, "~map_frame": "map"})
+	c, taken, err := ApplyParams(c, fakeParams{"scale_frames": 4, "cuda.pdl": true, "map_frame": "map"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,9 +181,9 @@ func TestEverySettingReachable(t *testing.T) {
 			}
 			start := DefaultConfig()
 			start.BaseToCamera = base
-			c, taken, err := ApplyParams(start, fakeParams{config.ParamName(s.Key): param})
+			c, taken, err := ApplyParams(start, fakeParams{s.Key: param})
 			if err != nil || !slices.Equal(taken, []string{s.Key}) {
-				t.Fatalf("parameter %s: %v (taken %v)", config.ParamName(s.Key), err, taken)
+				t.Fatalf("parameter %s: %v (taken %v)", s.Key, err, taken)
 			}
 			check("ROS parameter", c)
 		})
@@ -309,29 +310,41 @@ func (p fakeParams) String(k string) (string, error) {
 	return "", os.ErrInvalid
 }
 
+// namedParams names its parameters as ROS 1 does.
+type namedParams struct{ fakeParams }
+
+func (namedParams) ParamName(key string) string { return config.ParamName(key) }
+
 func TestApplyParams(t *testing.T) {
 	c, taken, err := ApplyParams(DefaultConfig(), fakeParams{
-		"~weights":         "/m.pt",
-		"~map_rate":        2, // rosparam stores "2" as an int
-		"~publish_tf":      false,
-		"~selected_layers": "4 11 17 23",
-		"~queue_size":      8,
+		"weights":         "/m.pt",
+		"map_rate":        2, // rosparam stores "2" as an int
+		"publish_tf":      false,
+		"selected_layers": "4 11 17 23",
+		"queue_size":      8,
+		"cuda.pdl":        false,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Engine.Weights != "/m.pt" || c.MapRate != 2 || c.PublishTF || c.QueueSize != 8 ||
+	if c.Engine.Weights != "/m.pt" || c.MapRate != 2 || c.PublishTF || c.QueueSize != 8 || c.Engine.CUDA.PDL ||
 		!reflect.DeepEqual(c.Engine.SelectedLayers, []int{4, 11, 17, 23}) {
 		t.Errorf("ApplyParams gave %+v", c)
 	}
-	if len(taken) != 5 {
-		t.Errorf("taken = %v, want 5 keys", taken)
+	if len(taken) != 6 {
+		t.Errorf("taken = %v, want 6 keys", taken)
 	}
-	if _, _, err := ApplyParams(DefaultConfig(), fakeParams{"~queue_size": "big"}); err == nil || !strings.Contains(err.Error(), "~queue_size") {
+	if _, _, err := ApplyParams(DefaultConfig(), namedParams{fakeParams{"queue_size": "big"}}); err == nil || !strings.Contains(err.Error(), "~queue_size") {
 		t.Errorf("a string for an int parameter: error %v, want one naming ~queue_size", err)
 	}
-	if _, _, err := ApplyParams(DefaultConfig(), fakeParams{"~queue_policy": "sometimes"}); err == nil || !strings.Contains(err.Error(), "'queue_policy'") {
+	if _, _, err := ApplyParams(DefaultConfig(), namedParams{fakeParams{"cuda.paged_splits": 1.5}}); err == nil || !strings.Contains(err.Error(), "~cuda/paged_splits") {
+		t.Errorf("a float for an int parameter: error %v, want one naming ~cuda/paged_splits", err)
+	}
+	if _, _, err := ApplyParams(DefaultConfig(), fakeParams{"queue_policy": "sometimes"}); err == nil || !strings.Contains(err.Error(), "'queue_policy'") {
 		t.Errorf("a bad policy: error %v, want one naming queue_policy", err)
+	}
+	if _, _, err := ApplyParams(DefaultConfig(), fakeParams{"flow_threshold": math.NaN()}); err == nil || !strings.Contains(err.Error(), "'flow_threshold'") {
+		t.Errorf("a NaN flow threshold: error %v, want one naming flow_threshold", err)
 	}
 }
 
