@@ -57,9 +57,9 @@ func defaultRunOptions() *runOptions {
 		out:           "lingbotmap-run",
 		src:           source.DefaultOptions(),
 		cfg:           engine.DefaultConfig(),
-		confThreshold: node.DefaultConfig().ConfThreshold,
-		voxel:         0.02,
-		pixelStride:   1,
+		confThreshold: runDefaults().ConfThreshold,
+		voxel:         runDefaults().MapVoxel,
+		pixelStride:   runDefaults().CloudStride,
 		saveDepth:     true,
 		depthScale:    render.DepthScale,
 		confScale:     100,
@@ -67,6 +67,14 @@ func defaultRunOptions() *runOptions {
 		newStream:     engine.New,
 		openSource:    source.Open,
 	}
+}
+
+// runDefaults are the schema's defaults with run's one difference: an
+// offline map.ply keeps finer detail than the node's live map.
+func runDefaults() node.Config {
+	d := node.DefaultConfig()
+	d.MapVoxel = 0.02
+	return d
 }
 
 func newRunCmd() *cobra.Command { return newRunCmdWith(runRun) }
@@ -83,7 +91,8 @@ func newRunCmdWith(runF func(ctx context.Context, o *runOptions, autoKF bool) er
 
   trajectory.tum  camera poses, "timestamp tx ty tz qx qy qz qw" (camera→world)
   map.ply         binary PLY, xyz + rgb: depth unprojected with each pose, pixels
-                  with confidence > --conf-threshold, averaged per --voxel cube
+                  with confidence > --conf-threshold, every --cloud-stride pixel,
+                  averaged per --map-voxel cube
   depth/NNNNNN.png  per-frame depth, 16-bit, value = depth · --depth-scale (0 = none)
   conf/NNNNNN.png   per-frame confidence, 16-bit, value = conf · --conf-scale (--save-conf)
   preview.png     the trajectory seen from above over the map's points
@@ -111,7 +120,8 @@ Ctrl-C stops the run and writes what was computed so far.`,
 			if err != nil {
 				return &exitCodeError{code: exitUsage, err: err}
 			}
-			o.cfg, o.confThreshold, o.sources = all.Engine, all.ConfThreshold, src
+			o.cfg, o.sources = all.Engine, src
+			o.confThreshold, o.voxel, o.pixelStride = all.ConfThreshold, all.MapVoxel, all.CloudStride
 			// The reference's default: one keyframe in ⌈N/320⌉ for long
 			// streaming runs, unless the user chose.
 			autoKF := !src.Given("keyframe_interval") && !src.Given("flow_threshold") && !o.cfg.Windowed
@@ -119,7 +129,7 @@ Ctrl-C stops the run and writes what was computed so far.`,
 		},
 	}
 	f := cmd.Flags()
-	o.settings, bindErr = bindSettings(f, node.DefaultConfig(), runSettings())
+	o.settings, bindErr = bindSettings(f, runDefaults(), runSettings())
 	f.StringVarP(&o.out, "out", "o", o.out, "output folder (created if missing)")
 	f.StringVar(&o.src.Topic, "topic", "", "image topic of a ROS bag (default: its only image topic)")
 	f.BoolVar(&o.src.RotateCW90, "rotate-cw90", false, "turn every frame 90° clockwise before the model")
@@ -128,8 +138,6 @@ Ctrl-C stops the run and writes what was computed so far.`,
 	f.Float64Var(&o.src.SampleFPS, "fps", o.src.SampleFPS, "videos: sample one frame in round(video fps / fps) before --first-k and --stride, as the reference (0 = every frame)")
 	f.Float64Var(&o.src.FrameRate, "frame-rate", o.src.FrameRate, "frame rate for the stamps of inputs without times (numbered images)")
 
-	f.Float64Var(&o.voxel, "voxel", o.voxel, "map: voxel edge in model units (metres for metric models)")
-	f.IntVar(&o.pixelStride, "pixel-stride", o.pixelStride, "map: unproject every Nth pixel in each direction")
 	f.BoolVar(&o.saveDepth, "save-depth", o.saveDepth, "write per-frame depth PNGs")
 	f.BoolVar(&o.saveConf, "save-conf", false, "write per-frame confidence PNGs")
 	f.Float64Var(&o.depthScale, "depth-scale", o.depthScale, "depth PNG units per model unit (1000 = millimetres)")
@@ -149,10 +157,10 @@ func (o *runOptions) validate() error {
 		errs = append(errs, fmt.Errorf("'conf_threshold' must be a number, not %g", o.confThreshold))
 	}
 	if !(o.voxel > 0) || math.IsInf(o.voxel, 0) {
-		errs = append(errs, fmt.Errorf("'voxel' must be a positive size, not %g", o.voxel))
+		errs = append(errs, fmt.Errorf("'map_voxel' must be a positive size, not %g", o.voxel))
 	}
 	if o.pixelStride < 1 {
-		errs = append(errs, fmt.Errorf("'pixel-stride' must be ≥ 1, not %d", o.pixelStride))
+		errs = append(errs, fmt.Errorf("'cloud_stride' must be ≥ 1, not %d", o.pixelStride))
 	}
 	if !(o.depthScale > 0) || math.IsInf(o.depthScale, 0) {
 		errs = append(errs, fmt.Errorf("'depth-scale' must be positive, not %g", o.depthScale))

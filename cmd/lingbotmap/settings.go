@@ -16,8 +16,10 @@ import (
 // may hold any key of the schema, so one file serves every command.
 
 // runSettings are the settings of `lingbotmap run`: all of the engine's, and
-// the confidence threshold of the map's points.
-func runSettings() []string { return append(config.Keys(&engine.Config{}), "conf_threshold") }
+// those of the map it writes (confidence threshold, pixel stride, voxel).
+func runSettings() []string {
+	return append(config.Keys(&engine.Config{}), "conf_threshold", "cloud_stride", "map_voxel")
+}
 
 // benchSettings are the settings of `lingbotmap bench`: the model, its cache
 // and the backend (bench makes its own random frames at --width × --height and

@@ -36,7 +36,7 @@ func settingsCommands() []settingsCommand {
 		{name: "run", keys: runSettings(), args: []string{"in"}, build: func(got *map[string]any) *cobra.Command {
 			return newRunCmdWith(func(_ context.Context, o *runOptions, _ bool) error {
 				*got = config.Values(&o.cfg)
-				(*got)["conf_threshold"] = o.confThreshold
+				(*got)["conf_threshold"], (*got)["map_voxel"], (*got)["cloud_stride"] = o.confThreshold, o.voxel, o.pixelStride
 				return nil
 			})
 		}},
@@ -157,6 +157,8 @@ func commandDefaults(name string) node.Config {
 		return benchDefaults()
 	case "verify":
 		return verifyDefaults()
+	case "run":
+		return runDefaults()
 	}
 	return node.DefaultConfig()
 }
