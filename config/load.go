@@ -138,7 +138,18 @@ func (b *Binding) Load(dst any) (Sources, error) {
 	if err := checkFinite(dst); err != nil {
 		return Sources{}, fmt.Errorf("configuration: %w", err)
 	}
+	emptyListsToNil(dst)
 	return src, nil
+}
+
+// emptyListsToNil makes an empty list (YAML's [], an empty flag) the same as
+// no list, which is how list settings say "the default choice".
+func emptyListsToNil(cfg any) {
+	for _, s := range Settings(cfg) {
+		if s.Value.Kind() == reflect.Slice && s.Value.Len() == 0 {
+			s.Value.SetZero()
+		}
+	}
 }
 
 // checkFinite rejects NaN and infinite numbers, which no setting means.

@@ -58,6 +58,25 @@ func TestShippedConfigEqualsDefaults(t *testing.T) {
 	}
 }
 
+// The shipped file given as --config loads as the defaults, exactly: its
+// empty selected_layers is the engine's "the model's choice" (nil).
+func TestShippedConfigLoadsAsDefaults(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "lingbotmap.yaml")
+	if err := os.WriteFile(file, config.YAML, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, src, err := load(t, "--config", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(c, DefaultConfig()) {
+		t.Errorf("--config config/lingbotmap.yaml loads as\n %+v\nnot the defaults\n %+v", c, DefaultConfig())
+	}
+	if len(src.From) != len(config.Keys(&c)) {
+		t.Errorf("%d settings came from the file, want all %d", len(src.From), len(config.Keys(&c)))
+	}
+}
+
 // load parses args as the node's command line and loads the configuration.
 func load(t *testing.T, args ...string) (Config, config.Sources, error) {
 	t.Helper()
