@@ -90,9 +90,10 @@ func (s Sources) Given(key string) bool { _, ok := s.From[key]; return ok }
 
 // Load fills the struct dst points to (the type Bind was given) from, lowest
 // first: the defaults, the --config file, LINGBOTMAP_* environment variables
-// and the flags given on the command line. Unknown keys in the file and
-// values of the wrong type are errors naming the key. Validation is the
-// caller's: commands check the settings they use.
+// and the flags given on the command line. Only the command's settings are
+// taken; the others keep their defaults, so one file can serve every command.
+// Unknown keys in the file and values of the wrong type are errors naming the
+// key. Validation is the caller's: commands check the settings they use.
 func (b *Binding) Load(dst any) (Sources, error) {
 	if reflect.TypeOf(dst) != reflect.TypeOf(b.defaults) {
 		return Sources{}, fmt.Errorf("config: Load into %T, bound with %T", dst, b.defaults)
@@ -134,6 +135,13 @@ func (b *Binding) Load(dst any) (Sources, error) {
 	}
 	if err := v.UnmarshalExact(dst); err != nil {
 		return Sources{}, fmt.Errorf("configuration: %w", err)
+	}
+	// A file or variable may set other commands' settings; this command
+	// keeps its defaults for them.
+	for i, s := range Settings(dst) {
+		if !slices.Contains(b.keys, s.Key) {
+			s.Value.Set(settings[i].Value)
+		}
 	}
 	if err := checkFinite(dst); err != nil {
 		return Sources{}, fmt.Errorf("configuration: %w", err)

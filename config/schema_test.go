@@ -91,8 +91,8 @@ func TestBindAndLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// b_c is read from the file although this command has no flag for it.
-	if got.Flat.A != 7 || got.Flat.B != "other" || got.Section.B != "flag" || got.X != 2 || !slices.Equal(got.L, []int{3, 4}) {
+	// b_c is another command's setting: parsed, but left at its default.
+	if got.Flat.A != 7 || got.Flat.B != "" || got.Section.B != "flag" || got.X != 2 || !slices.Equal(got.L, []int{3, 4}) {
 		t.Errorf("loaded %+v", got)
 	}
 	if want := map[string]string{"a": "flag", "sec.b_c": "flag", "l": "env"}; src.File != file || !reflect.DeepEqual(src.From, want) {

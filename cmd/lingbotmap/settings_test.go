@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -50,6 +51,7 @@ func settingsCommands() []settingsCommand {
 			return newVerifyCmdWith(func(_ context.Context, o *verifyOptions, _ io.Writer) error {
 				e := engine.Config{Weights: o.weights, Device: o.device, Precision: o.precision, Threads: o.threads, CUDA: o.cuda}
 				*got = config.Values(&e)
+				maps.DeleteFunc(*got, func(k string, _ any) bool { return !slices.Contains(verifySettings(), k) })
 				return nil
 			})
 		}},
@@ -148,6 +150,43 @@ func TestCommandsLoadEverySetting(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A command takes only its own settings: another command's, given in the
+// environment, leave it at its defaults.
+func TestCommandsIgnoreOtherSettings(t *testing.T) {
+	for _, c := range settingsCommands() {
+		if c.name == "node" {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			def := config.Values(ptr(commandDefaults(c.name)))
+			for _, k := range config.Keys(&node.Config{}) {
+				if !slices.Contains(c.keys, k) {
+					text, _ := testValue(t, k, def[k], 1)
+					t.Setenv(config.EnvName(k), text)
+				}
+			}
+			var got map[string]any
+			cmd := c.build(&got)
+			cmd.SetArgs(c.args)
+			if err := cmd.ExecuteContext(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			others := 0
+			for k, v := range got {
+				if !slices.Contains(c.keys, k) {
+					others++
+					if !reflect.DeepEqual(v, def[k]) {
+						t.Errorf("%s = %v from the environment, want the default %v", k, v, def[k])
+					}
+				}
+			}
+			if c.name == "bench" && others == 0 {
+				t.Error("the test saw none of the settings bench leaves alone")
+			}
+		})
 	}
 }
 
