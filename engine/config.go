@@ -176,6 +176,12 @@ func (c Config) Validate() error {
 	if c.Threads < 0 {
 		bad("threads", "must be ≥ 0, not %d", c.Threads)
 	}
+	for i, l := range c.SelectedLayers {
+		if l < 0 || (i > 0 && l <= c.SelectedLayers[i-1]) {
+			bad("selected_layers", "must be distinct aggregator layers ≥ 0 in ascending order, not %v", c.SelectedLayers)
+			break
+		}
+	}
 	if c.ImageWidth < 14 || c.ImageWidth%14 != 0 {
 		bad("image_width", "must be a positive multiple of 14, not %d", c.ImageWidth)
 	}

@@ -269,6 +269,8 @@ func TestLoadConfigRejectsBadValues(t *testing.T) {
 		{"image_transport: theora\n", "'image_transport'"},
 		{"device: tpu\n", "'device'"},
 		{"flow_threshold: .nan\n", "'flow_threshold'"},
+		{"selected_layers: [4, 4, 9]\n", "'selected_layers'"},
+		{"selected_layers: [-1, 3]\n", "'selected_layers'"},
 		{"flow_threshold: -2\n", "'flow_threshold'"},
 		{"max_frames: 8\n", "'max_frames'"},
 		{"cache_headroom: 1\n", "'cache_headroom'"},
