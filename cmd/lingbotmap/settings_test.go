@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"maps"
 	"os"
@@ -187,6 +188,30 @@ func TestCommandsIgnoreOtherSettings(t *testing.T) {
 				t.Error("the test saw none of the settings bench leaves alone")
 			}
 		})
+	}
+}
+
+// The commands' own defaults differ from the schema's in the one setting
+// each that config/lingbotmap.yaml names, and nowhere else.
+func TestCommandDefaults(t *testing.T) {
+	base := config.Values(ptr(node.DefaultConfig()))
+	for name, want := range map[string]map[string]any{
+		"node": {}, "run": {"map_voxel": 0.02}, "bench": {"model_size": "full"}, "verify": {"precision": "fp32"},
+	} {
+		got := map[string]any{}
+		for k, v := range config.Values(ptr(commandDefaults(name))) {
+			if !reflect.DeepEqual(v, base[k]) {
+				got[k] = v
+			}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: defaults differ from the schema's in %v, want %v", name, got, want)
+		}
+		for k, v := range want {
+			if !strings.Contains(string(config.YAML), fmt.Sprintf("%s %s %v", name, k, v)) {
+				t.Errorf("config/lingbotmap.yaml does not say %q", fmt.Sprintf("%s %s %v", name, k, v))
+			}
+		}
 	}
 }
 
