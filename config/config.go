@@ -1,6 +1,10 @@
-// Package config carries the shipped configuration file, config/lingbotmap.yaml,
-// inside the binary: the node's flag help is read from its comments, and a
-// test keeps it equal to the built-in defaults.
+// Package config is lingbotmap's one configuration schema at work: it names
+// every setting from its key (flag, environment variable, ROS parameter; see
+// schema.go), binds a command's settings to flags and loads them in order
+// (load.go), and carries the shipped file, config/lingbotmap.yaml, inside the
+// binary: the flags' help is read from its comments, and a test keeps it equal
+// to the built-in defaults. The schema itself is the Go structs with their
+// mapstructure tags (node.Config holding engine.Config).
 package config
 
 import (
@@ -13,7 +17,7 @@ import (
 //go:embed lingbotmap.yaml
 var YAML []byte
 
-// Help maps each dotted key of the shipped file ("engine.weights") to the
+// Help maps each dotted key of the shipped file ("weights", "cuda.pdl") to the
 // comment lines just above it, joined into one sentence.
 func Help() map[string]string {
 	help := map[string]string{}

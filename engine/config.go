@@ -3,9 +3,17 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/lingbotmap/lingbotmap/engine/model"
 )
 
 // Config sets up a Stream. Zero values are not valid; start from DefaultConfig.
+// Its mapstructure tags are the settings' keys (see package config for the
+// flag, environment and ROS parameter names that follow from them), and
+// config/lingbotmap.yaml documents each with its default.
 type Config struct {
 	// Weights is a .safetensors or .pt checkpoint. Empty means a random-weight
 	// model of ModelSize (no meaningful map; for tests and demos).
@@ -57,6 +65,9 @@ type Config struct {
 	WindowSize  int  `mapstructure:"window_size"`
 	OverlapSize int  `mapstructure:"overlap_size"`
 
+	// CUDA tunes the CUDA backend; the CPU backend ignores it.
+	CUDA CUDAConfig `mapstructure:"cuda"`
+
 	// Trace, when set, is called after every model call and keyframe decision
 	// (for verify and diagnostics). It is not a configuration value.
 	Trace func(TraceEvent) `mapstructure:"-" json:"-"`
@@ -81,24 +92,70 @@ type TraceEvent struct {
 	Stats CacheStats
 }
 
-// DefaultConfig is the reference demo's configuration.
+// CUDAConfig holds the CUDA backend's knobs. The engine does not import the
+// backend: the program maps these onto cuda.Config where it composes the
+// backend.
+type CUDAConfig struct {
+	// KernelCache is the folder of compiled kernels; empty takes the user's
+	// cache folder, "-" turns the disk cache off.
+	KernelCache string `mapstructure:"kernel_cache"`
+	// ExactAttention runs attention with the fp32 kernels in bf16 mode too
+	// (slower; for checking the tensor-core kernels).
+	ExactAttention bool `mapstructure:"exact_attention"`
+	// Profile times every operation on the device and logs the times at the end.
+	Profile bool `mapstructure:"profile"`
+	// GEMMTuning times cuBLASLt's candidate algorithms on each GEMM shape's
+	// first call; off keeps its first heuristic choice.
+	GEMMTuning bool `mapstructure:"gemm_tuning"`
+	// PDL launches kernels with programmatic dependent launch on Hopper and
+	// later GPUs; off starts each kernel after the previous one has finished.
+	PDL bool `mapstructure:"pdl"`
+	// PagedKernel picks the paged-attention kernel: "auto" (the fastest for
+	// the GPU and page size) or one of PagedKernels for comparisons.
+	PagedKernel string `mapstructure:"paged_kernel"`
+	// PagedSplits, when positive, replaces the automatic key split count of
+	// the TMA paged kernels.
+	PagedSplits int `mapstructure:"paged_splits"`
+}
+
+// PagedKernels are the values of CUDAConfig.PagedKernel besides "auto", as
+// the CUDA backend names its paged-attention kernels.
+var PagedKernels = []string{"fa2", "mma", "exact", "wg", "tma", "tma3"}
+
+// DefaultConfig is the reference demo's configuration; the model's own
+// defaults (model.DefaultOptions) are its source for the model settings.
 func DefaultConfig() Config {
+	m := model.DefaultOptions()
 	return Config{
 		ModelSize:         "tiny",
 		Seed:              1,
 		Device:            "cpu",
 		Precision:         "bf16",
 		ImageWidth:        518,
-		ScaleFrames:       8,
-		SlidingWindow:     64,
-		MaxFrames:         1024,
-		CacheHeadroom:     16,
-		CameraIterations:  4,
+		ScaleFrames:       m.ScaleFrames,
+		SlidingWindow:     m.SlidingWindow,
+		MaxFrames:         m.MaxFrames,
+		CacheHeadroom:     m.CacheHeadroom,
+		CameraIterations:  m.CameraIterations,
 		KeyframeInterval:  1,
 		MaxNonKeyframeGap: 30,
 		WindowSize:        64,
 		OverlapSize:       16,
+		CUDA: CUDAConfig{
+			GEMMTuning:  true,
+			PDL:         true,
+			PagedKernel: "auto",
+		},
 	}
+}
+
+// ComputePrecision is the arithmetic the configured backend actually uses:
+// Precision on the GPU, fp32 on the CPU (which has no bf16 path).
+func (c Config) ComputePrecision() string {
+	if c.Device == "cpu" {
+		return "fp32"
+	}
+	return c.Precision
 }
 
 // Validate names the first setting that is out of range.
@@ -118,6 +175,12 @@ func (c Config) Validate() error {
 	}
 	if c.Threads < 0 {
 		bad("threads", "must be ≥ 0, not %d", c.Threads)
+	}
+	for i, l := range c.SelectedLayers {
+		if l < 0 || (i > 0 && l <= c.SelectedLayers[i-1]) {
+			bad("selected_layers", "must be distinct aggregator layers ≥ 0 in ascending order, not %v", c.SelectedLayers)
+			break
+		}
 	}
 	if c.ImageWidth < 14 || c.ImageWidth%14 != 0 {
 		bad("image_width", "must be a positive multiple of 14, not %d", c.ImageWidth)
@@ -140,8 +203,8 @@ func (c Config) Validate() error {
 	if c.KeyframeInterval < 1 {
 		bad("keyframe_interval", "must be ≥ 1, not %d", c.KeyframeInterval)
 	}
-	if c.FlowThreshold < 0 {
-		bad("flow_threshold", "must be ≥ 0, not %g", c.FlowThreshold)
+	if !(c.FlowThreshold >= 0) || math.IsInf(c.FlowThreshold, 0) {
+		bad("flow_threshold", "must be a finite number ≥ 0, not %g", c.FlowThreshold)
 	}
 	if c.MaxNonKeyframeGap < 1 {
 		bad("max_non_keyframe_gap", "must be ≥ 1, not %d", c.MaxNonKeyframeGap)
@@ -158,6 +221,12 @@ func (c Config) Validate() error {
 		if frames := c.ScaleFrames + max(c.WindowSize-c.ScaleFrames, 0)*max(c.KeyframeInterval, 1); c.FlowThreshold == 0 && c.OverlapSize >= frames {
 			bad("overlap_size", "must be smaller than a window's %d frames, not %d", frames, c.OverlapSize)
 		}
+	}
+	if c.CUDA.PagedKernel != "auto" && !slices.Contains(PagedKernels, c.CUDA.PagedKernel) {
+		bad("cuda.paged_kernel", "must be auto or one of %s, not %q", strings.Join(PagedKernels, ", "), c.CUDA.PagedKernel)
+	}
+	if c.CUDA.PagedSplits < 0 {
+		bad("cuda.paged_splits", "must be ≥ 0 (0 = automatic), not %d", c.CUDA.PagedSplits)
 	}
 	return errors.Join(errs...)
 }

@@ -9,18 +9,19 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
-	"github.com/spf13/viper"
 
 	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
 )
 
-// Config is everything `lingbotmap node` can be told: the engine's settings
-// under "engine" plus the node's own. Keys are the mapstructure tags; the same
-// key names the YAML entry, the LINGBOTMAP_* environment variable (dots become
-// underscores), the command-line flag and the ROS private parameter ("~engine/weights").
+// Config is the whole configuration schema: the engine's settings (with the
+// cuda section) and the node's own, side by side, so that a setting has one
+// key in every command. Keys are the mapstructure tags; package config derives
+// the YAML entry, the LINGBOTMAP_* environment variable, the command-line flag
+// and the ROS private parameter from the key ("device": --device,
+// LINGBOTMAP_DEVICE, ~device).
 type Config struct {
-	Engine engine.Config `mapstructure:"engine"`
+	Engine engine.Config `mapstructure:",squash"`
 
 	// ImageTransport picks the input topics: "raw" (sensor_msgs/Image on
 	// "image"), "compressed" (sensor_msgs/CompressedImage on "image/compressed")
@@ -69,7 +70,8 @@ type Config struct {
 	Replay string `mapstructure:"replay"`
 }
 
-// DefaultConfig holds the built-in defaults; config/lingbotmap.yaml repeats them.
+// DefaultConfig holds the built-in defaults; config/lingbotmap.yaml repeats
+// them and a test keeps the two equal.
 func DefaultConfig() Config {
 	return Config{
 		Engine:              engine.DefaultConfig(),
@@ -96,7 +98,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("parameter '%s' %s", key, fmt.Sprintf(format, args...)))
 	}
 	if err := c.Engine.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("engine section: %w", err))
+		errs = append(errs, err)
 	}
 	switch c.ImageTransport {
 	case "raw", "compressed", "both":
@@ -199,117 +201,33 @@ func parseInts(s string) ([]int, error) {
 	return out, nil
 }
 
-// configField is one leaf setting: its dotted key and the addressable value.
-type configField struct {
-	key string
-	val reflect.Value
-}
-
-// fields lists the leaves of c (which must be a pointer to Config) in declaration order.
-func fields(c *Config) []configField {
-	var out []configField
-	var walk func(prefix string, v reflect.Value)
-	walk = func(prefix string, v reflect.Value) {
-		t := v.Type()
-		for i := 0; i < t.NumField(); i++ {
-			tag := t.Field(i).Tag.Get("mapstructure")
-			if tag == "" || tag == "-" {
-				continue
-			}
-			fv := v.Field(i)
-			if fv.Kind() == reflect.Func {
-				continue
-			}
-			if fv.Kind() == reflect.Struct {
-				walk(prefix+tag+".", fv)
-				continue
-			}
-			out = append(out, configField{key: prefix + tag, val: fv})
-		}
-	}
-	walk("", reflect.ValueOf(c).Elem())
-	return out
-}
-
-// Keys lists every configuration key in declaration order.
-func Keys() []string {
-	c := DefaultConfig()
-	var keys []string
-	for _, f := range fields(&c) {
-		keys = append(keys, f.key)
-	}
-	return keys
-}
-
-// AddFlags registers one flag per key (named like the key, e.g. --engine.weights,
-// --queue_policy) with the built-in default, for BindFlags to hand to viper.
-func AddFlags(fs *pflag.FlagSet) {
-	c := DefaultConfig()
-	help := config.Help()
-	for _, f := range fields(&c) {
-		usage := help[f.key]
-		if usage == "" {
-			usage = "see config/lingbotmap.yaml"
-		}
-		switch f.val.Kind() {
-		case reflect.Bool:
-			fs.Bool(f.key, f.val.Bool(), usage)
-		case reflect.Int, reflect.Int64:
-			fs.Int64(f.key, f.val.Int(), usage)
-		case reflect.Float64:
-			fs.Float64(f.key, f.val.Float(), usage)
-		case reflect.String:
-			fs.String(f.key, f.val.String(), usage)
-		case reflect.Slice:
-			if ints, ok := f.val.Interface().([]int); ok {
-				fs.IntSlice(f.key, ints, usage+" (comma-separated)")
-			}
-		}
-	}
-}
-
-// LoadConfig layers, lowest first: built-in defaults, the YAML file (if file is
-// not empty), LINGBOTMAP_* environment variables, then the flags already bound
-// to v (see BindFlags). Unknown keys and bad values are errors that name the key.
-func LoadConfig(v *viper.Viper, file string) (Config, error) {
+// BindFlags registers the node's flags on fs: --config and one per setting,
+// named by config.FlagName (--device, --keyframe-interval, --queue-policy,
+// --cuda-pdl). Pass the binding to LoadConfig after parsing.
+func BindFlags(fs *pflag.FlagSet) (*config.Binding, error) {
 	def := DefaultConfig()
-	for _, f := range fields(&def) {
-		v.SetDefault(f.key, f.val.Interface())
-	}
-	v.SetEnvPrefix("LINGBOTMAP")
-	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
-	v.AutomaticEnv()
-	if file != "" {
-		v.SetConfigFile(file)
-		v.SetConfigType("yaml")
-		if err := v.ReadInConfig(); err != nil {
-			return Config{}, fmt.Errorf("reading the configuration file %s: %w", file, err)
-		}
-	}
+	return config.Bind(fs, &def, nil)
+}
+
+// LoadConfig layers, lowest first: built-in defaults, the --config file,
+// LINGBOTMAP_* environment variables and the flags given, and validates the
+// result. ROS parameters come later, from ApplyParams. Unknown keys and bad
+// values are errors that name the key.
+func LoadConfig(b *config.Binding) (Config, config.Sources, error) {
 	var c Config
-	if err := v.UnmarshalExact(&c); err != nil {
-		return Config{}, fmt.Errorf("configuration: %w", err)
+	src, err := b.Load(&c)
+	if err != nil {
+		return Config{}, src, err
 	}
 	if err := c.Validate(); err != nil {
-		return Config{}, fmt.Errorf("configuration: %w", err)
+		return Config{}, src, fmt.Errorf("configuration: %w", err)
 	}
-	return c, nil
+	return c, src, nil
 }
 
-// BindFlags makes the flags registered by AddFlags override the file and the
-// environment, but only when given on the command line.
-func BindFlags(v *viper.Viper, fs *pflag.FlagSet) error {
-	for _, k := range Keys() {
-		if f := fs.Lookup(k); f != nil {
-			if err := v.BindPFlag(k, f); err != nil {
-				return fmt.Errorf("binding flag --%s: %w", k, err)
-			}
-		}
-	}
-	return nil
-}
-
-// ParamSource reads ROS parameters (a goroslib node satisfies it through rosParams).
+// ParamSource reads the middleware's parameters by configuration key
+// ("weights", "cuda.pdl"); each transport maps the key onto its own parameter
+// names (ROS 1: the private parameter ~cuda/pdl, config.ParamName).
 type ParamSource interface {
 	IsSet(key string) (bool, error)
 	Bool(key string) (bool, error)
@@ -318,71 +236,82 @@ type ParamSource interface {
 	String(key string) (string, error)
 }
 
-// ParamName is the ROS private parameter that overrides a configuration key.
-func ParamName(key string) string { return "~" + strings.ReplaceAll(key, ".", "/") }
+// ParamNamer is what a ParamSource may also offer so that messages name the
+// parameter as its users write it (ROS 1: "~cuda/pdl").
+type ParamNamer interface {
+	ParamName(key string) string
+}
 
-// ApplyParams overrides c with the ROS private parameters that are set, and
-// returns the keys it took. Integers are accepted for float settings, as
-// rosparam stores "1" as an int.
+// paramName is key as p's users name it.
+func paramName(p ParamSource, key string) string {
+	if pn, ok := p.(ParamNamer); ok {
+		return pn.ParamName(key)
+	}
+	return key
+}
+
+// ApplyParams overrides c with the parameters of p that are set, and returns
+// the keys it took. Integers are accepted for float settings, as rosparam
+// stores "1" as an int.
 func ApplyParams(c Config, p ParamSource) (Config, []string, error) {
 	var taken []string
-	for _, f := range fields(&c) {
-		name := ParamName(f.key)
-		set, err := p.IsSet(name)
+	for _, f := range config.Settings(&c) {
+		key, name := f.Key, paramName(p, f.Key)
+		set, err := p.IsSet(key)
 		if err != nil {
-			return c, taken, fmt.Errorf("asking the ROS master for parameter %s: %w", name, err)
+			return c, taken, fmt.Errorf("reading parameter %s: %w", name, err)
 		}
 		if !set {
 			continue
 		}
-		switch f.val.Kind() {
+		switch f.Value.Kind() {
 		case reflect.Bool:
-			b, err := p.Bool(name)
+			b, err := p.Bool(key)
 			if err != nil {
-				return c, taken, fmt.Errorf("ROS parameter %s must be a bool: %w", name, err)
+				return c, taken, fmt.Errorf("parameter %s must be a bool: %w", name, err)
 			}
-			f.val.SetBool(b)
+			f.Value.SetBool(b)
 		case reflect.Int, reflect.Int64:
-			i, err := p.Int(name)
+			i, err := p.Int(key)
 			if err != nil {
-				return c, taken, fmt.Errorf("ROS parameter %s must be an integer: %w", name, err)
+				return c, taken, fmt.Errorf("parameter %s must be an integer: %w", name, err)
 			}
-			f.val.SetInt(int64(i))
+			f.Value.SetInt(int64(i))
 		case reflect.Float64:
-			x, err := p.Float64(name)
+			x, err := p.Float64(key)
 			if err != nil {
-				i, ierr := p.Int(name)
+				i, ierr := p.Int(key)
 				if ierr != nil {
-					return c, taken, fmt.Errorf("ROS parameter %s must be a number: %w", name, err)
+					return c, taken, fmt.Errorf("parameter %s must be a number: %w", name, err)
 				}
 				x = float64(i)
 			}
-			f.val.SetFloat(x)
+			f.Value.SetFloat(x)
 		case reflect.String:
-			s, err := p.String(name)
+			s, err := p.String(key)
 			if err != nil {
-				return c, taken, fmt.Errorf("ROS parameter %s must be a string: %w", name, err)
+				return c, taken, fmt.Errorf("parameter %s must be a string: %w", name, err)
 			}
-			f.val.SetString(s)
+			f.Value.SetString(s)
 		case reflect.Slice:
-			// ROS 1 parameters through goroslib are scalars only, so lists
-			// come as strings such as "4 11 17 23".
-			s, err := p.String(name)
+			// Parameter servers may hold scalars only (ROS 1 through
+			// goroslib), so lists come as strings such as "4 11 17 23".
+			s, err := p.String(key)
 			if err != nil {
-				return c, taken, fmt.Errorf("ROS parameter %s must be a string of integers like \"4 11 17 23\": %w", name, err)
+				return c, taken, fmt.Errorf("parameter %s must be a string of integers like \"4 11 17 23\": %w", name, err)
 			}
 			ints, err := parseInts(s)
-			if err != nil || f.val.Type() != reflect.TypeOf(ints) {
-				return c, taken, fmt.Errorf("ROS parameter %s must be a string of integers like \"4 11 17 23\", not %q", name, s)
+			if err != nil || f.Value.Type() != reflect.TypeOf(ints) {
+				return c, taken, fmt.Errorf("parameter %s must be a string of integers like \"4 11 17 23\", not %q", name, s)
 			}
-			f.val.Set(reflect.ValueOf(ints))
+			f.Value.Set(reflect.ValueOf(ints))
 		default:
 			continue
 		}
-		taken = append(taken, f.key)
+		taken = append(taken, f.Key)
 	}
 	if err := c.Validate(); err != nil {
-		return c, taken, fmt.Errorf("after applying ROS parameters: %w", err)
+		return c, taken, fmt.Errorf("after applying the parameters: %w", err)
 	}
 	return c, taken, nil
 }

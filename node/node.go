@@ -20,6 +20,7 @@ import (
 	"github.com/bluenviron/goroslib/v2"
 	"github.com/bluenviron/goroslib/v2/pkg/apimaster"
 
+	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 )
@@ -409,7 +410,8 @@ type rosParams struct {
 	ros ROSEnv
 }
 
-func (p rosParams) key(k string) string               { return p.ros.resolveNoRemap(k) }
+func (p rosParams) key(k string) string               { return p.ros.resolveNoRemap(config.ParamName(k)) }
+func (p rosParams) ParamName(k string) string         { return config.ParamName(k) }
 func (p rosParams) IsSet(k string) (bool, error)      { return p.n.ParamIsSet(p.key(k)) }
 func (p rosParams) Bool(k string) (bool, error)       { return p.n.ParamGetBool(p.key(k)) }
 func (p rosParams) Int(k string) (int, error)         { return p.n.ParamGetInt(p.key(k)) }

@@ -223,10 +223,10 @@ func (n *Node) onCameraInfo(m *sensor_msgs.CameraInfo) {
 // ~save_dir parameter (set it with rosparam), or the save_dir setting.
 func (n *Node) saveMap(gn *goroslib.Node) (string, error) {
 	dir := n.cfg.SaveDir
-	name := ParamName("save_dir")
 	params := rosParams{gn, n.ros}
-	if set, err := params.IsSet(name); err == nil && set {
-		d, err := params.String(name)
+	name := params.ParamName("save_dir")
+	if set, err := params.IsSet("save_dir"); err == nil && set {
+		d, err := params.String("save_dir")
 		if err != nil {
 			return "", fmt.Errorf("parameter %s must be a string: %w", name, err)
 		}

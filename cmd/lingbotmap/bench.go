@@ -16,29 +16,41 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/node"
 )
 
 type benchOptions struct {
-	device      string
-	precision   string
-	modelSize   string
-	weights     string
-	width       int
-	height      int
-	frames      int
-	scaleFrames int
-	window      int
-	threads     int
-	memEvery    int
-	cpuProfile  string
-	warmup      int
-	headroom    int
-	maxFrames   int
+	// cfg holds the engine settings; maxFramesGiven says the user chose
+	// max_frames, which bench otherwise sizes for the run.
+	cfg            engine.Config
+	maxFramesGiven bool
+	settings       *config.Binding
+
+	width      int
+	height     int
+	frames     int
+	memEvery   int
+	cpuProfile string
+	warmup     int
 }
 
-func newBenchCmd() *cobra.Command {
+// benchDefaults are the schema's defaults with bench's one difference: it
+// times the released model's size unless told otherwise.
+func benchDefaults() node.Config {
+	d := node.DefaultConfig()
+	d.Engine.ModelSize = "full"
+	return d
+}
+
+func newBenchCmd() *cobra.Command { return newBenchCmdWith(runBench) }
+
+// newBenchCmdWith binds the flags and hands the options to runF (tests pass
+// their own to check the parsing).
+func newBenchCmdWith(runF func(context.Context, *benchOptions, io.Writer) error) *cobra.Command {
 	o := &benchOptions{}
+	var bindErr error
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Time the model on random frames: phase 1, steady ms/frame, FPS and memory",
@@ -52,26 +64,32 @@ phase 1 began (after --warmup's reset).
 The steady state counts only frames that ran with a full cache (scale pages
 plus a full sliding window), where attention costs the most; the frames
 before that are reported apart as the fill. Give --frames more than
---sliding-window to get a steady state.`,
+--sliding-window to get a steady state.
+
+Settings (config/lingbotmap.yaml) come from the built-in defaults, the --config
+file, LINGBOTMAP_* environment variables and the flags, in that order. Unless
+max_frames is given, the special-token pool is sized for the run (at least
+the default). model_size defaults to full here.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBench(cmd.Context(), o, cmd.OutOrStdout())
+			if bindErr != nil {
+				return bindErr
+			}
+			var all node.Config
+			src, err := o.settings.Load(&all)
+			if err != nil {
+				return &exitCodeError{code: exitUsage, err: err}
+			}
+			o.cfg, o.maxFramesGiven = all.Engine, src.Given("max_frames")
+			return runF(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.device, "device", "cpu", "cpu or cuda")
-	f.StringVar(&o.precision, "precision", "bf16", "cuda precision: bf16 or fp32")
-	f.StringVar(&o.modelSize, "model-size", "full", "random model: tiny or full")
-	f.StringVar(&o.weights, "weights", "", "checkpoint instead of a random model")
+	o.settings, bindErr = bindSettings(f, benchDefaults(), benchSettings())
 	f.IntVar(&o.width, "width", 518, "model input width (multiple of 14)")
 	f.IntVar(&o.height, "height", 378, "model input height (multiple of 14)")
 	f.IntVar(&o.frames, "frames", 20, "streaming frames after phase 1")
-	f.IntVar(&o.scaleFrames, "scale-frames", 8, "scale frames run together in phase 1")
-	f.IntVar(&o.window, "sliding-window", 64, "live frames kept in the KV cache")
-	f.IntVar(&o.threads, "threads", 0, "CPU threads (0 = all cores)")
 	f.IntVar(&o.memEvery, "mem-every", 0, "print memory every N frames (0 = only at the end)")
-	f.IntVar(&o.headroom, "cache-headroom", 16, "spare KV pages beyond scale + window (2 is enough)")
-	f.IntVar(&o.maxFrames, "max-frames", 0, "committed frames the special-token pool is sized for (0 = what the run needs, at least 1024)")
 	f.IntVar(&o.warmup, "warmup", 0, "run phase 1 and this many frames once, then reset, before timing (kernel compiles and first-use work stay out of the figures)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed frames to this file (go tool pprof)")
 	return cmd
@@ -92,14 +110,13 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 	if o.frames < 1 {
 		return fmt.Errorf("--frames must be ≥ 1")
 	}
-	cfg := engine.DefaultConfig()
-	cfg.Device, cfg.Precision, cfg.ModelSize, cfg.Weights = o.device, o.precision, o.modelSize, o.weights
-	cfg.ScaleFrames, cfg.SlidingWindow, cfg.Threads = o.scaleFrames, o.window, o.threads
-	cfg.MaxFrames = max(cfg.MaxFrames, o.frames+o.scaleFrames+1)
-	if o.maxFrames > 0 {
-		cfg.MaxFrames = o.maxFrames
+	cfg := o.cfg
+	if !o.maxFramesGiven {
+		cfg.MaxFrames = max(cfg.MaxFrames, o.frames+cfg.ScaleFrames+1)
 	}
-	cfg.CacheHeadroom = o.headroom
+	if err := cfg.Validate(); err != nil {
+		return &exitCodeError{code: exitUsage, err: err}
+	}
 	t0 := time.Now()
 	st, err := engine.New(ctx, cfg, nil)
 	if err != nil {
@@ -108,7 +125,7 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 	defer st.Close()
 	load := time.Since(t0)
 	fmt.Fprintf(out, "bench: device %s (%s), model %s, %d×%d, %d scale + %d frames, window %d, %d CPU threads\n",
-		o.device, precisionOf(o), firstNonEmpty(o.weights, "random "+o.modelSize), o.width, o.height, o.scaleFrames, o.frames, o.window, runtime.GOMAXPROCS(0))
+		cfg.Device, cfg.ComputePrecision(), firstNonEmpty(cfg.Weights, "random "+cfg.ModelSize), o.width, o.height, cfg.ScaleFrames, o.frames, cfg.SlidingWindow, runtime.GOMAXPROCS(0))
 	fmt.Fprintf(out, "model load: %.2f s\n", load.Seconds())
 
 	// A few random images made up front and taken in turn: making a fresh one
@@ -127,7 +144,7 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 	}
 	if o.warmup > 0 {
 		t := time.Now()
-		for i := 0; i < o.scaleFrames+o.warmup; i++ {
+		for i := 0; i < cfg.ScaleFrames+o.warmup; i++ {
 			if _, err := st.Push(ctx, frame(i)); err != nil {
 				return err
 			}
@@ -135,14 +152,14 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 		if err := st.Reset(); err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "warm-up (%d scale + %d frames, then reset): %.2f s\n", o.scaleFrames, o.warmup, time.Since(t).Seconds())
+		fmt.Fprintf(out, "warm-up (%d scale + %d frames, then reset): %.2f s\n", cfg.ScaleFrames, o.warmup, time.Since(t).Seconds())
 	}
 	// phase 1, with its own memory peak
 	if r, ok := st.(interface{ ResetMemoryPeak() }); ok {
 		r.ResetMemoryPeak()
 	}
 	var phase1 time.Duration
-	for i := 0; i < o.scaleFrames; i++ {
+	for i := 0; i < cfg.ScaleFrames; i++ {
 		f := frame(i)
 		t := time.Now()
 		if _, err := st.Push(ctx, f); err != nil {
@@ -150,7 +167,7 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 		}
 		phase1 += time.Since(t)
 	}
-	fmt.Fprintf(out, "phase 1 (%d frames together): %.1f ms; %s\n", o.scaleFrames, phase1.Seconds()*1e3, memoryLine(st))
+	fmt.Fprintf(out, "phase 1 (%d frames together): %.1f ms; %s\n", cfg.ScaleFrames, phase1.Seconds()*1e3, memoryLine(st))
 	if o.cpuProfile != "" {
 		pf, err := os.Create(o.cpuProfile)
 		if err != nil {
@@ -165,7 +182,7 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 	times := make([]float64, 0, o.frames)
 	full := -1 // the first timed frame that ran with a full cache
 	for i := 0; i < o.frames; i++ {
-		f := frame(o.scaleFrames + i)
+		f := frame(cfg.ScaleFrames + i)
 		t := time.Now()
 		res, err := st.Push(ctx, f)
 		if err != nil {
@@ -175,9 +192,9 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 		// Count from the frame after the one that filled the window: every
 		// later frame attends to the whole window (the one that filled it may
 		// too, but the count does not depend on when eviction happens).
-		if full < 0 && st.Stats().LivePages >= o.window {
+		if full < 0 && st.Stats().LivePages >= cfg.SlidingWindow {
 			full = i + 1
-			// A backend's operation profile (LINGBOTMAP_CUDA_PROFILE) then
+			// A backend's operation profile (cuda.profile) then
 			// covers the full-cache frames only.
 			if r, ok := st.(interface{ RestartProfile() }); ok {
 				r.RestartProfile()
@@ -200,7 +217,7 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 	if full < 0 || full >= len(times) {
 		med, p90 := medianP90(times)
 		fmt.Fprintf(out, "no frame ran with a full cache (%d frames, window %d): median %.1f ms/frame, p90 %.1f ms/frame while it filled\n",
-			len(times), o.window, med, p90)
+			len(times), cfg.SlidingWindow, med, p90)
 	} else {
 		if full > 0 {
 			med, p90 := medianP90(times[:full])
@@ -263,12 +280,4 @@ func firstNonEmpty(a, b string) string {
 		return a
 	}
 	return b
-}
-
-// precisionOf names the arithmetic: the CPU backend is always float32.
-func precisionOf(o *benchOptions) string {
-	if o.device == "cpu" {
-		return "fp32"
-	}
-	return o.precision
 }

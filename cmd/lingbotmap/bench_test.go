@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+
+	"github.com/lingbotmap/lingbotmap/engine"
 )
 
 // benchLine returns the frame count a line of bench's output reports, or -1
@@ -23,8 +25,9 @@ func benchLine(out, pattern string) int {
 // scale frames and a window of 4, the first 4 streaming frames fill the
 // window and the other 6 attend to all of it.
 func TestBenchSteadyStateIsFullCache(t *testing.T) {
-	o := &benchOptions{device: "cpu", precision: "bf16", modelSize: "tiny", width: 70, height: 42,
-		frames: 10, scaleFrames: 3, window: 4, threads: 2, headroom: 2}
+	cfg := engine.DefaultConfig()
+	cfg.ModelSize, cfg.ScaleFrames, cfg.SlidingWindow, cfg.Threads, cfg.CacheHeadroom = "tiny", 3, 4, 2, 2
+	o := &benchOptions{cfg: cfg, width: 70, height: 42, frames: 10}
 	var out bytes.Buffer
 	if err := runBench(context.Background(), o, &out); err != nil {
 		t.Fatal(err)

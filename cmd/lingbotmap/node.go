@@ -8,21 +8,20 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/viper"
 
+	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/node"
 )
 
 // nodeOptions are the node subcommand's own flags; the settings are in node.Config.
 type nodeOptions struct {
-	configFile string
-	logLevel   string
+	settings *config.Binding
+	logLevel string
 }
 
 func newNodeCmd() *cobra.Command {
 	opts := &nodeOptions{}
-	v := viper.New()
 	cmd := &cobra.Command{
 		Use:   "node [--config FILE] [--key=value ...] [from:=to ...]",
 		Short: "Run the ROS 1 mapping node",
@@ -31,26 +30,25 @@ odometry, clouds, the map, depth, TF and /diagnostics; services ~reset, ~pause,
 ~resume, ~save_map.
 
 Settings (see config/lingbotmap.yaml) come from the built-in defaults, the
---config file, LINGBOTMAP_* environment variables, flags named like the keys
-(--engine.weights, --queue_policy) and ROS private parameters (~queue_policy).
+--config file, LINGBOTMAP_* environment variables (LINGBOTMAP_QUEUE_POLICY),
+flags (--queue-policy) and ROS private parameters (~queue_policy).
 ROS_MASTER_URI, ROS_HOSTNAME/ROS_IP, ROS_NAMESPACE and roslaunch's __name:=,
 __ns:=, __log:= and from:=to arguments are honoured.`,
 		Args: cobra.ArbitraryArgs,
 	}
-	cmd.Flags().StringVar(&opts.configFile, "config", "", "YAML configuration file (default: built-in defaults)")
 	cmd.Flags().StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	node.AddFlags(cmd.Flags())
-	bindErr := node.BindFlags(v, cmd.Flags())
+	var bindErr error
+	opts.settings, bindErr = node.BindFlags(cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if bindErr != nil {
 			return bindErr
 		}
-		return runNode(cmd.Context(), v, opts, args)
+		return runNode(cmd.Context(), opts, args)
 	}
 	return cmd
 }
 
-func runNode(ctx context.Context, v *viper.Viper, opts *nodeOptions, args []string) error {
+func runNode(ctx context.Context, opts *nodeOptions, args []string) error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(opts.logLevel)); err != nil {
 		return &exitCodeError{code: exitUsage, err: fmt.Errorf("--log-level %q: want debug, info, warn or error", opts.logLevel)}
@@ -62,9 +60,9 @@ func runNode(ctx context.Context, v *viper.Viper, opts *nodeOptions, args []stri
 		return &exitCodeError{code: exitUsage, err: err}
 	}
 	if len(rest) > 0 {
-		return &exitCodeError{code: exitUsage, err: fmt.Errorf("unexpected arguments %s (settings are flags like --queue_policy=all; remaps are from:=to)", strings.Join(rest, " "))}
+		return &exitCodeError{code: exitUsage, err: fmt.Errorf("unexpected arguments %s (settings are flags like --queue-policy=all; remaps are from:=to)", strings.Join(rest, " "))}
 	}
-	cfg, err := node.LoadConfig(v, opts.configFile)
+	cfg, _, err := node.LoadConfig(opts.settings)
 	if err != nil {
 		return &exitCodeError{code: exitUsage, err: err}
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 )
 
@@ -30,9 +32,9 @@ var version = "dev"
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the version",
+		Short: "Print the version on standard output",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cmd.Println("lingbotmap", version)
+			fmt.Fprintln(cmd.OutOrStdout(), "lingbotmap", version)
 			return nil
 		},
 	}

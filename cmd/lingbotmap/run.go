@@ -10,7 +10,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"time"
 
@@ -18,10 +17,12 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/render"
 	"github.com/lingbotmap/lingbotmap/engine/source"
+	"github.com/lingbotmap/lingbotmap/node"
 )
 
 // runOptions are the flags of `lingbotmap run` and the dependencies that tests replace.
@@ -30,6 +31,10 @@ type runOptions struct {
 	out   string
 	src   source.Options
 	cfg   engine.Config
+	// settings binds the engine's settings (flags, environment, --config);
+	// sources says where the loaded ones came from, for run.json.
+	settings *config.Binding
+	sources  config.Sources
 
 	confThreshold float64
 	voxel         float64
@@ -52,9 +57,9 @@ func defaultRunOptions() *runOptions {
 		out:           "lingbotmap-run",
 		src:           source.DefaultOptions(),
 		cfg:           engine.DefaultConfig(),
-		confThreshold: 1.5,
-		voxel:         0.02,
-		pixelStride:   1,
+		confThreshold: runDefaults().ConfThreshold,
+		voxel:         runDefaults().MapVoxel,
+		pixelStride:   runDefaults().CloudStride,
 		saveDepth:     true,
 		depthScale:    render.DepthScale,
 		confScale:     100,
@@ -64,12 +69,21 @@ func defaultRunOptions() *runOptions {
 	}
 }
 
+// runDefaults are the schema's defaults with run's one difference: an
+// offline map.ply keeps finer detail than the node's live map.
+func runDefaults() node.Config {
+	d := node.DefaultConfig()
+	d.MapVoxel = 0.02
+	return d
+}
+
 func newRunCmd() *cobra.Command { return newRunCmdWith(runRun) }
 
 // newRunCmdWith binds the flags and hands the options to runF (tests pass
 // their own to check the parsing).
 func newRunCmdWith(runF func(ctx context.Context, o *runOptions, autoKF bool) error) *cobra.Command {
 	o := defaultRunOptions()
+	var bindErr error
 	cmd := &cobra.Command{
 		Use:   "run INPUT",
 		Short: "Map an image folder, a video or a ROS bag offline",
@@ -77,27 +91,45 @@ func newRunCmdWith(runF func(ctx context.Context, o *runOptions, autoKF bool) er
 
   trajectory.tum  camera poses, "timestamp tx ty tz qx qy qz qw" (camera→world)
   map.ply         binary PLY, xyz + rgb: depth unprojected with each pose, pixels
-                  with confidence > --conf-threshold, averaged per --voxel cube
+                  with confidence > --conf-threshold, every --cloud-stride pixel,
+                  averaged per --map-voxel cube
   depth/NNNNNN.png  per-frame depth, 16-bit, value = depth · --depth-scale (0 = none)
   conf/NNNNNN.png   per-frame confidence, 16-bit, value = conf · --conf-scale (--save-conf)
   preview.png     the trajectory seen from above over the map's points
-  run.json        every setting, the version, timings and the KV-cache state
+  run.json        every setting as it ran (and the --config file, and where each
+                  setting not left at its default came from), the version,
+                  timings and the KV-cache state
+
+Settings (config/lingbotmap.yaml) come from the built-in defaults, the --config
+file, LINGBOTMAP_* environment variables and the flags, in that order. Unless
+keyframe_interval, flow_threshold or windowed is set, an input longer than 320
+frames takes one keyframe in ⌈N/320⌉ frames, as the reference does.
 
 INPUT is a folder of .png/.jpg/.JPG images (sorted by name), a .bag file
 (--topic, sensor_msgs/Image or CompressedImage) or a video (decoded by ffmpeg).
 Ctrl-C stops the run and writes what was computed so far.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if bindErr != nil {
+				return bindErr
+			}
 			o.input = args[0]
 			o.stderr = cmd.ErrOrStderr()
-			fl := cmd.Flags()
+			var all node.Config
+			src, err := o.settings.Load(&all)
+			if err != nil {
+				return &exitCodeError{code: exitUsage, err: err}
+			}
+			o.cfg, o.sources = all.Engine, src
+			o.confThreshold, o.voxel, o.pixelStride = all.ConfThreshold, all.MapVoxel, all.CloudStride
 			// The reference's default: one keyframe in ⌈N/320⌉ for long
 			// streaming runs, unless the user chose.
-			autoKF := !fl.Changed("keyframe-interval") && !fl.Changed("flow-threshold") && !o.cfg.Windowed
+			autoKF := !src.Given("keyframe_interval") && !src.Given("flow_threshold") && !o.cfg.Windowed
 			return runF(cmd.Context(), o, autoKF)
 		},
 	}
 	f := cmd.Flags()
+	o.settings, bindErr = bindSettings(f, runDefaults(), runSettings())
 	f.StringVarP(&o.out, "out", "o", o.out, "output folder (created if missing)")
 	f.StringVar(&o.src.Topic, "topic", "", "image topic of a ROS bag (default: its only image topic)")
 	f.BoolVar(&o.src.RotateCW90, "rotate-cw90", false, "turn every frame 90° clockwise before the model")
@@ -106,27 +138,6 @@ Ctrl-C stops the run and writes what was computed so far.`,
 	f.Float64Var(&o.src.SampleFPS, "fps", o.src.SampleFPS, "videos: sample one frame in round(video fps / fps) before --first-k and --stride, as the reference (0 = every frame)")
 	f.Float64Var(&o.src.FrameRate, "frame-rate", o.src.FrameRate, "frame rate for the stamps of inputs without times (numbered images)")
 
-	c := &o.cfg
-	f.StringVar(&c.Weights, "weights", "", "checkpoint (.safetensors or .pt); empty = random model of --model-size")
-	f.StringVar(&c.ModelSize, "model-size", c.ModelSize, "random model when no --weights: tiny or full")
-	f.Int64Var(&c.Seed, "seed", c.Seed, "seed of the random model")
-	f.StringVar(&c.Device, "device", c.Device, "cpu or cuda")
-	f.IntVar(&c.Threads, "threads", 0, "CPU threads (0 = all cores)")
-	f.IntVar(&c.ImageWidth, "image-width", c.ImageWidth, "model input width (multiple of 14)")
-	f.IntVar(&c.ScaleFrames, "scale-frames", c.ScaleFrames, "frames run together at the start (phase 1)")
-	f.IntVar(&c.SlidingWindow, "sliding-window", c.SlidingWindow, "live keyframes kept in the KV cache")
-	f.IntVar(&c.MaxFrames, "max-frames", c.MaxFrames, "committed frames per cache reset")
-	f.IntVar(&c.CameraIterations, "camera-iterations", c.CameraIterations, "camera head refinement iterations")
-	f.IntVar(&c.KeyframeInterval, "keyframe-interval", c.KeyframeInterval, "every Nth streaming frame is a keyframe; when not given, ⌈N/320⌉ for inputs longer than 320 frames")
-	f.Float64Var(&c.FlowThreshold, "flow-threshold", 0, "choose keyframes by mean flow in pixels instead of the interval (0 = off)")
-	f.IntVar(&c.MaxNonKeyframeGap, "max-gap", c.MaxNonKeyframeGap, "flow mode: force a keyframe after this many frames")
-	f.BoolVar(&c.Windowed, "windowed", false, "restart the cache every --window-size slots and stitch the windows")
-	f.IntVar(&c.WindowSize, "window-size", c.WindowSize, "windowed mode: KV slots (scale frames + keyframes) per window")
-	f.IntVar(&c.OverlapSize, "overlap", c.OverlapSize, "windowed mode: frames shared by consecutive windows")
-
-	f.Float64Var(&o.confThreshold, "conf-threshold", o.confThreshold, "map: keep pixels with confidence above this")
-	f.Float64Var(&o.voxel, "voxel", o.voxel, "map: voxel edge in model units (metres for metric models)")
-	f.IntVar(&o.pixelStride, "pixel-stride", o.pixelStride, "map: unproject every Nth pixel in each direction")
 	f.BoolVar(&o.saveDepth, "save-depth", o.saveDepth, "write per-frame depth PNGs")
 	f.BoolVar(&o.saveConf, "save-conf", false, "write per-frame confidence PNGs")
 	f.Float64Var(&o.depthScale, "depth-scale", o.depthScale, "depth PNG units per model unit (1000 = millimetres)")
@@ -143,13 +154,13 @@ func (o *runOptions) validate() error {
 		errs = append(errs, errors.New("'out' must name a folder"))
 	}
 	if math.IsNaN(o.confThreshold) || math.IsInf(o.confThreshold, 0) {
-		errs = append(errs, fmt.Errorf("'conf-threshold' must be a number, not %g", o.confThreshold))
+		errs = append(errs, fmt.Errorf("'conf_threshold' must be a number, not %g", o.confThreshold))
 	}
 	if !(o.voxel > 0) || math.IsInf(o.voxel, 0) {
-		errs = append(errs, fmt.Errorf("'voxel' must be a positive size, not %g", o.voxel))
+		errs = append(errs, fmt.Errorf("'map_voxel' must be a positive size, not %g", o.voxel))
 	}
 	if o.pixelStride < 1 {
-		errs = append(errs, fmt.Errorf("'pixel-stride' must be ≥ 1, not %d", o.pixelStride))
+		errs = append(errs, fmt.Errorf("'cloud_stride' must be ≥ 1, not %d", o.pixelStride))
 	}
 	if !(o.depthScale > 0) || math.IsInf(o.depthScale, 0) {
 		errs = append(errs, fmt.Errorf("'depth-scale' must be positive, not %g", o.depthScale))
@@ -169,6 +180,7 @@ type runRecord struct {
 	Error       string             `json:"error,omitempty"`
 	Input       runInput           `json:"input"`
 	Engine      map[string]any     `json:"engine"`
+	Config      config.Sources     `json:"config"`
 	Map         runMap             `json:"map"`
 	Depth       runDepth           `json:"depth"`
 	Frames      runFrames          `json:"frames"`
@@ -256,7 +268,8 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		Version: o.version,
 		Started: start.UTC(),
 		Input:   runInput{Path: o.input, Description: src.Describe(), Options: o.src},
-		Engine:  configMap(o.cfg),
+		Engine:  engineRecord(o.cfg),
+		Config:  o.sources,
 	}
 	log.Info("run", "input", src.Describe(), "out", o.out, "device", o.cfg.Device)
 
@@ -573,24 +586,18 @@ func writeFile(path string, write func(io.Writer) error) error {
 	return nil
 }
 
-// configMap lists the engine settings under their configuration-file keys,
-// leaving out what is not a setting (hooks tagged "-", functions, channels).
-func configMap(c engine.Config) map[string]any {
-	out := map[string]any{}
-	v := reflect.ValueOf(c)
-	t := v.Type()
-	for i := range t.NumField() {
-		f := t.Field(i)
-		key := f.Tag.Get("mapstructure")
-		switch {
-		case key == "-" || !f.IsExported():
-			continue
-		case f.Type.Kind() == reflect.Func || f.Type.Kind() == reflect.Chan:
-			continue
-		case key == "":
-			key = strings.ToLower(f.Name)
+// engineRecord lists the engine settings that ran under their keys: the
+// arithmetic actually used as the precision (fp32 on the CPU), and the cuda
+// section only on the GPU.
+func engineRecord(c engine.Config) map[string]any {
+	out := config.Values(&c)
+	out["precision"] = c.ComputePrecision()
+	if c.Device != "cuda" {
+		for k := range out {
+			if strings.HasPrefix(k, "cuda.") {
+				delete(out, k)
+			}
 		}
-		out[key] = v.Field(i).Interface()
 	}
 	return out
 }

@@ -318,8 +318,8 @@ func TestRunEngineErrors(t *testing.T) {
 
 func TestRunBadOptions(t *testing.T) {
 	for name, change := range map[string]func(o *runOptions){
-		"voxel":        func(o *runOptions) { o.voxel = 0 },
-		"pixel-stride": func(o *runOptions) { o.pixelStride = 0 },
+		"map_voxel":    func(o *runOptions) { o.voxel = 0 },
+		"cloud_stride": func(o *runOptions) { o.pixelStride = 0 },
 		"stride":       func(o *runOptions) { o.src.Stride = 0 },
 		"device":       func(o *runOptions) { o.cfg.Device = "tpu" },
 	} {
@@ -382,10 +382,10 @@ func TestRunFlags(t *testing.T) {
 		return nil
 	})
 	cmd.SetArgs([]string{"in.bag", "-o", "res", "--topic", "/cam/image/compressed", "--first-k", "100", "--stride", "2",
-		"--flow-threshold", "14", "--max-gap", "20", "--windowed", "--window-size", "32", "--overlap", "8",
+		"--flow-threshold", "14", "--max-non-keyframe-gap", "20", "--windowed", "--window-size", "32", "--overlap-size", "8",
 		"--scale-frames", "4", "--sliding-window", "16", "--device", "cuda", "--weights", "w.pt",
-		"--conf-threshold", "2.5", "--voxel", "0.05", "--save-conf", "--depth-scale", "5000",
-		"--fps", "5", "--frame-rate", "20", "--rotate-cw90", "--model-size", "full", "--pixel-stride", "3"})
+		"--conf-threshold", "2.5", "--map-voxel", "0.05", "--save-conf", "--depth-scale", "5000",
+		"--fps", "5", "--frame-rate", "20", "--rotate-cw90", "--model-size", "full", "--cloud-stride", "3"})
 	cmd.SetOut(io.Discard)
 	if err := cmd.ExecuteContext(context.Background()); err != nil {
 		t.Fatal(err)

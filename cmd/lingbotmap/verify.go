@@ -16,26 +16,44 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/preprocess"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
 	"github.com/lingbotmap/lingbotmap/internal/golden"
+	"github.com/lingbotmap/lingbotmap/node"
 )
 
 type verifyOptions struct {
-	dir       string
+	dir string
+	// The backend and weights settings; the manifest sets the rest.
+	settings  *config.Binding
 	weights   string
 	device    string
 	precision string
 	threads   int
+	cuda      engine.CUDAConfig
 	rtol      float64
 	jsonOut   string
 	images    string
 }
 
-func newVerifyCmd() *cobra.Command {
+// verifyDefaults are the schema's defaults with verify's one difference: the
+// golden outputs are fp32, so that is the precision checked unless told.
+func verifyDefaults() node.Config {
+	d := node.DefaultConfig()
+	d.Engine.Precision = "fp32"
+	return d
+}
+
+func newVerifyCmd() *cobra.Command { return newVerifyCmdWith(runVerify) }
+
+// newVerifyCmdWith binds the flags and hands the options to runF (tests pass
+// their own to check the parsing).
+func newVerifyCmdWith(runF func(context.Context, *verifyOptions, io.Writer) error) *cobra.Command {
 	o := &verifyOptions{}
+	var bindErr error
 	cmd := &cobra.Command{
 		Use:   "verify GOLDEN_DIR",
 		Short: "Run the engine on a golden case of the reference and report the error of every output",
@@ -47,18 +65,30 @@ type, checks frame types, keyframe decisions and the KV-cache bookkeeping after
 every model call, and exits with status 3 when a tolerance is exceeded.
 
 The relative error of an output is max|ours − reference| / max|reference| over
-the frames compared.`,
+the frames compared.
+
+The backend settings (config/lingbotmap.yaml: device, precision, threads, the
+cuda section) and weights (default: GOLDEN_DIR/../weights.safetensors) come
+from the built-in defaults, the --config file, LINGBOTMAP_* environment
+variables and the flags; precision defaults to fp32 here, the precision of the
+golden outputs. The golden case's manifest sets the model and its schedule.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if bindErr != nil {
+				return bindErr
+			}
 			o.dir = args[0]
-			return runVerify(cmd.Context(), o, cmd.OutOrStdout())
+			var all node.Config
+			if _, err := o.settings.Load(&all); err != nil {
+				return &exitCodeError{code: exitUsage, err: err}
+			}
+			e := all.Engine
+			o.weights, o.device, o.precision, o.threads, o.cuda = e.Weights, e.Device, e.Precision, e.Threads, e.CUDA
+			return runF(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.weights, "weights", "", "checkpoint (default: GOLDEN_DIR/../weights.safetensors)")
-	f.StringVar(&o.device, "device", "cpu", "cpu or cuda")
-	f.StringVar(&o.precision, "precision", "fp32", "cuda precision: fp32 or bf16")
-	f.IntVar(&o.threads, "threads", 0, "CPU threads (0 = all cores)")
+	o.settings, bindErr = bindSettings(f, verifyDefaults(), verifySettings())
 	f.Float64Var(&o.rtol, "rtol", 0, "relative tolerance (default 1e-4 for fp32; bf16: 2e-2 pose, 3e-2 depth)")
 	f.StringVar(&o.jsonOut, "json", "", "also write the report as JSON to this file")
 	f.StringVar(&o.images, "images", "", "decode and preprocess the manifest's image_files from this folder instead of reading inputs.safetensors (checks preprocessing end to end)")
@@ -162,6 +192,7 @@ func runVerify(ctx context.Context, o *verifyOptions, out io.Writer) error {
 		cfg.Weights = filepath.Join(o.dir, "..", "weights.safetensors")
 	}
 	cfg.Device, cfg.Precision, cfg.Threads = o.device, o.precision, o.threads
+	cfg.CUDA = o.cuda
 	pose, depth := o.rtol, o.rtol
 	if pose == 0 {
 		pose, depth = 1e-4, 1e-4

@@ -41,7 +41,7 @@ func TestVerifyEveryGoldenCase(t *testing.T) {
 	for _, dir := range goldenCases(t) {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			var out bytes.Buffer
-			err := runVerify(context.Background(), &verifyOptions{dir: dir, device: "cpu", precision: "fp32"}, &out)
+			err := runVerify(context.Background(), cpuVerifyOptions(dir), &out)
 			t.Log("\n" + out.String())
 			if err != nil {
 				t.Fatalf("verify %s: %v", dir, err)
@@ -67,7 +67,7 @@ func TestVerifyFromImageFiles(t *testing.T) {
 	}
 	var out bytes.Buffer
 	// The PNGs decode and resize exactly as PIL does, so the default bound holds.
-	err = runVerify(context.Background(), &verifyOptions{dir: dir, device: "cpu", precision: "fp32", images: data}, &out)
+	err = runVerify(context.Background(), withVerify(cpuVerifyOptions(dir), func(o *verifyOptions) { o.images = data }), &out)
 	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func TestVerifyDetectsMismatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	err = runVerify(context.Background(), &verifyOptions{dir: dir, device: "cpu", precision: "fp32", rtol: 1e-12}, &out)
+	err = runVerify(context.Background(), withVerify(cpuVerifyOptions(dir), func(o *verifyOptions) { o.rtol = 1e-12 }), &out)
 	var ec *exitCodeError
 	if !errors.As(err, &ec) || ec.code != exitTolerance {
 		t.Fatalf("verify with rtol 1e-12 returned %v, want exit code %d\n%s", err, exitTolerance, out.String())
@@ -91,7 +91,7 @@ func TestVerifyDetectsMismatch(t *testing.T) {
 	}
 	// wrong weights: another case's inputs through a checkpoint with one changed tensor is
 	// covered by the weights package; here a missing checkpoint must be a clear error.
-	err = runVerify(context.Background(), &verifyOptions{dir: dir, device: "cpu", precision: "fp32", weights: filepath.Join(t.TempDir(), "none.safetensors")}, &out)
+	err = runVerify(context.Background(), withVerify(cpuVerifyOptions(dir), func(o *verifyOptions) { o.weights = filepath.Join(t.TempDir(), "none.safetensors") }), &out)
 	if err == nil || !strings.Contains(err.Error(), "none.safetensors") {
 		t.Fatalf("missing checkpoint: %v", err)
 	}
@@ -124,4 +124,15 @@ func TestTieFollower(t *testing.T) {
 	if len(ties) != 2 || !strings.Contains(ties[0], "decision 1") || !strings.Contains(ties[0], "13.865") || !strings.Contains(ties[1], "decision 2") {
 		t.Fatalf("ties %q", ties)
 	}
+}
+
+// cpuVerifyOptions are verify's defaults for dir: the CPU in fp32.
+func cpuVerifyOptions(dir string) *verifyOptions {
+	e := verifyDefaults().Engine
+	return &verifyOptions{dir: dir, weights: e.Weights, device: e.Device, precision: e.Precision, threads: e.Threads, cuda: e.CUDA}
+}
+
+func withVerify(o *verifyOptions, change func(*verifyOptions)) *verifyOptions {
+	change(o)
+	return o
 }

@@ -60,7 +60,7 @@ mkdir -p /tmp/lbm-lib
 export CGO_CFLAGS="$CGO_CFLAGS -I$(dirname "${hdr:-/nonexistent/x}")"
 export CGO_LDFLAGS="${CGO_LDFLAGS:-} -L/tmp/lbm-lib"
 export LD_LIBRARY_PATH="$(dirname "${lt:-/x/y}"):${LD_LIBRARY_PATH:-}"
-export LINGBOTMAP_CUDA_CACHE=/tmp/lbm-kernels
+export LINGBOTMAP_CUDA_KERNEL_CACHE=/tmp/lbm-kernels # the setting cuda.kernel_cache
 
 stage_info() {
   { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm --format=csv

@@ -56,7 +56,8 @@ func replay(t *testing.T, m *golden.Manifest) {
 		ScaleFrames:   m.Settings.KVScaleFrames,
 		SlidingWindow: m.Settings.KVSlidingWindow,
 		PageSize:      pageSize,
-		MaxFrames:     m.Config.MaxFrameNum + 100,
+		MaxFrames:     m.Config.MaxFrameNum + 100, // the reference's special pool
+		Headroom:      16,                         // the reference's spare patch pages
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -22,10 +22,6 @@ const (
 	// SpecialPerFrame is the number of special tokens of a frame (camera,
 	// 4 registers, scale), the unit the special pool is sized in.
 	SpecialPerFrame = 6
-	// DefaultHeadroom is the reference's number of spare patch pages.
-	DefaultHeadroom = 16
-	// DefaultMaxFrames is the reference's max_frame_num (1024) + 100.
-	DefaultMaxFrames = 1024 + 100
 	// specialSlack is the reference's extra special pages beyond the formula.
 	specialSlack = 16
 	// maxPages bounds the bookkeeping arrays (a real cache has about a hundred
@@ -44,7 +40,8 @@ var (
 	ErrNoRollback = errors.New("kvcache: nothing to roll back")
 )
 
-// Config sizes a Cache. Zero Headroom and MaxFrames take the reference's defaults.
+// Config sizes a Cache. It has no defaults of its own: the model passes its
+// settings (engine.DefaultConfig holds the defaults).
 type Config struct {
 	// ScaleFrames is the number of first frames whose pages are never evicted.
 	ScaleFrames int
@@ -54,21 +51,15 @@ type Config struct {
 	// per frame. Special tokens use pages of the same size.
 	PageSize int
 	// MaxFrames is the number of committed frames per reset the special pool
-	// is sized for (the reference: max_frame_num + 100). It defaults to 1124.
+	// is sized for. The reference sizes it for max_frame_num + 100 (1124),
+	// but its 3D RoPE table stops a stream at max_frame_num committed frames,
+	// so the model passes its own limit (1024 by default) and the extra
+	// hundred frames' pages are never allocated.
 	MaxFrames int
 	// Headroom is the number of spare patch pages beyond scale + window
-	// (one is needed for a frame attended with eviction deferred). It defaults to 16.
+	// (one is needed for a frame attended with eviction deferred; the
+	// reference keeps 16).
 	Headroom int
-}
-
-func (c Config) withDefaults() Config {
-	if c.Headroom == 0 {
-		c.Headroom = DefaultHeadroom
-	}
-	if c.MaxFrames == 0 {
-		c.MaxFrames = DefaultMaxFrames
-	}
-	return c
 }
 
 // Run says: write N special-token rows, starting at row Src of the frame's
@@ -128,7 +119,6 @@ type Cache struct {
 
 // New validates cfg and builds an empty cache.
 func New(cfg Config) (*Cache, error) {
-	cfg = cfg.withDefaults()
 	switch {
 	case cfg.PageSize < 1:
 		return nil, fmt.Errorf("kvcache: page size must be at least 1 token, got %d", cfg.PageSize)
@@ -136,8 +126,8 @@ func New(cfg Config) (*Cache, error) {
 		return nil, fmt.Errorf("kvcache: scale frames must not be negative, got %d", cfg.ScaleFrames)
 	case cfg.SlidingWindow < 0:
 		return nil, fmt.Errorf("kvcache: sliding window must not be negative, got %d", cfg.SlidingWindow)
-	case cfg.MaxFrames < 0:
-		return nil, fmt.Errorf("kvcache: max frames must not be negative, got %d", cfg.MaxFrames)
+	case cfg.MaxFrames < 1:
+		return nil, fmt.Errorf("kvcache: max frames must be at least 1, got %d", cfg.MaxFrames)
 	case cfg.Headroom < 0:
 		return nil, fmt.Errorf("kvcache: headroom must not be negative, got %d", cfg.Headroom)
 	}
@@ -162,7 +152,7 @@ func New(cfg Config) (*Cache, error) {
 	return c, nil
 }
 
-// Config returns the configuration with defaults filled in.
+// Config returns the configuration the cache was made with.
 func (c *Cache) Config() Config { return c.cfg }
 
 // PatchPages is the size of the patch pool (scale + window + headroom).

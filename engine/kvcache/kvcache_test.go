@@ -244,7 +244,7 @@ func runAgainstModel(t *testing.T, cfg Config, seed uint64, steps int) {
 
 func TestLiteralPageIDs(t *testing.T) {
 	// Tiny golden sizes: 3 + 4 + 16 = 23 patch pages, ⌈356·6/15⌉ + 16 = 159 special pages.
-	c, err := New(Config{ScaleFrames: 3, SlidingWindow: 4, PageSize: 15, MaxFrames: 356})
+	c, err := New(Config{ScaleFrames: 3, SlidingWindow: 4, PageSize: 15, MaxFrames: 356, Headroom: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestCapacityErrors(t *testing.T) {
 	mustAppend(t, c)
 
 	// Special pool: ⌈2·6/10⌉ + 16 = 18 pages of 10 = 180 tokens = 30 frames.
-	c, err = New(Config{ScaleFrames: 1, SlidingWindow: 1, PageSize: 10, MaxFrames: 2})
+	c, err = New(Config{ScaleFrames: 1, SlidingWindow: 1, PageSize: 10, MaxFrames: 2, Headroom: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,25 +346,26 @@ func TestCapacityErrors(t *testing.T) {
 		{ScaleFrames: -1, SlidingWindow: 1, PageSize: 5},
 		{ScaleFrames: 1, SlidingWindow: -2, PageSize: 5},
 		{ScaleFrames: 1, SlidingWindow: 1, PageSize: 5, MaxFrames: -1},
-		{ScaleFrames: 1, SlidingWindow: 1, PageSize: 5, Headroom: -1},
-		{ScaleFrames: 1 << 30, SlidingWindow: 1 << 30, PageSize: 5},
+		{ScaleFrames: 1, SlidingWindow: 1, PageSize: 5, MaxFrames: 0, Headroom: 1}, // no default of its own
+		{ScaleFrames: 1, SlidingWindow: 1, PageSize: 5, MaxFrames: 10, Headroom: -1},
+		{ScaleFrames: 1 << 30, SlidingWindow: 1 << 30, PageSize: 5, MaxFrames: 10},
 	} {
 		if _, err := New(bad); err == nil {
 			t.Errorf("New(%+v) accepted", bad)
 		}
 	}
-	d, err := New(Config{ScaleFrames: 8, SlidingWindow: 64, PageSize: 999})
+	d, err := New(Config{ScaleFrames: 8, SlidingWindow: 64, PageSize: 999, MaxFrames: 1024 + 100, Headroom: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The full model at 518×378: 88 patch pages and 23 special pages (§7).
+	// The reference's pools for the full model at 518×378: 88 patch pages and 23 special pages (§7).
 	if d.PatchPages() != 88 || d.SpecialPages() != 23 {
-		t.Fatalf("default pools %d + %d, want 88 + 23", d.PatchPages(), d.SpecialPages())
+		t.Fatalf("reference pools %d + %d, want 88 + 23", d.PatchPages(), d.SpecialPages())
 	}
 }
 
 func TestNoAllocations(t *testing.T) {
-	c, err := New(Config{ScaleFrames: 8, SlidingWindow: 64, PageSize: 999})
+	c, err := New(Config{ScaleFrames: 8, SlidingWindow: 64, PageSize: 999, MaxFrames: 1024, Headroom: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +400,7 @@ func TestNoAllocations(t *testing.T) {
 }
 
 func BenchmarkKeyframe(b *testing.B) {
-	c, err := New(Config{ScaleFrames: 8, SlidingWindow: 64, PageSize: 999})
+	c, err := New(Config{ScaleFrames: 8, SlidingWindow: 64, PageSize: 999, MaxFrames: 1024, Headroom: 16})
 	if err != nil {
 		b.Fatal(err)
 	}

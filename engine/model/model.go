@@ -32,10 +32,11 @@ type Options struct {
 	// SlidingWindow is the number of live frames kept in the cache (default 64).
 	SlidingWindow int
 	// MaxFrames caps the frames committed per reset: the 3D RoPE table and the
-	// special-token pages (default 1024).
+	// special-token pages (default 1024). The reference sizes its special
+	// pages for 100 frames more, which its RoPE table never lets it commit.
 	MaxFrames int
 	// CacheHeadroom is the number of spare patch pages beyond scale + window
-	// (default 16, kvcache.DefaultHeadroom).
+	// (default 16).
 	CacheHeadroom int
 	// CameraIterations of the camera head (default 4).
 	CameraIterations int
@@ -52,18 +53,34 @@ type Options struct {
 	Log *slog.Logger
 }
 
+// DefaultOptions are the reference demo's settings; engine.DefaultConfig
+// takes its defaults from here.
+func DefaultOptions() Options {
+	return Options{
+		ScaleFrames:      8,
+		SlidingWindow:    64,
+		MaxFrames:        1024, // the reference's max_frame_num
+		CacheHeadroom:    16,   // the reference cache manager's spare patch pages
+		CameraIterations: 4,
+	}
+}
+
 func (o Options) withDefaults() Options {
+	d := DefaultOptions()
 	if o.ScaleFrames == 0 {
-		o.ScaleFrames = 8
+		o.ScaleFrames = d.ScaleFrames
 	}
 	if o.SlidingWindow == 0 {
-		o.SlidingWindow = 64
+		o.SlidingWindow = d.SlidingWindow
 	}
 	if o.MaxFrames == 0 {
-		o.MaxFrames = 1024
+		o.MaxFrames = d.MaxFrames
+	}
+	if o.CacheHeadroom == 0 {
+		o.CacheHeadroom = d.CacheHeadroom
 	}
 	if o.CameraIterations == 0 {
-		o.CameraIterations = 4
+		o.CameraIterations = d.CameraIterations
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/lingbotmap/lingbotmap/config"
+	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/node"
+)
+
+// Every command reads the one schema, node.Config (config/lingbotmap.yaml), and
+// takes flags for the settings it uses; `node` uses them all. A --config file
+// may hold any key of the schema, so one file serves every command.
+
+// runSettings are the settings of `lingbotmap run`: all of the engine's, and
+// those of the map it writes (confidence threshold, pixel stride, voxel).
+func runSettings() []string {
+	return append(config.Keys(&engine.Config{}), "conf_threshold", "cloud_stride", "map_voxel")
+}
+
+// benchSettings are the settings of `lingbotmap bench`: the model, its cache
+// and the backend (bench makes its own random frames at --width × --height and
+// times the streaming path without keyframe choices).
+func benchSettings() []string {
+	return append([]string{"weights", "model_size", "seed", "device", "threads", "precision", "selected_layers",
+		"scale_frames", "sliding_window", "max_frames", "cache_headroom", "camera_iterations"}, cudaSettings()...)
+}
+
+// verifySettings are the settings of `lingbotmap verify`: the backend and the
+// weights; the golden case's manifest sets the model and its schedule.
+func verifySettings() []string {
+	return append([]string{"weights", "device", "threads", "precision"}, cudaSettings()...)
+}
+
+// cudaSettings are the keys of the cuda section.
+func cudaSettings() []string {
+	return slices.DeleteFunc(config.Keys(&engine.Config{}), func(k string) bool { return !strings.HasPrefix(k, "cuda.") })
+}
+
+// bindSettings registers the flags of keys on fs over the defaults def.
+func bindSettings(fs *pflag.FlagSet, def node.Config, keys []string) (*config.Binding, error) {
+	return config.Bind(fs, &def, keys)
+}

@@ -1,0 +1,103 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/spf13/pflag"
+)
+
+// A setting has one name, its key: the YAML key with sections joined by dots
+// ("device", "keyframe_interval", "cuda.pdl"). Every other spelling follows
+// from the key by one rule each:
+//
+//	flag                --keyframe-interval, --cuda-pdl  (dots and underscores become hyphens)
+//	environment         LINGBOTMAP_KEYFRAME_INTERVAL, LINGBOTMAP_CUDA_PDL  (upper case, dots become underscores)
+//	ROS private param   ~keyframe_interval, ~cuda/pdl  (dots become slashes)
+//
+// Keys are the mapstructure tags of the configuration structs; a field tagged
+// ",squash" adds its settings without a section.
+
+// EnvPrefix starts every environment variable of a setting.
+const EnvPrefix = "LINGBOTMAP"
+
+// FlagName is the command-line flag of key, without the leading dashes.
+func FlagName(key string) string {
+	return strings.NewReplacer(".", "-", "_", "-").Replace(key)
+}
+
+// EnvName is the environment variable of key.
+func EnvName(key string) string {
+	return EnvPrefix + "_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// ParamName is the ROS private parameter of key.
+func ParamName(key string) string { return "~" + strings.ReplaceAll(key, ".", "/") }
+
+// NormalizeFlag lets the spellings of the first node flags keep working:
+// --engine.keyframe_interval and --queue_policy mean --keyframe-interval and
+// --queue-policy. It is a pflag normalisation function, so the old spellings
+// are accepted without being listed in --help.
+func NormalizeFlag(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	return pflag.NormalizedName(FlagName(strings.TrimPrefix(name, "engine.")))
+}
+
+// Setting is one leaf of a configuration struct.
+type Setting struct {
+	// Key is the setting's dotted name.
+	Key string
+	// Value is the addressable field.
+	Value reflect.Value
+}
+
+// Settings lists the leaves of the struct cfg points to, in declaration
+// order. Fields tagged "-" and functions are not settings.
+func Settings(cfg any) []Setting {
+	v := reflect.ValueOf(cfg)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		panic(fmt.Sprintf("config.Settings: want a pointer to a struct, got %T", cfg))
+	}
+	var out []Setting
+	var walk func(prefix string, v reflect.Value)
+	walk = func(prefix string, v reflect.Value) {
+		t := v.Type()
+		for i := range t.NumField() {
+			name, opts, _ := strings.Cut(t.Field(i).Tag.Get("mapstructure"), ",")
+			fv := v.Field(i)
+			switch {
+			case name == "-" || !t.Field(i).IsExported() || fv.Kind() == reflect.Func:
+				continue
+			case fv.Kind() == reflect.Struct && opts == "squash":
+				walk(prefix, fv)
+			case name == "":
+				continue
+			case fv.Kind() == reflect.Struct:
+				walk(prefix+name+".", fv)
+			default:
+				out = append(out, Setting{Key: prefix + name, Value: fv})
+			}
+		}
+	}
+	walk("", v.Elem())
+	return out
+}
+
+// Keys lists the keys of the struct cfg points to.
+func Keys(cfg any) []string {
+	var keys []string
+	for _, s := range Settings(cfg) {
+		keys = append(keys, s.Key)
+	}
+	return keys
+}
+
+// Values maps every key of the struct cfg points to onto its value, for
+// records such as run.json.
+func Values(cfg any) map[string]any {
+	out := map[string]any{}
+	for _, s := range Settings(cfg) {
+		out[s.Key] = s.Value.Interface()
+	}
+	return out
+}
