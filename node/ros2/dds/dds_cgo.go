@@ -349,3 +349,6 @@ func (p *Participant) Close() error {
 	}
 	return err
 }
+
+// Built reports whether this binary has Cyclone DDS (the "ros2" build tag).
+const Built = true

@@ -60,3 +60,6 @@ func (r *Reader) Matched() (int, error) { return 0, ErrNotBuilt }
 
 // Close does nothing in this build.
 func (r *Reader) Close() error { return nil }
+
+// Built reports whether this binary has Cyclone DDS (the "ros2" build tag).
+const Built = false
