@@ -254,6 +254,6 @@ func (a *Args) Resolve(name string) string {
 }
 
 // DDS topic names of a resolved ROS 2 name.
-func topicName(name string) string   { return "rt" + name }
+func topicName(name string) string    { return "rt" + name }
 func requestTopic(name string) string { return "rq" + name + "Request" }
 func replyTopic(name string) string   { return "rr" + name + "Reply" }
