@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -40,7 +41,13 @@ func peers(t *testing.T) ros2test.Peers {
 // connected starts a transport for node /lingbotmap with extra ROS args.
 func connected(t *testing.T, rosArgs ...string) *Transport {
 	t.Helper()
-	a, _, err := ParseArgs(append([]string{"--ros-args"}, rosArgs...), func(string) string { return "" }, "lingbotmap")
+	return connectedEnv(t, nil, rosArgs...)
+}
+
+// connectedEnv is connected with ROS_* variables from env.
+func connectedEnv(t *testing.T, env map[string]string, rosArgs ...string) *Transport {
+	t.Helper()
+	a, _, err := ParseArgs(append([]string{"--ros-args"}, rosArgs...), func(k string) string { return env[k] }, "lingbotmap")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,15 +70,23 @@ func connected(t *testing.T, rosArgs ...string) *Transport {
 type peerProc struct {
 	cmd   *exec.Cmd
 	lines chan string
-	done  chan error
+	done  chan struct{} // closed when the peer exited, err set
+	err   error
 	out   strings.Builder
 	mu    sync.Mutex
 }
 
 func startPeer(t *testing.T, bin string, args ...string) *peerProc {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-	p := &peerProc{cmd: exec.CommandContext(ctx, bin, args...), lines: make(chan string, 100), done: make(chan error, 1)}
+	return startPeerEnv(t, nil, 40*time.Second, bin, args...)
+}
+
+// startPeerEnv starts a peer with extra environment variables, killed after timeout.
+func startPeerEnv(t *testing.T, env []string, timeout time.Duration, bin string, args ...string) *peerProc {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	p := &peerProc{cmd: exec.CommandContext(ctx, bin, args...), lines: make(chan string, 100), done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +106,8 @@ func startPeer(t *testing.T, bin string, args ...string) *peerProc {
 			default:
 			}
 		}
-		p.done <- p.cmd.Wait()
+		p.err = p.cmd.Wait()
+		close(p.done)
 		cancel()
 	}()
 	t.Cleanup(func() {
@@ -126,10 +142,9 @@ func (p *peerProc) waitLine(t *testing.T, want string) string {
 func (p *peerProc) wait(t *testing.T) {
 	t.Helper()
 	select {
-	case err := <-p.done:
-		p.done <- err
-		if err != nil {
-			t.Fatalf("peer failed: %v\n%s", err, p.output())
+	case <-p.done:
+		if p.err != nil {
+			t.Fatalf("peer failed: %v\n%s", p.err, p.output())
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("peer did not finish; it said:\n%s", p.output())
@@ -201,11 +216,10 @@ func TestPoseReachesPeer(t *testing.T) {
 			t.Fatal(err)
 		}
 		select {
-		case err := <-p.done:
-			p.done <- err
+		case <-p.done:
 			out := p.output()
-			if err != nil {
-				t.Fatalf("peer: %v\n%s", err, out)
+			if p.err != nil {
+				t.Fatalf("peer: %v\n%s", p.err, out)
 			}
 			want := "stamp=1700000000.250000000 frame=map p=(1.250,2.000,-3.500) q=(0.0000,0.0000,0.6000,0.8000)"
 			if strings.Count(out, want) != 2 {
@@ -417,4 +431,38 @@ func TestCorruptCDR(t *testing.T) {
 			t.Fatalf("got %d of %d samples", i, len(bad)+1)
 		}
 	}
+}
+
+// With ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST (no multicast, loopback only)
+// the node still meets a peer configured the same way; with OFF it meets
+// no one.
+func TestDiscoveryRanges(t *testing.T) {
+	pe := peers(t)
+	publish := func(tr *Transport) {
+		t.Helper()
+		pub, err := tr.Advertise(node.TopicSpec{Name: "/lingbotmap/latched_pose", Type: &geometry_msgs.PoseStamped{}, Role: node.RoleLatched})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pub.Write(testPose(5)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("localhost", func(t *testing.T) {
+		tr := connectedEnv(t, map[string]string{"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"})
+		publish(tr)
+		uri := "CYCLONEDDS_URI=" + cycloneConfig(DiscoveryLocalhost, nil, 0, "")
+		p := startPeerEnv(t, []string{uri}, 40*time.Second, pe.Client, "latched-pose", "/lingbotmap/latched_pose")
+		p.waitLine(t, "latched pose: stamp=1700000000.250000000 frame=map p=(5.000,2.000,-3.500)")
+		p.wait(t)
+	})
+	t.Run("off", func(t *testing.T) {
+		tr := connectedEnv(t, map[string]string{"ROS_AUTOMATIC_DISCOVERY_RANGE": "OFF"})
+		publish(tr)
+		p := startPeerEnv(t, nil, 3*time.Second, pe.Client, "latched-pose", "/lingbotmap/latched_pose")
+		<-p.done
+		if out := p.output(); strings.Contains(out, "latched pose") {
+			t.Fatalf("a peer found the node with discovery OFF:\n%s", out)
+		}
+	})
 }
