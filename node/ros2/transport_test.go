@@ -371,7 +371,8 @@ func TestCorruptCDR(t *testing.T) {
 		err error
 	}
 	got := make(chan result, 10)
-	sub, err := tr.Subscribe(node.TopicSpec{Name: "/lingbotmap/in", Type: &geometry_msgs.PoseStamped{}, Role: node.RoleSensor},
+	// Reliable with depth 10, so the burst below cannot overwrite itself in the history.
+	sub, err := tr.Subscribe(node.TopicSpec{Name: "/lingbotmap/in", Type: &geometry_msgs.PoseStamped{}, Role: node.RoleOutput},
 		func(msg any, err error) { got <- result{msg, err} })
 	if err != nil {
 		t.Fatal(err)
