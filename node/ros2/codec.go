@@ -61,10 +61,10 @@ func splitRequest(data []byte) (requestHeader, []byte, error) {
 		return requestHeader{}, nil, &msgs.DecodeError{Kind: "cdr", Err: fmt.Errorf("service sample of %d bytes is shorter than its headers (20 bytes)", len(data))}
 	}
 	var bo binary.ByteOrder = binary.LittleEndian
-	switch data[1] {
-	case 0: // CDR_BE
+	switch {
+	case data[0] == 0 && data[1] == 0: // CDR_BE
 		bo = binary.BigEndian
-	case 1: // CDR_LE
+	case data[0] == 0 && data[1] == 1: // CDR_LE
 	default:
 		return requestHeader{}, nil, &msgs.DecodeError{Kind: "cdr", Err: fmt.Errorf("unknown encapsulation % x", data[:4])}
 	}

@@ -124,3 +124,40 @@ func TestLateJoinerAndLeave(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A sample of several megabytes (a dense point cloud) arrives whole over
+// a reliable topic, fragmented and reassembled by DDS.
+func TestLargeSample(t *testing.T) {
+	a, b := newParticipant(t), newParticipant(t)
+	q := QoS{Reliable: true, Depth: 2}
+	w, err := a.NewWriter("rt/test/big", "sensor_msgs::msg::dds_::PointCloud2_", q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan Sample, 2)
+	r, err := b.NewReader("rt/test/big", "sensor_msgs::msg::dds_::PointCloud2_", q, func(s Sample) { got <- s })
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the reader to match", func() bool { n, _ := w.Matched(); return n == 1 })
+	big := make([]byte, 3_500_001)
+	for i := range big {
+		big[i] = byte(i * 31 >> 3)
+	}
+	copy(big, []byte{0, 1, 0, 0})
+	if err := w.Write(big); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-got:
+		// The payload is padded to a multiple of 4 with zeros.
+		if len(s.Data) != 3_500_004 || !bytes.Equal(s.Data[:len(big)], big) || !bytes.Equal(s.Data[len(big):], []byte{0, 0, 0}) {
+			t.Fatalf("got %d bytes, not the %d written (padded to 4)", len(s.Data), len(big))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the large sample never arrived")
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
