@@ -15,7 +15,12 @@ const discoveryTopic = "ros_discovery_info"
 
 func newDiscoveryInfo() *cdr.ParticipantEntitiesInfo { return &cdr.ParticipantEntitiesInfo{} }
 
-func gidOf(g dds.GUID) cdr.Gid { return cdr.Gid{Data: g} }
+// gidOf is rmw's gid of an entity: its GUID, zero padded to cdr.GidSize.
+func gidOf(g dds.GUID) cdr.Gid {
+	var out cdr.Gid
+	copy(out.Data[:], g[:])
+	return out
+}
 
 func sortedGids(set map[dds.GUID]struct{}) []cdr.Gid {
 	out := make([]cdr.Gid, 0, len(set))

@@ -23,21 +23,15 @@ func (t *Transport) ServeTrigger(name string, handle func(ctx context.Context) (
 	if err != nil {
 		return nil, err
 	}
-	reqT, err := typeOf(&cdr.TriggerRequest{})
+	srv, err := cdr.TriggerService()
 	if err != nil {
 		return nil, fmt.Errorf("ros2: service %s: %w", name, err)
 	}
-	repT, err := typeOf(&cdr.TriggerResponse{})
-	if err != nil {
-		return nil, fmt.Errorf("ros2: service %s: %w", name, err)
-	}
-	// serviceid pairs the service's reader and writer for peers, as rmw does.
-	id := "serviceid=" + pp.GUID().String() + "." + name + ";"
-	q := dds.QoS{Reliable: true, Depth: 10}
-	wq, rq := q, q
-	wq.UserData = id + typeHashUserData(repT.Hash)
-	rq.UserData = id + typeHashUserData(reqT.Hash)
-	w, err := pp.NewWriter(replyTopic(name), repT.DDSName, wq)
+	// serviceid pairs the service's reader and writer for peers, as rmw
+	// does; both announce the hash of the service as a whole.
+	q := dds.QoS{Reliable: true, Depth: 10,
+		UserData: "serviceid=" + pp.GUID().String() + "." + name + ";" + typeHashUserData(srv.Hash)}
+	w, err := pp.NewWriter(replyTopic(name), srv.Response.DDSName, q)
 	if err != nil {
 		return nil, fmt.Errorf("ros2: offering service %s: %w", name, err)
 	}
@@ -45,7 +39,7 @@ func (t *Transport) ServeTrigger(name string, handle func(ctx context.Context) (
 	// The reader's deliver function needs the reader; it runs only after
 	// NewReader returned, so the lock orders the assignment before use.
 	s.mu.Lock()
-	r, err := pp.NewReader(requestTopic(name), reqT.DDSName, rq, s.serve)
+	r, err := pp.NewReader(requestTopic(name), srv.Request.DDSName, q, s.serve)
 	if err != nil {
 		s.mu.Unlock()
 		w.Close()

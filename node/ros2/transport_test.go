@@ -347,8 +347,10 @@ func TestDiscoveryInfo(t *testing.T) {
 	p := startPeer(t, pe.Client, "discovery", "/robot/mapper")
 	p.waitLine(t, "node /robot/mapper readers=2 writers=2")
 	p.wait(t)
-	if !strings.Contains(p.output(), "participant "+hexGUID(tr.pp.GUID())) {
-		t.Errorf("participant gid is not %s:\n%s", hexGUID(tr.pp.GUID()), p.output())
+	// The gid is the GUID, zero padded to Humble's 24 bytes.
+	want := "participant " + hexGUID(tr.pp.GUID()) + "0000000000000000\n"
+	if !strings.Contains(p.output(), want) {
+		t.Errorf("participant gid is not %s:\n%s", want, p.output())
 	}
 }
 

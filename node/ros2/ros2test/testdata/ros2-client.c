@@ -130,7 +130,7 @@ static int latched_pose(dds_entity_t pp, const char *topic) {
 
 static void print_gid(const char *what, const rmw_dds_common_msg_dds__Gid_ *g) {
   printf("%s ", what);
-  for (int i = 0; i < 16; i++) printf("%02x", g->data_[i]);
+  for (int i = 0; i < 24; i++) printf("%02x", g->data_[i]);
   printf("\n");
 }
 
