@@ -3,7 +3,21 @@
 // ROS 2 names, QoS, services and command-line conventions, and the
 // ros_discovery_info that makes the node visible to `ros2 node list`.
 //
-// Without the "ros2" build tag New returns dds.ErrNotBuilt.
+// Building: the DDS part is cgo against Debian's Cyclone DDS 0.10
+// (apt-get install cyclonedds-dev) and is compiled only with the build tag
+// "ros2" (go build -tags ros2 ./cmd/lingbotmap); without it New returns
+// dds.ErrNotBuilt and the rest of the program is unchanged.
+//
+// Testing: go test -tags ros2 ./node/ros2/... as root, with cyclonedds-dev,
+// cyclonedds-tools (idlc) and gcc; the test binaries re-run themselves
+// inside ../shared/tools/netns-run.sh and talk to Cyclone C peers built from
+// ../shared/tools/ros2-peers and ros2test/testdata.
+//
+// A typical composition (cmd):
+//
+//	a, rest, err := ros2.ParseArgs(os.Args[1:], os.Getenv, "lingbotmap")
+//	tr, err := ros2.New(a, logger)
+//	err = tr.Connect(ctx)
 package ros2
 
 import (

@@ -115,14 +115,20 @@ func TestLateJoinerAndLeave(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("late joiner got nothing")
 	}
-	waitFor(t, "the writer to match", func() bool { n, _ := r.Matched(); return n == 1 })
+	w2, err := a.NewWriter("rt/test/latched", "std_msgs::msg::dds_::String_", q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both writers to match", func() bool { n, _ := r.Matched(); return n == 2 })
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the reader to see the writer go", func() bool { n, _ := r.Matched(); return n == 0 })
-	if err := r.Close(); err != nil {
+	waitFor(t, "the reader to see the writer go", func() bool { n, _ := r.Matched(); return n == 1 })
+	waitFor(t, "the other writer to see the reader", func() bool { n, _ := w2.Matched(); return n == 1 })
+	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "the writer to see the reader's participant go", func() bool { n, _ := w2.Matched(); return n == 0 })
 }
 
 // A sample of several megabytes (a dense point cloud) arrives whole over
