@@ -469,3 +469,44 @@ func TestDiscoveryRanges(t *testing.T) {
 		}
 	})
 }
+
+// Malformed requests are dropped; the service keeps answering.
+func TestTriggerServiceSurvivesBadRequests(t *testing.T) {
+	pe := peers(t)
+	tr := connected(t)
+	var calls atomic.Int32
+	if _, err := tr.ServeTrigger("/lingbotmap/pause", func(context.Context) (string, error) {
+		calls.Add(1)
+		return "paused", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pp, err := dds.NewParticipant(dds.ParticipantConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pp.Close()
+	w, err := pp.NewWriter("rq/lingbotmap/pauseRequest", "std_srvs::srv::dds_::Trigger_Request_", dds.QoS{Reliable: true, Depth: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if m, _ := w.Matched(); m > 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the service never matched the writer")
+		}
+	}
+	for _, b := range [][]byte{{}, {0, 1, 0, 0, 1, 2, 3}, {0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0}, {7, 7, 7, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}} {
+		if err := w.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := startPeer(t, pe.Client, "trigger", "/lingbotmap/pause")
+	p.waitLine(t, "trigger reply: mine=1 success=1 message=paused")
+	p.wait(t)
+	if n := calls.Load(); n != 1 {
+		t.Errorf("handler called %d times; malformed requests must not reach it", n)
+	}
+}

@@ -3,6 +3,7 @@
 // Raw-CDR sertype and serdata for Cyclone DDS 0.10 (see shim.h). ROS 2 types
 // have no keys, so every key operation is trivial; the serdata keeps the
 // serialized bytes as they came (from the network or from Go).
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "dds/ddsi/ddsi_sertype.h"
