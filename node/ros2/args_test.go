@@ -169,6 +169,9 @@ func TestParams(t *testing.T) {
 	if f, err := p.Float64("scale"); err != nil || f != 1.5 {
 		t.Errorf("scale = %v, %v; a -p for another node must not apply", f, err)
 	}
+	if p.ParamName("~engine/weights") != "engine.weights" {
+		t.Errorf("ParamName = %q", p.ParamName("~engine/weights"))
+	}
 	if set, _ := p.IsSet("engine.missing"); set {
 		t.Error("an unset key is set")
 	}

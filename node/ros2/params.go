@@ -168,6 +168,10 @@ func matchTokens(pat, name []string) bool {
 	return matchTokens(pat[1:], name[1:])
 }
 
+// ParamName is the ROS 2 parameter that sets configuration key key: the
+// key itself ("engine.weights"), for messages that name parameters.
+func (p *Params) ParamName(key string) string { return normKey(key) }
+
 // IsSet reports whether key was given.
 func (p *Params) IsSet(key string) (bool, error) {
 	_, ok := p.values[normKey(key)]
