@@ -18,6 +18,7 @@ const (
 	KindStep     = "step"     // the row stride is too short for the width
 	KindCorrupt  = "corrupt"  // compressed bytes could not be decoded
 	KindFormat   = "format"   // a field's layout or format string is not understood
+	KindCDR      = "cdr"      // CDR bytes are truncated or malformed (msgs/cdr)
 )
 
 // DecodeError reports why an incoming message could not be decoded.
