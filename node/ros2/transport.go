@@ -1,0 +1,289 @@
+// Package ros2 is the ROS 2 transport of the node (node.Transport): DDS
+// through Cyclone DDS (package dds), messages as CDR (package msgs/cdr),
+// ROS 2 names, QoS, services and command-line conventions, and the
+// ros_discovery_info that makes the node visible to `ros2 node list`.
+//
+// Without the "ros2" build tag New returns dds.ErrNotBuilt.
+package ros2
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"reflect"
+	"sync"
+
+	"github.com/lingbotmap/lingbotmap/node"
+	"github.com/lingbotmap/lingbotmap/node/ros2/dds"
+)
+
+// Transport is a ROS 2 node's view of DDS. Its methods are safe for
+// concurrent use.
+type Transport struct {
+	args Args
+	log  *slog.Logger
+
+	ctx    context.Context // ends with Close; services' handlers get it
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	pp      *dds.Participant
+	info    *dds.Writer // ros_discovery_info
+	readers map[dds.GUID]struct{}
+	writers map[dds.GUID]struct{}
+	closed  bool
+}
+
+var _ node.Transport = (*Transport)(nil)
+
+// New makes a transport for the node described by a (see ParseArgs); it
+// joins the graph on Connect. log may be nil.
+func New(a Args, log *slog.Logger) (*Transport, error) {
+	if !dds.Built {
+		return nil, dds.ErrNotBuilt
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if a.Params == nil {
+		a.Params = newParams()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Transport{
+		args: a, log: log.With("transport", "ros2"), ctx: ctx, cancel: cancel,
+		readers: map[dds.GUID]struct{}{}, writers: map[dds.GUID]struct{}{},
+	}, nil
+}
+
+// Connect creates the DDS participant (USER_DATA "enclave=/;") and starts
+// publishing ros_discovery_info.
+func (t *Transport) Connect(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.pp != nil || t.closed {
+		return errors.New("ros2: Connect called twice or after Close")
+	}
+	cfg := dds.ParticipantConfig{
+		Domain:   t.args.Domain,
+		XML:      cycloneConfig(t.args.Discovery, t.args.StaticPeers, os.Getpid(), os.Getenv("CYCLONEDDS_URI")),
+		UserData: "enclave=/;",
+	}
+	pp, err := dds.NewParticipant(cfg)
+	if err != nil {
+		return fmt.Errorf("ros2: joining DDS domain %d: %w", t.args.Domain, err)
+	}
+	dt, err := typeOf(newDiscoveryInfo())
+	if err != nil {
+		pp.Close()
+		return fmt.Errorf("ros2: ros_discovery_info: %w", err)
+	}
+	info, err := pp.NewWriter(discoveryTopic, dt.DDSName, dds.QoS{
+		Reliable: true, TransientLocal: true, Depth: 1, UserData: typeHashUserData(dt.Hash),
+	})
+	if err != nil {
+		pp.Close()
+		return fmt.Errorf("ros2: opening ros_discovery_info: %w", err)
+	}
+	t.pp, t.info = pp, info
+	if err := t.publishInfoLocked(true); err != nil {
+		pp.Close()
+		t.pp, t.info = nil, nil
+		return err
+	}
+	t.log.Info("joined the ROS 2 graph", "node", t.FullName(), "domain", t.args.Domain,
+		"participant", pp.GUID().String())
+	return nil
+}
+
+// FullName is the node's absolute name.
+func (t *Transport) FullName() string { return t.args.FullName() }
+
+// Resolve expands name with the node's namespace and applies the remaps.
+func (t *Transport) Resolve(name string) string { return t.args.Resolve(name) }
+
+// Params serves the -p and --params-file values.
+func (t *Transport) Params() node.ParamSource { return t.args.Params }
+
+// Shutdown is never closed: ROS 2 has no request to stop a node.
+func (t *Transport) Shutdown() <-chan struct{} { return nil }
+
+// Stats has nothing to count: DDS has no master to reconnect to.
+func (t *Transport) Stats() node.TransportStats { return node.TransportStats{} }
+
+// qosOf maps a topic's role to the QoS ROS 2 users expect.
+func qosOf(r node.Role) (dds.QoS, error) {
+	switch r {
+	case node.RoleSensor:
+		return dds.QoS{Reliable: false, Depth: 5}, nil
+	case node.RoleOutput:
+		return dds.QoS{Reliable: true, Depth: 10}, nil
+	case node.RoleLatched, node.RoleTFStatic:
+		return dds.QoS{Reliable: true, TransientLocal: true, Depth: 1}, nil
+	case node.RoleTF:
+		return dds.QoS{Reliable: true, Depth: 100}, nil
+	}
+	return dds.QoS{}, fmt.Errorf("ros2: unknown topic role %d", r)
+}
+
+func (t *Transport) participant() (*dds.Participant, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, errors.New("ros2: transport closed")
+	}
+	if t.pp == nil {
+		return nil, errors.New("ros2: not connected (call Connect first)")
+	}
+	return t.pp, nil
+}
+
+// endpoint opens what a topic needs: its type, QoS and the participant.
+func (t *Transport) endpoint(spec node.TopicSpec) (*dds.Participant, msgType, dds.QoS, error) {
+	pp, err := t.participant()
+	if err != nil {
+		return nil, msgType{}, dds.QoS{}, err
+	}
+	mt, err := typeOf(spec.Type)
+	if err != nil {
+		return nil, msgType{}, dds.QoS{}, fmt.Errorf("ros2: topic %s: %w", spec.Name, err)
+	}
+	q, err := qosOf(spec.Role)
+	if err != nil {
+		return nil, msgType{}, dds.QoS{}, err
+	}
+	q.UserData = typeHashUserData(mt.Hash)
+	return pp, mt, q, nil
+}
+
+// Advertise opens a writer on rt/<spec.Name>.
+func (t *Transport) Advertise(spec node.TopicSpec) (node.Publisher, error) {
+	pp, mt, q, err := t.endpoint(spec)
+	if err != nil {
+		return nil, err
+	}
+	w, err := pp.NewWriter(topicName(spec.Name), mt.DDSName, q)
+	if err != nil {
+		return nil, fmt.Errorf("ros2: advertising %s: %w", spec.Name, err)
+	}
+	t.addEntity(t.writers, w.GUID())
+	return &publisher{t: t, w: w, name: spec.Name, typ: reflect.TypeOf(spec.Type)}, nil
+}
+
+type publisher struct {
+	t    *Transport
+	w    *dds.Writer
+	name string
+	typ  reflect.Type
+	once sync.Once
+}
+
+func (p *publisher) Write(msg any) error {
+	if reflect.TypeOf(msg) != p.typ {
+		return fmt.Errorf("ros2: publishing a %T on %s, which carries %v", msg, p.name, p.typ)
+	}
+	b, err := marshal(msg)
+	if err != nil {
+		return fmt.Errorf("ros2: encoding a message for %s: %w", p.name, err)
+	}
+	if err := p.w.Write(b); err != nil {
+		return fmt.Errorf("ros2: publishing on %s: %w", p.name, err)
+	}
+	return nil
+}
+
+func (p *publisher) Close() error {
+	var err error
+	p.once.Do(func() {
+		err = p.w.Close()
+		p.t.removeEntity(p.t.writers, p.w.GUID())
+	})
+	return err
+}
+
+// Subscribe opens a reader on rt/<spec.Name> and decodes each sample into a
+// new value of spec.Type's type.
+func (t *Transport) Subscribe(spec node.TopicSpec, handle func(msg any, err error)) (io.Closer, error) {
+	pp, mt, q, err := t.endpoint(spec)
+	if err != nil {
+		return nil, err
+	}
+	typ := reflect.TypeOf(spec.Type)
+	if typ.Kind() != reflect.Pointer {
+		return nil, fmt.Errorf("ros2: topic %s: Type must be a pointer to a message struct, not %v", spec.Name, typ)
+	}
+	r, err := pp.NewReader(topicName(spec.Name), mt.DDSName, q, func(s dds.Sample) {
+		msg := reflect.New(typ.Elem()).Interface()
+		if err := unmarshal(s.Data, msg); err != nil {
+			handle(nil, err)
+			return
+		}
+		handle(msg, nil)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ros2: subscribing to %s: %w", spec.Name, err)
+	}
+	t.addEntity(t.readers, r.GUID())
+	return closerFunc(func() error {
+		err := r.Close()
+		t.removeEntity(t.readers, r.GUID())
+		return err
+	}), nil
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
+
+func (t *Transport) addEntity(set map[dds.GUID]struct{}, g dds.GUID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	set[g] = struct{}{}
+	if err := t.publishInfoLocked(true); err != nil {
+		t.log.Warn("updating ros_discovery_info", "err", err)
+	}
+}
+
+func (t *Transport) removeEntity(set map[dds.GUID]struct{}, g dds.GUID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := set[g]; !ok {
+		return
+	}
+	delete(set, g)
+	if t.closed || t.info == nil {
+		return
+	}
+	if err := t.publishInfoLocked(true); err != nil {
+		t.log.Warn("updating ros_discovery_info", "err", err)
+	}
+}
+
+// Close publishes that the node left, then deletes the participant with
+// every reader and writer; peers see them go.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	t.cancel()
+	pp := t.pp
+	var err error
+	if t.info != nil {
+		err = t.publishInfoLocked(false)
+	}
+	t.mu.Unlock()
+	if pp != nil {
+		if cerr := pp.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
