@@ -80,6 +80,7 @@ the default output name is then frames.mcap.`,
 			return runF(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
+	cmd.AddCommand(newBagPlayCmd())
 	f := cmd.Flags()
 	f.StringVar(&o.images, "images", "", "folder of *.png / *.jpg frames, used in name order (required)")
 	f.StringVar(&o.out, "out", o.out, "bag file to write (frames.mcap with --format mcap)")
