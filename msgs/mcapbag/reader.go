@@ -15,8 +15,8 @@ import (
 )
 
 // MaxChunkSize bounds the decompressed size of one chunk, so that a damaged
-// or hostile index cannot make the reader allocate without limit.
-const MaxChunkSize = 1 << 30
+// or hostile file cannot make the reader allocate without limit.
+const MaxChunkSize = 256 << 20
 
 // Channel is one topic of a bag.
 type Channel struct {
@@ -54,22 +54,34 @@ func (m *Message) Decode(into any) error {
 type Reader struct {
 	path     string
 	f        *os.File
+	rs       *io.SectionReader // the well-framed part of f
 	header   *mcap.Header
 	indexed  bool
 	channels []*Channel
 	byID     map[uint16]*Channel
 }
 
-// Open opens an MCAP file and reads its summary (channels, counts). A file
-// without a summary (a recording that was cut short) is scanned once to
-// find its channels.
+// Open opens an MCAP file, checks the framing of every record and chunk
+// (one pass over the file, see walkFile) and reads the summary (channels,
+// counts). A file without a usable summary (a recording that was cut short)
+// is scanned once more to find its channels, and read in file order.
 func Open(path string) (*Reader, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening the MCAP bag: %w", err)
 	}
-	r := &Reader{path: path, f: f, byID: map[uint16]*Channel{}}
-	if err := r.readSummary(); err != nil {
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("opening the MCAP bag: %w", err)
+	}
+	fr, err := walkFile(f, st.Size())
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("MCAP bag %s: %w", path, err)
+	}
+	r := &Reader{path: path, f: f, rs: io.NewSectionReader(f, 0, fr.end), byID: map[uint16]*Channel{}}
+	if err := safely(func() error { return r.readSummary(fr) }); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("MCAP bag %s: %w", path, err)
 	}
@@ -77,25 +89,39 @@ func Open(path string) (*Reader, error) {
 }
 
 func (r *Reader) newReader() (*mcap.Reader, error) {
-	if _, err := r.f.Seek(0, io.SeekStart); err != nil {
+	if _, err := r.rs.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
-	return mcap.NewReader(r.f)
+	return mcap.NewReader(r.rs)
 }
 
-func (r *Reader) readSummary() error {
+// safely runs f, turning a panic of the mcap library on malformed input into
+// an error: walkFile stops the cases known, this is the backstop for a
+// parser of outside bytes that is not ours.
+func safely(f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("malformed MCAP data: %v", p)
+		}
+	}()
+	return f()
+}
+
+func (r *Reader) readSummary(fr *framing) error {
 	mr, err := r.newReader()
 	if err != nil {
 		return err
 	}
 	r.header = mr.Header()
-	info, err := mr.Info()
-	if err == nil && info.Statistics != nil && len(info.ChunkIndexes) > 0 {
-		for _, ci := range info.ChunkIndexes {
-			if ci.UncompressedSize > MaxChunkSize {
-				return fmt.Errorf("a chunk claims %d bytes, more than the %d allowed", ci.UncompressedSize, MaxChunkSize)
-			}
-		}
+	var info *mcap.Info
+	if fr.summaryUsable() {
+		info, err = mr.Info()
+	}
+	usable := err == nil && info != nil && info.Statistics != nil && len(info.ChunkIndexes) > 0
+	for i := 0; usable && i < len(info.ChunkIndexes); i++ {
+		usable = fr.chunkIndexOK(info.ChunkIndexes[i])
+	}
+	if usable {
 		r.indexed = true
 		for id, c := range info.Channels {
 			ch := &Channel{ID: id, Topic: c.Topic, MessageEncoding: c.MessageEncoding, QoS: c.Metadata["offered_qos_profiles"],
@@ -175,14 +201,23 @@ func (r *Reader) Messages(topics ...string) iter.Seq2[*Message, error] {
 		if len(topics) > 0 {
 			opts = append(opts, mcap.WithTopics(topics))
 		}
-		it, err := mr.Messages(opts...)
+		var it mcap.MessageIterator
+		err = safely(func() (err error) {
+			it, err = mr.Messages(opts...)
+			return err
+		})
 		if err != nil {
 			yield(nil, fmt.Errorf("MCAP bag %s: %w", r.path, err))
 			return
 		}
 		var msg mcap.Message
 		for {
-			_, c, m, err := it.NextInto(&msg)
+			var c *mcap.Channel
+			var m *mcap.Message
+			err := safely(func() (err error) {
+				_, c, m, err = it.NextInto(&msg)
+				return err
+			})
 			if errors.Is(err, io.EOF) {
 				return
 			}
