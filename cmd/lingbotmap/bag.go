@@ -21,12 +21,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lingbotmap/lingbotmap/msgs/bag"
+	"github.com/lingbotmap/lingbotmap/msgs/mcapbag"
 )
 
 // bagOptions holds the flags of `lingbotmap bag`.
 type bagOptions struct {
 	images     string
 	out        string
+	format     string
 	topic      string
 	frameID    string
 	rate       float64
@@ -39,6 +41,7 @@ type bagOptions struct {
 func defaultBagOptions() *bagOptions {
 	return &bagOptions{
 		out:     "frames.bag",
+		format:  "bag",
 		topic:   "/camera/image_raw",
 		frameID: "camera",
 		rate:    10,
@@ -53,24 +56,35 @@ func newBagCmd() *cobra.Command { return newBagCmdWith(runBag) }
 func newBagCmdWith(runF func(ctx context.Context, o *bagOptions, out io.Writer) error) *cobra.Command {
 	o := defaultBagOptions()
 	cmd := &cobra.Command{
-		Use:   "bag --images DIR [--out frames.bag]",
-		Short: "Write a ROS bag of camera images from a folder of PNG/JPEG files",
-		Long: `bag turns the sorted *.png / *.jpg files of a folder into a ROS 1 bag (format 2.0)
-that rosbag play can feed to the node: one sensor_msgs/Image (rgb8; transparent
-pixels composited over white) per file, or with --compressed one
+		Use:   "bag --images DIR [--out frames.bag] [--format bag|mcap]",
+		Short: "Write a ROS 1 or ROS 2 bag of camera images from a folder of PNG/JPEG files",
+		Long: `bag turns the sorted *.png / *.jpg files of a folder into a bag that a bag
+player can feed to the node: one sensor_msgs/Image (rgb8; transparent pixels
+composited over white) per file, or with --compressed one
 sensor_msgs/CompressedImage holding the file's bytes. Frame i is stamped
-start + i/rate (header and record time alike) with header seq i.`,
+start + i/rate (header and record time alike).
+
+--format bag (the default) writes a ROS 1 bag (format 2.0) for rosbag play,
+with header seq i. --format mcap writes a ROS 2 bag in MCAP, rosbag2's default
+storage (profile ros2, CDR messages sensor_msgs/msg/Image or CompressedImage,
+ros2msg schemas, reliable QoS in the channel metadata), for ros2 bag play;
+the default output name is then frames.mcap.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.format == "mcap" && !cmd.Flags().Changed("out") {
+				o.out = "frames.mcap"
+			}
 			if err := o.validate(); err != nil {
 				return &exitCodeError{code: exitUsage, err: err}
 			}
 			return runF(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
+	cmd.AddCommand(newBagPlayCmd())
 	f := cmd.Flags()
 	f.StringVar(&o.images, "images", "", "folder of *.png / *.jpg frames, used in name order (required)")
-	f.StringVar(&o.out, "out", o.out, "bag file to write")
+	f.StringVar(&o.out, "out", o.out, "bag file to write (frames.mcap with --format mcap)")
+	f.StringVar(&o.format, "format", o.format, "bag format: bag (ROS 1, rosbag) or mcap (ROS 2, rosbag2)")
 	f.StringVar(&o.topic, "topic", o.topic, "topic of the images (--compressed does not append /compressed)")
 	f.StringVar(&o.frameID, "frame-id", o.frameID, "header frame_id")
 	f.Float64Var(&o.rate, "rate", o.rate, "frames per second, for the stamps")
@@ -88,6 +102,9 @@ func (o *bagOptions) validate() error {
 	}
 	if o.out == "" {
 		errs = append(errs, errors.New("'out' is empty"))
+	}
+	if o.format != "bag" && o.format != "mcap" {
+		errs = append(errs, fmt.Errorf("'format' must be bag or mcap, not %q", o.format))
 	}
 	if o.topic == "" {
 		errs = append(errs, errors.New("'topic' is empty"))
@@ -139,7 +156,7 @@ func runBag(ctx context.Context, o *bagOptions, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	w, err := bag.Create(o.out)
+	w, err := createBag(o.format, o.out)
 	if err != nil {
 		return err
 	}
@@ -174,9 +191,25 @@ func runBag(ctx context.Context, o *bagOptions, out io.Writer) (err error) {
 	if o.compressed {
 		kind = "sensor_msgs/CompressedImage"
 	}
+	if o.format == "mcap" {
+		kind = "ROS 2 " + strings.Replace(kind, "/", "/msg/", 1) + ", MCAP"
+	}
 	fmt.Fprintf(out, "wrote %d frames (%s) on %s to %s, stamps %.3f to %.3f s\n",
 		len(files), kind, o.topic, o.out, float64(start.UnixNano())/1e9, float64(last.UnixNano())/1e9)
 	return nil
+}
+
+// bagWriter is what both bag formats offer.
+type bagWriter interface {
+	Write(topic string, t time.Time, msg any) error
+	Close() error
+}
+
+func createBag(format, path string) (bagWriter, error) {
+	if format == "mcap" {
+		return mcapbag.Create(path)
+	}
+	return bag.Create(path)
 }
 
 func compressedFrame(hdr std_msgs.Header, path string) (*sensor_msgs.CompressedImage, error) {

@@ -38,7 +38,7 @@ func TestBagFlags(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	want := bagOptions{images: "d", out: "x.bag", topic: "/a/b", frameID: "cam", rate: 2.5, start: 1600000000.5, compressed: true, firstK: 7, stride: 3}
+	want := bagOptions{images: "d", out: "x.bag", format: "bag", topic: "/a/b", frameID: "cam", rate: 2.5, start: 1600000000.5, compressed: true, firstK: 7, stride: 3}
 	if *got != want {
 		t.Fatalf("parsed %+v, want %+v", *got, want)
 	}
@@ -50,6 +50,7 @@ func TestBagFlags(t *testing.T) {
 		{"--images", "d", "--first-k", "-1"}, // first-k
 		{"--images", "d", "--start", "-5"},   // start
 		{"--images", "d", "--topic", ""},     // topic
+		{"--images", "d", "--format", "db3"}, // format
 	} {
 		cmd := newBagCmdWith(func(context.Context, *bagOptions, io.Writer) error { t.Fatal("ran despite bad flags"); return nil })
 		cmd.SetArgs(args)

@@ -105,8 +105,9 @@ file, LINGBOTMAP_* environment variables and the flags, in that order. Unless
 keyframe_interval, flow_threshold or windowed is set, an input longer than 320
 frames takes one keyframe in ⌈N/320⌉ frames, as the reference does.
 
-INPUT is a folder of .png/.jpg/.JPG images (sorted by name), a .bag file
-(--topic, sensor_msgs/Image or CompressedImage) or a video (decoded by ffmpeg).
+INPUT is a folder of .png/.jpg/.JPG images (sorted by name), a ROS 1 .bag file
+or a ROS 2 .mcap bag (--topic, Image or CompressedImage) or a video (decoded
+by ffmpeg).
 Ctrl-C stops the run and writes what was computed so far.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -131,7 +132,7 @@ Ctrl-C stops the run and writes what was computed so far.`,
 	f := cmd.Flags()
 	o.settings, bindErr = bindSettings(f, runDefaults(), runSettings())
 	f.StringVarP(&o.out, "out", "o", o.out, "output folder (created if missing)")
-	f.StringVar(&o.src.Topic, "topic", "", "image topic of a ROS bag (default: its only image topic)")
+	f.StringVar(&o.src.Topic, "topic", "", "image topic of a ROS 1 or ROS 2 (MCAP) bag (default: its only image topic)")
 	f.BoolVar(&o.src.RotateCW90, "rotate-cw90", false, "turn every frame 90° clockwise before the model")
 	f.IntVar(&o.src.FirstK, "first-k", 0, "use only the first K input frames (0 = all), before --stride")
 	f.IntVar(&o.src.Stride, "stride", o.src.Stride, "use every Nth input frame")

@@ -1,5 +1,6 @@
 // Package source reads the frames of the offline tools' inputs one at a time:
-// image folders, video files (decoded by ffmpeg over a pipe) and ROS bags.
+// image folders, video files (decoded by ffmpeg over a pipe), ROS bags and
+// ROS 2 bags in MCAP.
 // Every source streams, so memory stays bounded by a few frames however long
 // the input is.
 package source
@@ -109,7 +110,7 @@ func (o Options) selected(n int) int {
 }
 
 // Open picks the source for path: a directory is an image folder, a .bag file
-// a ROS bag, anything else a video.
+// a ROS bag, a .mcap file a ROS 2 bag, anything else a video.
 func Open(ctx context.Context, path string, opt Options) (Source, error) {
 	if err := opt.Validate(); err != nil {
 		return nil, err
@@ -123,6 +124,8 @@ func Open(ctx context.Context, path string, opt Options) (Source, error) {
 		return OpenFolder(path, opt)
 	case strings.EqualFold(filepath.Ext(path), ".bag"):
 		return OpenBag(path, opt)
+	case strings.EqualFold(filepath.Ext(path), ".mcap"):
+		return OpenMCAP(path, opt)
 	}
 	return OpenVideo(ctx, path, opt)
 }
