@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -8,6 +9,9 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 )
+
+// ErrNotBuilt is returned by New in binaries built without the cuda tag.
+var ErrNotBuilt = errors.New("this binary was built without CUDA support; rebuild with -tags cuda")
 
 // Precision chooses how the backend stores trunk weights and the KV cache.
 type Precision int

@@ -8,6 +8,11 @@ export PATH="/usr/local/go/bin:$PATH"
 test/install-deps.sh
 go version
 go vet ./...
+# The cuda-tagged code is vetted against Debian's CUDA headers (no GPU needed);
+# cuda/compat comes first, as on the GPU machine.
+cuda_include=$(test/install-cuda-headers.sh)
+CGO_CFLAGS="-I$PWD/cuda/compat -I$cuda_include" go vet -tags cuda ./...
+CGO_CFLAGS="-I$PWD/cuda/compat -I$cuda_include" go vet -tags cuda,cudadev ./cuda/...
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
