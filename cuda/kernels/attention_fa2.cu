@@ -39,7 +39,7 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned* r, const void* p) {
 // PAGED: keys come through the page table of one stream's cache (batch 1).
 // Dense: k and v are bf16 [B, nk, h, 64] and blockIdx.y is batch·h + head.
 // TREE shortens the softmax's dependency chains (Nsight Compute: with two
-// warps a scheduler, 35 % of the issue gaps were fixed-latency dependencies):
+// warps a scheduler, fixed-latency dependencies made many of the issue gaps):
 // row maxima and sums as pairwise trees instead of 16-long chains, and the
 // rescale of O and l skipped when no row of the warp raised its maximum
 // (the factor would be exactly 1).
