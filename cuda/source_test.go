@@ -45,10 +45,14 @@ func code(src string) string {
 	return lineComment.ReplaceAllString(blockComment.ReplaceAllString(src, ""), "")
 }
 
+// kernelsIn lists the kernels src defines (a macro's parameter, in capitals,
+// is not one).
 func kernelsIn(src string) []string {
 	var names []string
 	for _, m := range kernelDef.FindAllStringSubmatch(code(src), -1) {
-		names = append(names, m[1]+m[2])
+		if n := m[1] + m[2]; n != strings.ToUpper(n) {
+			names = append(names, n)
+		}
 	}
 	return names
 }
