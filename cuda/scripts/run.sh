@@ -17,7 +17,8 @@
 #   BENCH_FRAMES=n    streaming frames for benchcmd after 8 scale frames (default 22)
 #   BENCH_ARGS="..."  more flags for the bench command in benchcmd and profile
 #   BENCH_TIMEOUT=s   limit for benchcmd (default 200)
-#   WGCHECK_VARIANTS="-DX;-DY=2"  'wgcheck' also builds and times these variants
+#   WGCHECK_VARIANTS="-DX;-DY=2"  'wgcheck' also builds and times these variants (nvcc flags; the
+#                     kernels' stage counts are fixed, see cuda/dev/README.md)
 #   WGCHECK_NCU=1     'wgcheck' also runs Nsight Compute on the full-size launch
 #   WGCHECK_NCU_KERNEL=name  its kernel (default attn_tma3_paged_bf)
 #   WGCHECK_NCU_BUILD=i      profile the i-th build (1: the default, 2: the first variant, ...)
