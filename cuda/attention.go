@@ -15,8 +15,7 @@ import (
 const (
 	fmaBQ = 128 // kernels/attention.cu: one query per thread, fp32
 	fmaTK = 32
-	mmaBQ = 64 // kernels/attention_mma.cu: 4 warps × 16 queries, bf16 tensor cores
-	mmaTK = 64
+	mmaTK = 64  // kernels/attention_fa2.cu: mma.sync key tiles
 	faBQ  = 128 // attn_fa2_*_bf: 4 warps × 32 queries
 )
 
@@ -56,19 +55,15 @@ type attnKernel struct {
 // 64 keys × 72 (padded) bf16.
 const faStage = 2 * mmaTK * 72 * 2
 
-// Paged kernel variants (gpu.pagedVariant), for tests and benchmarks.
+// Paged kernel variants (gpu.pagedVariant, from Config.PagedKernel); the
+// lab's (cudadev builds) are in lab_kernels.go.
 const (
-	pagedFA     = ""      // default: attn_tma3_paged_bf (or attn_wg_paged_bf for small pages) on Hopper, attn_fa2_paged_bf elsewhere
-	pagedFA2    = "fa2"   // attn_fa2_paged_bf: mma.sync, cp.async pipelined, 32 queries a warp
-	pagedSimple = "mma"   // the unpipelined 16-row kernels (paged, and dense on fp32 k and v)
-	pagedExact  = "exact" // the fp32 FMA kernel on the bf16 cache
-	pagedWG     = "wg"    // attn_wg_paged_bf: warpgroup MMA, Hopper only (fa2 elsewhere)
-	pagedTMA    = "tma"   // attn_tma_paged_bf: wg with TMA copies, Hopper and pages of ≥ 128 rows (else wg)
-	pagedTMA3   = "tma3"  // attn_tma3_paged_bf: tma with three warpgroups, same conditions (the default)
+	pagedFA  = ""    // default: attn_tma3_paged_bf (or attn_wg_paged_bf for small pages) on Hopper, attn_fa2_paged_bf elsewhere
+	pagedFA2 = "fa2" // attn_fa2_paged_bf: mma.sync, cp.async pipelined, 32 queries a warp, on every GPU
 )
 
 // wgStages and tmaStages are WSTAGES and WSTAGES_TMA in
-// kernels/attention_mma.cu: the Hopper kernels' K+V stages.
+// kernels/attention_hopper.cu: the Hopper kernels' K+V stages.
 const (
 	wgStages  = 5
 	tmaStages = 4
@@ -77,24 +72,19 @@ const (
 // wgKernel is the Hopper paged kernel: 2 warpgroups × 64 queries, 128-key
 // tiles in wgStages cp.async stages of K and V (16 KB each), plus 1 KB to
 // align the swizzled tiles.
-var wgKernel = attnKernel{module: "attention_mma", name: "attn_wg_paged_bf", bq: 128, tk: 128, perSM: 1, smem: wgStages*2*128*64*2 + 1024, threads: 256, bfOut: true}
+var wgKernel = attnKernel{module: "attention_hopper", name: "attn_wg_paged_bf", bq: 128, tk: 128, perSM: 1, smem: wgStages*2*128*64*2 + 1024, threads: 256, bfOut: true}
 
-// tmaKernel is wgKernel with its tiles copied by the TMA (one tile never
-// straddles two pages, so pages must hold at least a tile) in tmaStages
-// stages, each with a barrier of 8 bytes, plus the 1 KB of alignment slack.
-var tmaKernel = attnKernel{module: "attention_mma", name: "attn_tma_paged_bf", bq: 128, tk: 128, perSM: 1, smem: tmaStages*(2*128*64*2+8) + 1024, threads: 256, bfOut: true}
-
-// tma3Kernel is tmaKernel with three warpgroups (192 queries a block) and Q
-// in shared memory: 8 KB a warpgroup after a 1 KB slot for the barriers.
-// Its few blocks need key splits: fillWaves picks them. The default on
-// Hopper: a whole frame took 33.9 ms against 35.6 with tmaKernel (150
-// frames at 518×378, twice each in one call), though the kernels alone tie
-// (833 and 835 µs).
-var tma3Kernel = attnKernel{module: "attention_mma", name: "attn_tma3_paged_bf", bq: 192, tk: 128, perSM: 1, smem: tmaStages*2*128*64*2 + 1024 + 3*8192 + 1024, threads: 384, bfOut: true, fillWaves: true}
+// tma3Kernel is the Hopper paged kernel for pages of at least a tile: three
+// warpgroups (192 queries a block), tiles copied by the TMA (one tile never
+// straddles two pages) in tmaStages stages, Q in shared memory (8 KB a
+// warpgroup after a 1 KB slot for the barriers), plus 1 KB of alignment
+// slack. Its few blocks need key splits: fillWaves picks them. The default
+// on Hopper (cuda/NOTES.md: the Hopper paged kernel).
+var tma3Kernel = attnKernel{module: "attention_hopper", name: "attn_tma3_paged_bf", bq: 192, tk: 128, perSM: 1, smem: tmaStages*2*128*64*2 + 1024 + 3*8192 + 1024, threads: 384, bfOut: true, fillWaves: true}
 
 // fa2Kernel is the mma.sync pipelined kernel, paged or dense.
 func fa2Kernel(name string) attnKernel {
-	return attnKernel{module: "attention_mma", name: name, bq: faBQ, tk: mmaTK, perSM: 2, smem: 2 * faStage, bfOut: true}
+	return attnKernel{module: "attention_fa2", name: name, bq: faBQ, tk: mmaTK, perSM: 2, smem: 2 * faStage, bfOut: true}
 }
 
 // splits chooses how many blocks share one (query tile, head) so that the
@@ -201,11 +191,8 @@ func (g *gpu) Attention(q, k, v backend.Tensor, scale float32) backend.Tensor {
 		if g.cfg.Precision == BF16 && d == 64 && !g.cfg.ExactAttention {
 			// Trunk attention (DINO, frame and global blocks; the camera
 			// head's heads are 128 wide and stay fp32 like the reference).
-			if g.pagedVariant == pagedSimple {
-				k := attnKernel{module: "attention_mma", name: "attn_mma_dense", bq: mmaBQ, tk: mmaTK}
-				return g.attend(k, out, b, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
-					return []any{qt.ptr(), kt.ptr(), vt.ptr(), nq, nk, h, scale, o, pm, pl}
-				})
+			if done, err := g.labAttention(out, qt, kt, vt, scale); done {
+				return err
 			}
 			return g.denseBF(out, qt, kt, vt, scale)
 		}
@@ -308,37 +295,44 @@ func (g *gpu) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pag
 		if err != nil {
 			return err
 		}
-		var k attnKernel
-		// K and V: the layer's arrays, or their tensor maps for the TMA kernel.
-		var kArg, vArg any = st.k[layer], st.v[layer]
-		fast := st.bf && d == 64 && !g.cfg.ExactAttention
-		hopper := fast && g.kernels.hopper()
-		switch {
-		case fast && g.pagedVariant == pagedSimple:
-			k = attnKernel{module: "attention_mma", name: "attn_mma_paged_bf", bq: mmaBQ, tk: mmaTK}
-		case hopper && (g.pagedVariant == pagedTMA || g.pagedVariant == pagedTMA3 || g.pagedVariant == pagedFA) && ps >= tmaKernel.tk:
-			maps, err := st.tensorMaps()
-			if err != nil {
-				return err
-			}
-			k, kArg, vArg = tma3Kernel, maps.at(2*layer), maps.at(2*layer+1)
-			if g.pagedVariant == pagedTMA {
-				k = tmaKernel
-			}
-			k.splits = g.pagedSplits
-		case hopper && (g.pagedVariant == pagedWG || g.pagedVariant == pagedTMA || g.pagedVariant == pagedTMA3 || g.pagedVariant == pagedFA):
-			k = wgKernel
-		case fast && g.pagedVariant != pagedExact:
-			k = fa2Kernel("attn_fa2_paged_bf")
-		case st.bf:
-			k = fmaKernel(fmt.Sprintf("attn_paged_bf_d%d", d))
-		default:
-			k = fmaKernel(fmt.Sprintf("attn_paged_f32_d%d", d))
+		k, kArg, vArg, err := g.pagedKernel(st, layer)
+		if err != nil {
+			return err
 		}
 		return g.attend(k, out, 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
 			return []any{qt.ptr(), kArg, vArg, table, ps, nq, nk, h, scale, o, pm, pl}
 		})
 	})
+}
+
+// pagedKernel chooses the paged attention kernel for a store and returns it
+// with its K and V arguments: the layer's arrays, or their tensor maps for
+// the TMA kernel (owner thread).
+func (g *gpu) pagedKernel(st *kvStore, layer int) (k attnKernel, kArg, vArg any, err error) {
+	kArg, vArg = st.k[layer], st.v[layer]
+	d := st.spec.HeadDim
+	fast := st.bf && d == 64 && !g.cfg.ExactAttention
+	if k, kl, vl, ok, err := g.labPagedKernel(st, layer, fast); ok || err != nil {
+		return k, kl, vl, err
+	}
+	hopper := fast && g.kernels.hopper() && g.pagedVariant != pagedFA2
+	switch {
+	case hopper && st.spec.PageSize >= tma3Kernel.tk:
+		maps, err := st.tensorMaps()
+		if err != nil {
+			return k, nil, nil, err
+		}
+		k = tma3Kernel
+		k.splits = g.pagedSplits
+		return k, maps.at(2 * layer), maps.at(2*layer + 1), nil
+	case hopper:
+		return wgKernel, kArg, vArg, nil
+	case fast:
+		return fa2Kernel("attn_fa2_paged_bf"), kArg, vArg, nil
+	case st.bf:
+		return fmaKernel(fmt.Sprintf("attn_paged_bf_d%d", d)), kArg, vArg, nil
+	}
+	return fmaKernel(fmt.Sprintf("attn_paged_f32_d%d", d)), kArg, vArg, nil
 }
 
 // allowSharedMemory raises a kernel's dynamic shared memory limit once

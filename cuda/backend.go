@@ -8,12 +8,13 @@ package cuda
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
-	"os"
-	"strconv"
 	"sync"
 
 	"gorgonia.org/cu"
+
+	"github.com/lingbotmap/lingbotmap/engine/backend"
 )
 
 // gpu implements Backend. Its fields other than err are touched only inside
@@ -28,11 +29,11 @@ type gpu struct {
 	kernels  *kernelCache
 	launcher *launcher
 	lt       *cublasLt
-	// pagedVariant selects another paged attention kernel than the default
-	// (tests and benchmarks compare them; see the paged* constants).
+	// pagedVariant selects another attention kernel than the default
+	// (Config.PagedKernel; see the paged* constants).
 	pagedVariant string
 	// pagedSplits, when positive, replaces the key split count of the TMA
-	// paged kernels (LINGBOTMAP_CUDA_PAGED_SPLITS, for timing whole frames).
+	// paged kernel (Config.PagedSplits).
 	pagedSplits int
 	// convVariant selects a kernel for TF32 3×3 convolutions (tests and
 	// benchmarks; see the conv* constants).
@@ -48,13 +49,21 @@ type gpu struct {
 	err error
 }
 
-var _ Backend = (*gpu)(nil)
+// The capabilities the engine asks for (backend.Capabilities).
+var (
+	_ Backend                = (*gpu)(nil)
+	_ backend.ErrorReporter  = (*gpu)(nil)
+	_ backend.Trimmer        = (*gpu)(nil)
+	_ backend.MemoryReporter = (*gpu)(nil)
+	_ backend.Profiler       = (*gpu)(nil)
+	_ io.Closer              = (*gpu)(nil)
+)
 
 // New opens the GPU, creates the context on its own thread and sets up
 // cuBLASLt. Kernels are compiled when first used.
 func New(cfg Config) (Backend, error) {
-	if cfg.Precision != BF16 && cfg.Precision != FP32 {
-		return nil, fmt.Errorf("cuda: unknown precision %d (want BF16 or FP32)", cfg.Precision)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -66,22 +75,10 @@ func New(cfg Config) (Backend, error) {
 	}
 	g := &gpu{cfg: cfg, log: log, own: own, info: info, launcher: newLauncher(), smemAllowed: map[string]int{}}
 	g.pool.limit = max(cfg.CacheLimit, 0)
-	// For timing the paged attention kernels against each other in a whole
-	// frame (cuda/scripts/run.sh).
-	switch v := os.Getenv("LINGBOTMAP_CUDA_PAGED_KERNEL"); v {
-	case pagedFA, pagedFA2, pagedSimple, pagedExact, pagedWG, pagedTMA, pagedTMA3:
-		g.pagedVariant = v
-	default:
-		log.Warn("cuda: unknown LINGBOTMAP_CUDA_PAGED_KERNEL, using the default", "value", v)
+	if cfg.PagedKernel != "auto" {
+		g.pagedVariant = cfg.PagedKernel
 	}
-	if v := os.Getenv("LINGBOTMAP_CUDA_PAGED_SPLITS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			log.Warn("cuda: LINGBOTMAP_CUDA_PAGED_SPLITS is not a positive number, ignored", "value", v)
-		} else {
-			g.pagedSplits = n
-		}
-	}
+	g.pagedSplits = cfg.PagedSplits
 	g.launcher.pdl = info.major >= 9 && pdlBuilt() && !cfg.SerialLaunch
 	if cfg.Profile {
 		g.prof = newProfile()

@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"cmp"
 	"fmt"
 	"testing"
 
@@ -79,8 +80,8 @@ func BenchmarkPagedAttention(b *testing.B) {
 	}
 	q := g.FromHost(p.randn(nq*h*d, 1), nq, h, d)
 	keys := float64(frames*ps + specials)
-	for _, variant := range []string{pagedTMA, pagedTMA3, pagedWG, pagedFA2, pagedSimple} {
-		b.Run(variant, func(b *testing.B) {
+	for _, variant := range append([]string{pagedFA, pagedFA2}, labPagedKernels()...) {
+		b.Run(cmp.Or(variant, "auto"), func(b *testing.B) {
 			g.(*gpu).pagedVariant = variant
 			defer func() { g.(*gpu).pagedVariant = pagedFA }()
 			g.Free(g.PagedAttention(q, st, 0, table, specials, 0.125))
@@ -97,14 +98,23 @@ func BenchmarkPagedAttention(b *testing.B) {
 
 // BenchmarkFrameAttention: dense attention inside one frame (1005 × 1005,
 // 16 × 64): bf16 tensor cores in BF16 mode (the default: the warpgroup
-// kernel on Hopper; the mma.sync pipelined kernel; the 16-row one), the
-// exact fp32 kernel in FP32 mode.
+// kernel on Hopper; the mma.sync pipelined kernel; in cudadev builds the
+// lab's 16-row one), the exact fp32 kernel in FP32 mode.
 func BenchmarkFrameAttention(b *testing.B) {
 	const n, h, d = 1005, 16, 64
 	runs := []struct {
 		name, variant string
 		g             Backend
-	}{{"BF16", pagedFA, fx.bf16}, {"BF16_fa2", pagedFA2, fx.bf16}, {"BF16_mma", pagedSimple, fx.bf16}, {"FP32", pagedFA, fx.fp32}}
+	}{{"BF16", pagedFA, fx.bf16}, {"BF16_fa2", pagedFA2, fx.bf16}, {"FP32", pagedFA, fx.fp32}}
+	for _, v := range labPagedKernels() {
+		if v != "mma" { // the lab's other variants choose paged kernels only
+			continue
+		}
+		runs = append(runs, struct {
+			name, variant string
+			g             Backend
+		}{"BF16_" + v, v, fx.bf16})
+	}
 	for _, r := range runs {
 		g := r.g
 		b.Run(r.name, func(b *testing.B) {

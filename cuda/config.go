@@ -1,11 +1,17 @@
 package cuda
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
-	"os"
+	"slices"
+	"strings"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 )
+
+// ErrNotBuilt is returned by New in binaries built without the cuda tag.
+var ErrNotBuilt = errors.New("this binary was built without CUDA support; rebuild with -tags cuda")
 
 // Precision chooses how the backend stores trunk weights and the KV cache.
 type Precision int
@@ -36,8 +42,7 @@ type Config struct {
 	// os.UserCacheDir()/lingbotmap/cuda, and "-" turns the disk cache off.
 	CacheDir string
 	// ExactAttention runs attention with the fp32 kernels even in BF16 mode
-	// (slower; for checking the bf16 tensor-core kernels). DefaultConfig sets
-	// it when LINGBOTMAP_CUDA_EXACT_ATTENTION=1.
+	// (slower; for checking the bf16 tensor-core kernels).
 	ExactAttention bool
 	// CacheLimit is how many bytes of freed device memory the allocator keeps
 	// for reuse; past it, the buffers of the sizes asked for least recently
@@ -55,34 +60,38 @@ type Config struct {
 	// time per operation kind and the device's idle time at Close. Each Trim
 	// (the engine's, after a phase 1) starts it afresh, so compilation and
 	// phase 1 are left out.
-	// DefaultConfig sets it when LINGBOTMAP_CUDA_PROFILE=1.
 	Profile bool
 	// FixedGEMMAlgo keeps cuBLASLt's first heuristic choice for every GEMM
 	// shape instead of timing its candidates on the shape's first call.
-	// DefaultConfig sets it when LINGBOTMAP_CUDA_GEMM_TUNING=0.
 	FixedGEMMAlgo bool
 	// SerialLaunch starts each kernel only after the previous one has
 	// finished. By default, on Hopper and later GPUs, kernels are launched
 	// with programmatic dependent launch: a kernel's blocks are placed while
 	// the one before drains and wait on the device for its results, which
-	// shortens the gaps between kernels (0.6–0.7 ms a frame on an H200).
-	// DefaultConfig sets it when LINGBOTMAP_CUDA_PDL=0.
+	// shortens the gaps between kernels (cuda/NOTES.md has the figure).
 	SerialLaunch bool
+	// PagedKernel chooses the paged attention kernel: "auto" (or empty) is
+	// the fastest for the GPU and page size, "fa2" the portable mma.sync
+	// kernel on every GPU. A binary built with the cudadev tag also takes
+	// the lab's variants (LabPagedKernels).
+	PagedKernel string
+	// PagedSplits, when positive, replaces the key split count of the TMA
+	// paged kernel (for timing whole frames at other counts).
+	PagedSplits int
 	// Logger receives compile and memory events; nil means slog.Default().
 	Logger *slog.Logger
 }
 
-// DefaultConfig is device 0 in bf16. LINGBOTMAP_CUDA_EXACT_ATTENTION=1 sets
-// ExactAttention, LINGBOTMAP_CUDA_PROFILE=1 Profile, LINGBOTMAP_CUDA_GEMM_TUNING=0
-// FixedGEMMAlgo, LINGBOTMAP_CUDA_PDL=0 SerialLaunch and LINGBOTMAP_CUDA_CACHE
-// CacheDir.
+// PagedKernels are the values of Config.PagedKernel that every build takes.
+var PagedKernels = []string{"auto", "fa2"}
+
+// retiredPagedKernels are the lab's variants (cuda/dev): a build without the
+// cudadev tag names them in its error rather than calling them unknown.
+var retiredPagedKernels = []string{"mma", "exact", "wg", "tma"}
+
+// DefaultConfig is device 0 in bf16 with the default kernels.
 func DefaultConfig() Config {
-	return Config{Device: 0, Precision: BF16,
-		CacheDir:       os.Getenv("LINGBOTMAP_CUDA_CACHE"),
-		ExactAttention: os.Getenv("LINGBOTMAP_CUDA_EXACT_ATTENTION") == "1",
-		Profile:        os.Getenv("LINGBOTMAP_CUDA_PROFILE") == "1",
-		FixedGEMMAlgo:  os.Getenv("LINGBOTMAP_CUDA_GEMM_TUNING") == "0",
-		SerialLaunch:   os.Getenv("LINGBOTMAP_CUDA_PDL") == "0"}
+	return Config{Device: 0, Precision: BF16, PagedKernel: "auto"}
 }
 
 // Backend is a backend.Backend on a GPU. Device failures (out of memory, a
@@ -90,9 +99,31 @@ func DefaultConfig() Config {
 // later operations do nothing. Close releases the context and all memory.
 type Backend interface {
 	backend.Backend
-	Err() error
-	Close() error
+	backend.ErrorReporter
 	// Trim gives every cached free buffer back to the driver (after phase 1,
 	// whose eight-frame buffers steady state never asks for again).
-	Trim()
+	backend.Trimmer
+	backend.MemoryReporter
+	backend.Profiler
+	Close() error
+}
+
+// Validate names the first setting that is out of range.
+func (c Config) Validate() error {
+	if c.Precision != BF16 && c.Precision != FP32 {
+		return fmt.Errorf("cuda: unknown precision %d (want BF16 or FP32)", c.Precision)
+	}
+	if c.Device < 0 {
+		return fmt.Errorf("cuda: device %d: ordinals start at 0", c.Device)
+	}
+	if c.PagedSplits < 0 {
+		return fmt.Errorf("cuda: paged_splits %d: want 0 (automatic) or a positive count", c.PagedSplits)
+	}
+	if c.PagedKernel == "" || slices.Contains(PagedKernels, c.PagedKernel) || slices.Contains(labPagedKernels(), c.PagedKernel) {
+		return nil
+	}
+	if slices.Contains(retiredPagedKernels, c.PagedKernel) {
+		return fmt.Errorf("cuda: paged_kernel %q is a lab variant: build with -tags cuda,cudadev to run it (cuda/dev/README.md)", c.PagedKernel)
+	}
+	return fmt.Errorf("cuda: unknown paged_kernel %q (want one of %s)", c.PagedKernel, strings.Join(PagedKernels, ", "))
 }

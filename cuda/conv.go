@@ -188,12 +188,10 @@ const (
 // conv3Kernel picks the kernel for c input and o output channels, hw output
 // pixels per image and n images (see conv3Implicit and gpu.convVariant).
 // The warpgroup kernel's blocks are 128 channels tall, so it takes only
-// convolutions to more than 64 channels unless forced: at 32 (the DPT
-// head's output_conv2.0) the mma.sync kernel was faster, 0.378 against
-// 0.396 ms (BenchmarkConv2DBound, H200), and the warpgroup kernel needs a
+// convolutions to more than 64 channels unless forced (at 32, the DPT
+// head's output_conv2.0, the mma.sync kernel is faster), and it needs a
 // quarter of the GPU's multiprocessors busy to beat im2col + cuBLASLt
-// (refinenet2, 64 blocks: 62 against 79 µs; layer3_rn, 16 blocks: 209
-// against 107 µs).
+// (cuda/NOTES.md: convolutions).
 func (g *gpu) conv3Kernel(c, o, hw, n int) (kind int, t conv3Tile) {
 	v := g.convVariant
 	if g.kernels.hopper() && c%4 == 0 && v != convMMA && (o > 64 || v == convImplicit) {

@@ -13,7 +13,7 @@ import (
 
 // owner serialises all work on the device's context. A CUDA context may be
 // current on several OS threads, so instead of handing every operation to a
-// dedicated goroutine (two thread wake-ups per op, ~10–20 µs) the caller's
+// dedicated goroutine (two thread wake-ups per op) the caller's
 // goroutine is pinned to its thread for the duration of the call, makes the
 // context current there and runs the work itself under a mutex. Driver,
 // NVRTC-module and cuBLASLt calls therefore still run one at a time, in

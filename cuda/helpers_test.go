@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 	var err error
 	fx.cpu = cpu.New(cpu.Config{})
 	cfg := DefaultConfig()
-	cfg.CacheDir = os.Getenv("LINGBOTMAP_CUDA_CACHE")
+	cfg.CacheDir = os.Getenv("LINGBOTMAP_CUDA_KERNEL_CACHE")
 	cfg.Precision = FP32
 	if fx.fp32, err = New(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "cuda tests need a GPU:", err)

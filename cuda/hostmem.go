@@ -20,7 +20,7 @@ import (
 
 // Copies between Go memory and the device go through one page-locked
 // staging buffer: from pageable memory the driver stages in small pieces
-// itself, and a frame's depth map took ~480 µs to come back that way. The
+// itself, which made a frame's depth map slow to come back. The
 // buffer grows to the largest copy up to stagingMax; larger copies (weights
 // at load) go directly.
 const (

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -85,18 +86,23 @@ func (k *kernelCache) options(module string) []string {
 	return opts
 }
 
-// source is the module's text with the shared header in front.
+// source is the module's text with the shared header in front and its
+// includes inlined (kernelSource).
 func (k *kernelCache) source(module string) (string, error) {
-	common, err := kernelFS.ReadFile("kernels/common.cuh")
+	file, _, _ := strings.Cut(module, "+")
+	prod, err := fs.Sub(kernelFS, "kernels")
 	if err != nil {
 		return "", err
 	}
-	file, _, _ := strings.Cut(module, "+")
-	body, err := kernelFS.ReadFile("kernels/" + file + ".cu")
-	if err != nil {
-		return "", fmt.Errorf("no kernel module %q: %w", module, err)
+	roots := []fs.FS{prod}
+	if lab := labKernels(); lab != nil {
+		roots = append(roots, lab)
 	}
-	return string(common) + "\n#line 1 \"" + file + ".cu\"\n" + string(body), nil
+	src, err := kernelSource(roots, file+".cu")
+	if err != nil {
+		return "", fmt.Errorf("kernel module %q: %w", module, err)
+	}
+	return src, nil
 }
 
 func (k *kernelCache) module(module string) (kernelModule, error) {

@@ -5,6 +5,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"unsafe"
 
@@ -35,9 +36,16 @@ type kvStore struct {
 	pt     *buffer
 	ptHost []int32
 	// maps: the TMA descriptors of every layer's K (2l) and V (2l+1) for
-	// attn_tma_paged_bf, made when first needed; the arrays never move.
+	// attn_tma3_paged_bf, made when first needed; the arrays never move.
 	maps *tensorMaps
 }
+
+// The capabilities the model asks of a KV store (backend.Capabilities).
+var (
+	_ backend.KVReleaser = (*kvStore)(nil)
+	_ backend.KVSizer    = (*kvStore)(nil)
+	_ io.Closer          = (*kvStore)(nil)
+)
 
 // tensorMaps returns the layers' K and V tensor maps for the TMA paged
 // kernel, encoding them on first use (owner thread).
@@ -52,7 +60,7 @@ func (s *kvStore) tensorMaps() (*tensorMaps, error) {
 	cols := s.spec.Heads * s.spec.HeadDim
 	for l := 0; l < s.spec.Layers; l++ {
 		for i, base := range []cu.DevicePtr{s.k[l], s.v[l]} {
-			if err := m.encodeBF16Pages(2*l+i, base, cols, s.spec.PageSize, s.spec.Pages, s.spec.HeadDim, tmaKernel.tk); err != nil {
+			if err := m.encodeBF16Pages(2*l+i, base, cols, s.spec.PageSize, s.spec.Pages, s.spec.HeadDim, tma3Kernel.tk); err != nil {
 				m.free()
 				return nil, err
 			}

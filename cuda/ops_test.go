@@ -273,9 +273,10 @@ func TestAttention(t *testing.T) {
 			want := fx.cpu.Attention(cq, ck, cv, scale)
 			p.check(fmt.Sprintf("Attention %+v", c), p.gpu.Attention(gq, gk, gv, scale), want, tol)
 			if g := p.gpu.(*gpu); g.cfg.Precision == BF16 && c.d == 64 {
-				// The other kernels, kept for comparison (on Hopper one
-				// batch runs the warpgroup kernel by default, fa2 otherwise).
-				for _, variant := range []string{pagedSimple, pagedFA2} {
+				// The portable kernel (on Hopper one batch runs the
+				// warpgroup kernel by default, fa2 otherwise), and the lab's
+				// in cudadev builds.
+				for _, variant := range append([]string{pagedFA2}, labPagedKernels()...) {
 					g.pagedVariant = variant
 					p.check(fmt.Sprintf("Attention %+v kernel %s", c, variant), p.gpu.Attention(gq, gk, gv, scale), want, tol)
 				}
@@ -339,7 +340,7 @@ func TestPagedAttention(t *testing.T) {
 			what := fmt.Sprintf("PagedAttention %+v", c)
 			p.check(what, p.gpu.PagedAttention(gq, gs, 1, table, c.specials, scale), fx.cpu.PagedAttention(cq, cs, 1, table, c.specials, scale), p.tol)
 			if g := p.gpu.(*gpu); g.cfg.Precision == BF16 && c.d == 64 {
-				for _, variant := range []string{pagedFA2, pagedSimple, pagedExact, pagedWG, pagedTMA, pagedTMA3} {
+				for _, variant := range append([]string{pagedFA2}, labPagedKernels()...) {
 					g.pagedVariant = variant
 					p.check(what+" kernel "+variant, p.gpu.PagedAttention(gq, gs, 1, table, c.specials, scale), fx.cpu.PagedAttention(cq, cs, 1, table, c.specials, scale), p.tol)
 				}

@@ -119,8 +119,10 @@ type CUDAConfig struct {
 }
 
 // PagedKernels are the values of CUDAConfig.PagedKernel besides "auto", as
-// the CUDA backend names its paged-attention kernels.
-var PagedKernels = []string{"fa2", "mma", "exact", "wg", "tma", "tma3"}
+// the CUDA backend names its paged-attention kernels: "fa2" (the portable
+// kernel) in every build; the others are the lab's (cuda/dev), which only a
+// binary built with the cudadev tag runs.
+var PagedKernels = []string{"fa2", "mma", "exact", "wg", "tma"}
 
 // DefaultConfig is the reference demo's configuration; the model's own
 // defaults (model.DefaultOptions) are its source for the model settings.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -20,9 +21,15 @@ import (
 // for longer runs, or Reset.
 var ErrCacheFull = errors.New("engine: KV cache full")
 
+// BackendFactory starts the backend a configuration names (cfg.Device,
+// cfg.Threads, cfg.Precision). The program that composes the engine chooses
+// the backends; the engine imports none of them.
+type BackendFactory func(cfg Config) (backend.Backend, error)
+
 // New builds a Stream from cfg: loads the checkpoint (or makes a random model),
-// starts the backend and sizes the caches.
-func New(ctx context.Context, cfg Config, log *slog.Logger) (Stream, error) {
+// starts the backend with newBackend and sizes the caches. The stream owns
+// the backend and closes it (when it is an io.Closer) with itself.
+func New(ctx context.Context, cfg Config, newBackend BackendFactory, log *slog.Logger) (Stream, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("engine: invalid config: %w", err)
 	}
@@ -37,9 +44,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (Stream, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if newBackend == nil {
+		return nil, errors.New("engine: no backend factory")
+	}
 	be, err := newBackend(cfg)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("engine: %w", err)
 	}
 	m, err := model.Load(be, store, model.Options{
 		ScaleFrames:      cfg.ScaleFrames,
@@ -51,9 +61,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (Stream, error) {
 		Log:              log,
 	})
 	if err != nil {
+		if c, ok := be.(io.Closer); ok {
+			c.Close()
+		}
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	log.Info("model ready", "backend", be.Name(), "weights", weightsName(cfg))
+	log.Info("model ready", "backend", be.Name(), "capabilities", backend.Capabilities(be, nil), "weights", weightsName(cfg))
 	return newStream(cfg, log, be, m), nil
 }
 
@@ -562,7 +575,7 @@ func (s *stream) Flush(ctx context.Context) ([]Result, error) {
 // launch): a GPU backend's operations return no errors, so the stream asks
 // after every call and stops instead of publishing garbage.
 func (s *stream) deviceErr() error {
-	if e, ok := s.be.(interface{ Err() error }); ok {
+	if e, ok := s.be.(backend.ErrorReporter); ok {
 		if err := e.Err(); err != nil {
 			return fmt.Errorf("engine: %s backend: %w", s.be.Name(), err)
 		}
@@ -576,6 +589,21 @@ func (s *stream) trace(ev TraceEvent) {
 		s.cfg.Trace(ev)
 	}
 }
+
+// Aligner is a Stream that reports its window alignments (windowed mode).
+type Aligner interface {
+	// Alignments returns the similarity of every window so far: the
+	// reference's chunk_scales and chunk_transforms.
+	Alignments() []geom.Similarity
+}
+
+// What New's streams offer beyond Stream: the backend's measuring hooks
+// (bench) and the window alignments (verify).
+var (
+	_ Aligner                = (*stream)(nil)
+	_ backend.MemoryReporter = (*stream)(nil)
+	_ backend.Profiler       = (*stream)(nil)
+)
 
 // Alignments returns the similarity of every window so far (windowed mode):
 // the reference's chunk_scales and chunk_transforms.
@@ -616,7 +644,7 @@ func (s *stream) Reset() error {
 // reset (the next phase 1 would otherwise come on top of the steady state's
 // buffers).
 func (s *stream) trimBackend() {
-	if t, ok := s.be.(interface{ Trim() }); ok {
+	if t, ok := s.be.(backend.Trimmer); ok {
 		t.Trim()
 	}
 }
@@ -624,7 +652,7 @@ func (s *stream) trimBackend() {
 // ResetMemoryPeak starts the backend's peak device memory afresh, where it
 // tracks one.
 func (s *stream) ResetMemoryPeak() {
-	if r, ok := s.be.(interface{ ResetMemoryPeak() }); ok {
+	if r, ok := s.be.(backend.MemoryReporter); ok {
 		r.ResetMemoryPeak()
 	}
 }
@@ -632,7 +660,7 @@ func (s *stream) ResetMemoryPeak() {
 // RestartProfile starts the backend's operation profile afresh, where it
 // keeps one.
 func (s *stream) RestartProfile() {
-	if r, ok := s.be.(interface{ RestartProfile() }); ok {
+	if r, ok := s.be.(backend.Profiler); ok {
 		r.RestartProfile()
 	}
 }
@@ -640,7 +668,7 @@ func (s *stream) RestartProfile() {
 // MemoryUsage reports the backend's device memory (current, peak) in bytes,
 // or zeros when the backend does not track it (the CPU backend).
 func (s *stream) MemoryUsage() (current, peak int64) {
-	if m, ok := s.be.(interface{ MemoryUsage() (int64, int64) }); ok {
+	if m, ok := s.be.(backend.MemoryReporter); ok {
 		return m.MemoryUsage()
 	}
 	return 0, 0
@@ -653,7 +681,7 @@ func (s *stream) Close() error {
 	}
 	s.closed = true
 	s.m.Close()
-	if c, ok := s.be.(interface{ Close() error }); ok {
+	if c, ok := s.be.(io.Closer); ok {
 		return c.Close()
 	}
 	return nil

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
-	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/cpu"
 	"github.com/lingbotmap/lingbotmap/engine/model"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
 )
@@ -59,7 +59,7 @@ func pushAll(t *testing.T, st Stream, frames []Frame) []Result {
 }
 
 func TestStreamScheduleAndResults(t *testing.T) {
-	st, err := New(context.Background(), tinyConfig(), nil)
+	st, err := New(context.Background(), tinyConfig(), cpuBackend, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestStreamScheduleAndResults(t *testing.T) {
 
 func TestStreamRejectsBadInput(t *testing.T) {
 	ctx := context.Background()
-	st, err := New(ctx, tinyConfig(), nil)
+	st, err := New(ctx, tinyConfig(), cpuBackend, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestStreamCacheFull(t *testing.T) {
 	ctx := context.Background()
 	cfg := tinyConfig()
 	cfg.MaxFrames = 5
-	st, err := New(ctx, cfg, nil)
+	st, err := New(ctx, cfg, cpuBackend, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestStreamWindowedReleasesEveryFrame(t *testing.T) {
 	ctx := context.Background()
 	cfg := tinyConfig()
 	cfg.Windowed, cfg.WindowSize, cfg.OverlapSize, cfg.KeyframeInterval = true, 6, 3, 2
-	st, err := New(ctx, cfg, nil)
+	st, err := New(ctx, cfg, cpuBackend, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestStreamWindowedReleasesEveryFrame(t *testing.T) {
 	if len(windows) != 3 {
 		t.Fatalf("results came from windows %v, want 3 windows", windows)
 	}
-	sims := st.(interface{ Alignments() []geom.Similarity }).Alignments()
+	sims := st.(Aligner).Alignments()
 	if len(sims) != 3 || sims[0].Scale != 1 || sims[0].T != [3]float64{} {
 		t.Fatalf("alignments %+v, want 3 starting with the identity", sims)
 	}
@@ -268,7 +268,7 @@ func TestStreamRejectsBadCheckpoints(t *testing.T) {
 	f.Close()
 	cfg := tinyConfig()
 	cfg.Weights = bad
-	_, err = New(ctx, cfg, nil)
+	_, err = New(ctx, cfg, cpuBackend, nil)
 	if err == nil || !strings.Contains(err.Error(), "aggregator.frame_blocks.1.mlp.fc2.bias") || !strings.Contains(err.Error(), "aggregator.global_blocks.2.attn.proj.weight") {
 		t.Fatalf("bad checkpoint: %v", err)
 	}
@@ -282,7 +282,7 @@ func TestStreamRejectsBadCheckpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Weights = trunc
-	if _, err := New(ctx, cfg, nil); err == nil || !strings.Contains(err.Error(), "trunc.safetensors") {
+	if _, err := New(ctx, cfg, cpuBackend, nil); err == nil || !strings.Contains(err.Error(), "trunc.safetensors") {
 		t.Fatalf("truncated checkpoint: %v", err)
 	}
 }
@@ -308,7 +308,7 @@ func TestStreamDecideOverridesFlowDecisions(t *testing.T) {
 	}
 	var trace []TraceEvent
 	cfg.Trace = func(ev TraceEvent) { trace = append(trace, ev) }
-	st, err := New(context.Background(), cfg, nil)
+	st, err := New(context.Background(), cfg, cpuBackend, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,6 +343,11 @@ func TestStreamDecideOverridesFlowDecisions(t *testing.T) {
 	}
 }
 
+// cpuBackend is the engine tests' backend factory.
+func cpuBackend(cfg Config) (backend.Backend, error) {
+	return cpu.New(cpu.Config{Threads: cfg.Threads}), nil
+}
+
 // wrappedStream is a stream on the tiny model whose backend wrap puts a
 // test double around, returned with it; everything is closed when the test
 // ends.
@@ -353,7 +358,7 @@ func wrappedStream[B backend.Backend](t *testing.T, cfg Config, wrap func(backen
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	inner, err := newBackend(cfg)
+	inner, err := cpuBackend(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,8 +494,9 @@ type hookCounter struct {
 	profileRestarts, peakResets int
 }
 
-func (h *hookCounter) RestartProfile()  { h.profileRestarts++ }
-func (h *hookCounter) ResetMemoryPeak() { h.peakResets++ }
+func (h *hookCounter) RestartProfile()                    { h.profileRestarts++ }
+func (h *hookCounter) ResetMemoryPeak()                   { h.peakResets++ }
+func (h *hookCounter) MemoryUsage() (current, peak int64) { return 1, 2 }
 
 // TestStreamForwardsMeasuringHooks: bench reaches the backend's hooks
 // through the stream, and a backend without them is no error.
@@ -502,6 +508,9 @@ func TestStreamForwardsMeasuringHooks(t *testing.T) {
 	st.RestartProfile()
 	if be.profileRestarts != 2 || be.peakResets != 1 {
 		t.Fatalf("backend saw %d profile restarts and %d peak resets, want 2 and 1", be.profileRestarts, be.peakResets)
+	}
+	if cur, peak := st.MemoryUsage(); cur != 1 || peak != 2 {
+		t.Fatalf("stream reports memory (%d, %d), want the backend's (1, 2)", cur, peak)
 	}
 	plain, _, _ := wrappedStream(t, cfg, func(inner backend.Backend) backend.Backend { return inner })
 	plain.RestartProfile()

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+	"github.com/lingbotmap/lingbotmap/engine/cpu"
 	"github.com/lingbotmap/lingbotmap/msgs"
 	"github.com/lingbotmap/lingbotmap/test/rostest"
 )
@@ -37,7 +39,10 @@ func TestBinaryRunsTheRealEngine(t *testing.T) {
 	// the same frames through the engine directly
 	cfg := engine.DefaultConfig()
 	cfg.ModelSize, cfg.Seed, cfg.ImageWidth, cfg.ScaleFrames, cfg.SlidingWindow, cfg.Threads = "tiny", 7, 140, 3, 4, 2
-	st, err := engine.New(context.Background(), cfg, nil)
+	cpuBackend := func(cfg engine.Config) (backend.Backend, error) {
+		return cpu.New(cpu.Config{Threads: cfg.Threads}), nil
+	}
+	st, err := engine.New(context.Background(), cfg, cpuBackend, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 	"github.com/foxglove/mcap/go/mcap"
 
-	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
 	"github.com/lingbotmap/lingbotmap/internal/golden"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
@@ -250,7 +249,7 @@ func TestRunMCAPEqualsFolder(t *testing.T) {
 	for _, input := range []string{dir, b.out} {
 		o := testRunOptions(t, nil)
 		o.input, o.src.FirstK = input, 6
-		o.newStream = engine.New
+		o.newStream = newEngineStream
 		o.cfg.Weights = weights
 		o.cfg.ImageWidth, o.cfg.ScaleFrames = man.Config.ImgW, man.Settings.NumScaleFrames
 		o.cfg.SlidingWindow, o.cfg.MaxFrames = man.Config.MaxFrameNum, man.Config.MaxFrameNum

@@ -18,6 +18,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/backend"
 	"github.com/lingbotmap/lingbotmap/node"
 )
 
@@ -95,11 +96,6 @@ the default). model_size defaults to full here.`,
 	return cmd
 }
 
-// memReporter is implemented by backends that can say how much device memory they use.
-type memReporter interface {
-	MemoryUsage() (current, peak int64)
-}
-
 func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 	if o.width%14 != 0 || o.height%14 != 0 || o.width <= 0 || o.height <= 0 {
 		return fmt.Errorf("--width and --height must be positive multiples of 14, not %d×%d", o.width, o.height)
@@ -118,7 +114,7 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 		return &exitCodeError{code: exitUsage, err: err}
 	}
 	t0 := time.Now()
-	st, err := engine.New(ctx, cfg, nil)
+	st, err := newEngineStream(ctx, cfg, nil)
 	if err != nil {
 		return err
 	}
@@ -155,7 +151,7 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 		fmt.Fprintf(out, "warm-up (%d scale + %d frames, then reset): %.2f s\n", cfg.ScaleFrames, o.warmup, time.Since(t).Seconds())
 	}
 	// phase 1, with its own memory peak
-	if r, ok := st.(interface{ ResetMemoryPeak() }); ok {
+	if r, ok := st.(backend.MemoryReporter); ok {
 		r.ResetMemoryPeak()
 	}
 	var phase1 time.Duration
@@ -194,9 +190,9 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 		// too, but the count does not depend on when eviction happens).
 		if full < 0 && st.Stats().LivePages >= cfg.SlidingWindow {
 			full = i + 1
-			// A backend's operation profile (cuda.profile) then
-			// covers the full-cache frames only.
-			if r, ok := st.(interface{ RestartProfile() }); ok {
+			// A backend's operation profile (the cuda section's profile)
+			// then covers the full-cache frames only.
+			if r, ok := st.(backend.Profiler); ok {
 				r.RestartProfile()
 			}
 		}
@@ -243,7 +239,7 @@ func medianP90(times []float64) (med, p90 float64) {
 func memoryLine(st engine.Stream) string {
 	cur, peak := procMemory()
 	line := fmt.Sprintf("process RSS %.1f MB (peak %.1f MB)", cur/1e6, peak/1e6)
-	if m, ok := st.(memReporter); ok {
+	if m, ok := st.(backend.MemoryReporter); ok {
 		if c, p := m.MemoryUsage(); c > 0 || p > 0 {
 			line += fmt.Sprintf(", device memory held %.1f MB (peak %.1f MB)", float64(c)/1e6, float64(p)/1e6)
 		}

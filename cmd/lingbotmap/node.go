@@ -81,6 +81,6 @@ func newNodeStream(log *slog.Logger) node.StreamFactory {
 			log.Warn("replaying reference outputs instead of running the model", "replay", cfg.Replay)
 			return node.NewReplayStream(cfg.Replay)
 		}
-		return engine.New(ctx, cfg.Engine, log)
+		return newEngineStream(ctx, cfg.Engine, log)
 	}
 }

@@ -64,7 +64,7 @@ func defaultRunOptions() *runOptions {
 		depthScale:    render.DepthScale,
 		confScale:     100,
 		version:       version,
-		newStream:     engine.New,
+		newStream:     newEngineStream,
 		openSource:    source.Open,
 	}
 }
@@ -321,7 +321,7 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		}
 	}
 	prog.finish()
-	if s, ok := src.(interface{ Skipped() (int, error) }); ok {
+	if s, ok := src.(skipReporter); ok {
 		if n, err := s.Skipped(); n > 0 && err != nil {
 			rec.Input.Skipped, rec.Input.SkipReason = n, err.Error()
 			log.Warn("skipped frames that did not decode", "count", n, "first", err)
@@ -665,3 +665,11 @@ func (p *logProgress) add(n int) {
 }
 
 func (p *logProgress) finish() {}
+
+// skipReporter is a frame source that counts the frames it skipped because
+// they did not decode (a bag's corrupt messages), with the first reason.
+type skipReporter interface {
+	Skipped() (int, error)
+}
+
+var _ skipReporter = (*source.Bag)(nil)

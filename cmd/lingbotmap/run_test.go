@@ -564,7 +564,7 @@ func TestRunGoldenImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	o.src.FirstK = 16
-	o.newStream = engine.New
+	o.newStream = newEngineStream
 	o.cfg.Weights, err = shared.Path("golden", "weights.safetensors")
 	if err != nil {
 		t.Fatal(err)

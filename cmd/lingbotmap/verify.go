@@ -259,7 +259,7 @@ func runVerify(ctx context.Context, o *verifyOptions, out io.Writer) error {
 
 	var trace []engine.TraceEvent
 	cfg.Trace = func(ev engine.TraceEvent) { trace = append(trace, ev) }
-	st, err := engine.New(ctx, cfg, nil)
+	st, err := newEngineStream(ctx, cfg, nil)
 	if err != nil {
 		return err
 	}
@@ -298,7 +298,7 @@ func runVerify(ctx context.Context, o *verifyOptions, out io.Writer) error {
 	compareOutputs(rep, ref, results, n, h, w, pose, depth, problem)
 	rep.Ties = ties
 	compareSchedule(rep, m, trace, flowTol, problem)
-	if a, ok := st.(interface{ Alignments() []geom.Similarity }); ok && cfg.Windowed {
+	if a, ok := st.(engine.Aligner); ok && cfg.Windowed {
 		compareAlignments(rep, ref, a.Alignments(), pose, problem)
 	}
 

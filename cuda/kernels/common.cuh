@@ -126,3 +126,63 @@ __device__ __forceinline__ void wg_pin(float (&r)[N]) {
     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29," \
     "%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,"    \
     "%57,%58,%59,%60,%61,%62,%63}, "
+
+// ---------------------------------------------------------------------------
+// Helpers of the head-dim-64 tensor-core attention kernels (attention_fa2.cu,
+// attention_hopper.cu and the lab's): bf16 operands, fp32 accumulation, keys
+// in tiles of MK rows padded to SROW elements in shared memory.
+#define MK 64
+#define HD 64
+#define SROW 72
+
+// 2^x as the single MUFU instruction (exp2f adds denormal handling).
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Eight consecutive elements as four bf16 pairs.
+__device__ __forceinline__ void load8(const bf16_t* p, unsigned* w) {
+    const uint4 v = *(const uint4*)p;
+    w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+}
+__device__ __forceinline__ void load8(const float* p, unsigned* w) {
+    const float4 a = *(const float4*)p, b = *(const float4*)(p + 4);
+    w[0] = pack_bf16(a.x, a.y); w[1] = pack_bf16(a.z, a.w);
+    w[2] = pack_bf16(b.x, b.y); w[3] = pack_bf16(b.z, b.w);
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Q rows r0 and r0+8 of one head (q0, q1; ok* false past the last query)
+// as the four register A fragments of an m16 tile over the head's 64
+// dimensions, rounded to bf16 like the reference's q for the bf16 cache.
+__device__ __forceinline__ void load_q_frags(unsigned (&qa)[4][4], const float* q0, const float* q1, bool ok0, bool ok1,
+                                             int tg) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        const int c = kk * 16 + 2 * tg;
+        const float2 z = make_float2(0.f, 0.f);
+        const float2 x0 = ok0 ? *(const float2*)(q0 + c) : z, x1 = ok1 ? *(const float2*)(q1 + c) : z;
+        const float2 y0 = ok0 ? *(const float2*)(q0 + c + 8) : z, y1 = ok1 ? *(const float2*)(q1 + c + 8) : z;
+        qa[kk][0] = pack_bf16(x0.x, x0.y);
+        qa[kk][1] = pack_bf16(x1.x, x1.y);
+        qa[kk][2] = pack_bf16(y0.x, y0.y);
+        qa[kk][3] = pack_bf16(y1.x, y1.y);
+    }
+}

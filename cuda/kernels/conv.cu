@@ -6,7 +6,7 @@
 // x [c, h, w] whose output is wo pixels wide: a block row per (ci, ky, kx)
 // and a thread per output pixel, so the pixel's position is divided out
 // once, in 32 bits, and writes are coalesced (a thread per element with
-// 64-bit divisions measured 13-15 % slower over the whole convolution).
+// 64-bit divisions was slower over the whole convolution).
 extern "C" __global__ void im2col_rows_f32(float* col, const float* x, int c, int h, int w, int kh, int kw,
                                            int stride, int pad, int wo, int p0, int np) {
     pdl_wait();

@@ -17,9 +17,10 @@
 #   BENCH_FRAMES=n    streaming frames for benchcmd after 8 scale frames (default 22)
 #   BENCH_ARGS="..."  more flags for the bench command in benchcmd and profile
 #   BENCH_TIMEOUT=s   limit for benchcmd (default 200)
-#   WGCHECK_VARIANTS="-DX;-DY=2"  'wgcheck' also builds and times these variants
+#   WGCHECK_VARIANTS="-DX;-DY=2"  'wgcheck' also builds and times these variants (nvcc flags; the
+#                     kernels' stage counts are fixed, see cuda/dev/README.md)
 #   WGCHECK_NCU=1     'wgcheck' also runs Nsight Compute on the full-size launch
-#   WGCHECK_NCU_KERNEL=name  its kernel (default attn_tma_paged_bf)
+#   WGCHECK_NCU_KERNEL=name  its kernel (default attn_tma3_paged_bf)
 #   WGCHECK_NCU_BUILD=i      profile the i-th build (1: the default, 2: the first variant, ...)
 #   WG_ONLY_TMA=1     'wgcheck' times only the TMA kernel at full size
 #   WG_SPLITS="1 4"   key splits the TMA kernel is timed at in 'wgcheck' (default 1)
@@ -71,7 +72,8 @@ stage_info() {
 
 stage_build() {
   local t0=$SECONDS
-  if go build -tags cuda ./cuda/ 2>&1 | tee "$OUT/build.log" && go vet -tags cuda ./cuda/ 2>&1 | tee -a "$OUT/build.log"; then
+  if go build -tags cuda ./cuda/ 2>&1 | tee "$OUT/build.log" && go vet -tags cuda ./cuda/ 2>&1 | tee -a "$OUT/build.log" &&
+    go vet -tags cuda,cudadev ./cuda/ 2>&1 | tee -a "$OUT/build.log"; then
     say "cuda package builds and vets ($((SECONDS - t0)) s)"
   else
     say "BUILD FAILED (see build.log)"; status=1
@@ -84,7 +86,7 @@ stage_build() {
 }
 
 stage_test() {
-  go test -tags cuda -count=1 -v -timeout "${TEST_TIMEOUT:-240s}" -run "${TEST_RUN:-.}" -skip "${TEST_SKIP:-^$}" ./cuda/ 2>&1 | tee "$OUT/test.log"
+  go test -tags cuda,cudadev -count=1 -v -timeout "${TEST_TIMEOUT:-240s}" -run "${TEST_RUN:-.}" -skip "${TEST_SKIP:-^$}" ./cuda/ 2>&1 | tee "$OUT/test.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   grep -E '^(--- FAIL|FAIL|ok|PASS)|relative error|device error|panic' "$OUT/test.log" | head -40 | tee -a "$OUT/summary.txt"
   # If a tensor-core attention kernel is wrong, time and verify the rest with
@@ -96,7 +98,7 @@ stage_test() {
 }
 
 stage_bench() {
-  go test -tags cuda -count=1 -run '^$' -bench "${BENCH:-.}" -benchtime 1s -timeout 180s ./cuda/ 2>&1 | tee "$OUT/bench.log"
+  go test -tags cuda,cudadev -count=1 -run '^$' -bench "${BENCH:-.}" -benchtime 1s -timeout 180s ./cuda/ 2>&1 | tee "$OUT/bench.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   grep -E 'Benchmark|FAIL' "$OUT/bench.log" | tee -a "$OUT/summary.txt"
 }
@@ -138,7 +140,7 @@ stage_sanitize() { # compute-sanitizer memcheck on the tests SANITIZE_RUN select
   local cs
   cs=$(command -v compute-sanitizer || ls "$cuda"/bin/compute-sanitizer 2>/dev/null | head -1)
   [ -n "$cs" ] || { say "no compute-sanitizer on this machine"; return; }
-  go test -c -tags cuda -o /tmp/cuda.test ./cuda/ || { say "test binary does not build"; status=1; return; }
+  go test -c -tags cuda,cudadev -o /tmp/cuda.test ./cuda/ || { say "test binary does not build"; status=1; return; }
   (cd cuda && timeout 300 "$cs" --tool memcheck --show-backtrace device /tmp/cuda.test -test.run "${SANITIZE_RUN:-.}" -test.v) 2>&1 | tee "$OUT/sanitize.log" \
     | grep -E '^(=+ (Invalid|Error|ERROR SUMMARY)|=+ +at |--- |ok|FAIL|PASS)' | head -30 | tee -a "$OUT/summary.txt"
 }
@@ -147,7 +149,7 @@ stage_ncu() { # Nsight Compute on one launch of NCU_KERNEL inside the NCU_BENCH 
   local ncu
   ncu=$(command -v ncu || ls "$cuda"/bin/ncu 2>/dev/null | head -1)
   [ -n "$ncu" ] || { say "no ncu on this machine"; return; }
-  go test -c -tags cuda -o /tmp/cuda.test ./cuda/ || { say "test binary does not build"; status=1; return; }
+  go test -c -tags cuda,cudadev -o /tmp/cuda.test ./cuda/ || { say "test binary does not build"; status=1; return; }
   (cd cuda && timeout 300 "$ncu" --kernel-name "${NCU_KERNEL:-attn_fa2_paged_bf}" --launch-skip 1 --launch-count 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy --section WarpStateStats \
     --section InstructionStats --section SchedulerStats --section LaunchStats \
@@ -163,7 +165,7 @@ stage_wgcheck() { # the Hopper paged kernel alone, built by nvcc: layout probes,
     i=$((i + 1))
     say "wgcheck variant '${v}'"
     # shellcheck disable=SC2086
-    if (IFS=' '; "$cuda"/bin/nvcc -std=c++17 -O2 -arch=sm_90a -Xptxas -v $v -o /tmp/wgcheck$i cuda/scripts/wgcheck.cu -lcuda) >"$OUT/wgcheck-build$i.log" 2>&1; then
+    if (IFS=' '; "$cuda"/bin/nvcc -std=c++17 -O2 -arch=sm_90a -Xptxas -v $v -o /tmp/wgcheck$i cuda/dev/wgcheck.cu -lcuda) >"$OUT/wgcheck-build$i.log" 2>&1; then
       grep -E -A2 'attn_(wg|tma)_paged_bf' "$OUT/wgcheck-build$i.log" | grep -E 'registers|spill|C75' | tee -a "$OUT/summary.txt"
       timeout 120 /tmp/wgcheck$i 2>&1 | tee "$OUT/wgcheck$i.log" | grep -v '^probe' | tee -a "$OUT/summary.txt"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1
@@ -174,7 +176,7 @@ stage_wgcheck() { # the Hopper paged kernel alone, built by nvcc: layout probes,
   if [ -n "${WGCHECK_NCU:-}" ]; then # Nsight Compute on the full-size launch of the default build
     local ncu
     ncu=$(command -v ncu || ls "$cuda"/bin/ncu 2>/dev/null | head -1)
-    timeout 200 "$ncu" --kernel-name "${WGCHECK_NCU_KERNEL:-attn_tma_paged_bf}" --launch-skip 6 --launch-count 1 \
+    timeout 200 "$ncu" --kernel-name "${WGCHECK_NCU_KERNEL:-attn_tma3_paged_bf}" --launch-skip 6 --launch-count 1 \
       --section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy --section WarpStateStats \
       --section InstructionStats --section SchedulerStats --page raw "/tmp/wgcheck${WGCHECK_NCU_BUILD:-1}" >"$OUT/wgncu.txt" 2>&1
     grep -E 'issue_stalled_[a-z_]*_per_issue_active.ratio|gpu__time_duration.sum|sm__inst_executed_pipe_[a-z_]*.avg.pct_of_peak_sustained_active|sm__pipe_[a-z_]*cycles_active.avg.pct|issue_active.avg.pct|rror' "$OUT/wgncu.txt" \
@@ -202,8 +204,8 @@ stage_golden_sized() { # cases of the tiny model at a size whose pages reach a T
   # warpgroups), then the two-warpgroup one.
   local cases="$dir/stream_kf1 $dir/stream_kf2 $dir/windowed_kf2"
   GOLDEN=$cases stage_verify bf16
-  say "golden-sized: bf16 again with LINGBOTMAP_CUDA_PAGED_KERNEL=tma"
-  GOLDEN=$cases LINGBOTMAP_CUDA_PAGED_KERNEL=tma stage_verify bf16
+  say "golden-sized: bf16 again with LINGBOTMAP_CUDA_PAGED_KERNEL=fa2 (the portable kernel)"
+  GOLDEN=$cases LINGBOTMAP_CUDA_PAGED_KERNEL=fa2 stage_verify bf16
   GOLDEN=$cases stage_verify fp32
 }
 

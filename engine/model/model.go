@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -486,7 +487,7 @@ func (m *Model) ReleaseCache() error {
 	if m.cache != nil && m.cache.Stats().FrameCount > 0 {
 		return errors.New("model: ReleaseCache while the cache holds frames (call Reset first)")
 	}
-	if r, ok := m.store.(interface{ Release() error }); ok {
+	if r, ok := m.store.(backend.KVReleaser); ok {
 		if err := r.Release(); err != nil {
 			return fmt.Errorf("model: giving the KV cache's memory back: %w", err)
 		}
@@ -509,7 +510,7 @@ func (m *Model) CameraFrames() int { return m.camera.frames }
 // head's cache now (a backend storing bf16 uses half of the first part).
 func (m *Model) KVBytes() int64 {
 	var n int64
-	if b, ok := m.store.(interface{ Bytes() int64 }); ok {
+	if b, ok := m.store.(backend.KVSizer); ok {
 		n = b.Bytes() // the backend's own element size (bf16 on the GPU)
 	} else if m.store != nil {
 		n = m.storeSpec.Bytes(4)
@@ -534,7 +535,7 @@ func (m *Model) Close() {
 // releaseStore frees the KV storage now when the backend's store can be
 // closed (device memory); a CPU store is left to the garbage collector.
 func (m *Model) releaseStore() {
-	if c, ok := m.store.(interface{ Close() error }); ok {
+	if c, ok := m.store.(io.Closer); ok {
 		if err := c.Close(); err != nil && m.opt.Log != nil {
 			m.opt.Log.Warn("releasing the KV cache storage", "err", err)
 		}

@@ -1,10 +1,10 @@
 // wgcheck: a standalone check of the Hopper paged attention kernel
-// (attn_wg_paged_bf in kernels/attention_mma.cu), built with nvcc and no Go:
+// (attn_wg_paged_bf in kernels/attention_hopper.cu), built with nvcc and no Go:
 // single-tile probes of the wgmma operand layouts (Q·Kᵀ with K-major K,
 // P·V with MN-major V, both 128-byte swizzled) and the whole kernel against
 // a double-precision CPU reference, then its time on a full-size cache.
 // Run by cuda/scripts/run.sh's wgcheck stage:
-//   nvcc -std=c++17 -O2 -arch=sm_90a -o wgcheck cuda/scripts/wgcheck.cu -lcuda && ./wgcheck
+//   nvcc -std=c++17 -O2 -arch=sm_90a -o wgcheck cuda/dev/wgcheck.cu -lcuda && ./wgcheck
 // Both loaders are checked: attn_wg_paged_bf (cp.async) and, for pages of at
 // least 128 rows, attn_tma_paged_bf (TMA copies from tensor maps).
 #include <cuda.h>
@@ -19,9 +19,8 @@
 #include <vector>
 
 #include "../kernels/common.cuh"
-// -DWG_EX2=fake_ex2 times the kernel without the exp unit (wrong results).
-__device__ __forceinline__ float fake_ex2(float x) { return fmaf(x, 0.01f, 1.f); }
-#include "../kernels/attention_mma.cu"
+// The production Hopper kernels and the lab's two-warpgroup TMA kernel.
+#include "kernels/attention_lab.cu"
 
 #define CK(x)                                                                          \
     do {                                                                               \

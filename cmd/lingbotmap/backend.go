@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/lingbotmap/lingbotmap/cuda"
+	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+	"github.com/lingbotmap/lingbotmap/engine/cpu"
+)
+
+// newEngineStream starts the engine on the backend cfg names: the stream
+// factory of run, node, bench and verify.
+func newEngineStream(ctx context.Context, cfg engine.Config, log *slog.Logger) (engine.Stream, error) {
+	return engine.New(ctx, cfg, backendFactory(log), log)
+}
+
+// cudaConfig maps the engine's device settings and the configuration's cuda
+// section onto the backend's configuration.
+func cudaConfig(cfg engine.Config, log *slog.Logger) cuda.Config {
+	k := cfg.CUDA
+	c := cuda.DefaultConfig()
+	if cfg.Precision == "fp32" {
+		c.Precision = cuda.FP32
+	}
+	c.CacheDir = k.KernelCache
+	c.ExactAttention = k.ExactAttention
+	c.Profile = k.Profile
+	c.FixedGEMMAlgo = !k.GEMMTuning
+	c.SerialLaunch = !k.PDL
+	c.PagedKernel = k.PagedKernel
+	c.PagedSplits = k.PagedSplits
+	c.Logger = log
+	return c
+}
+
+// backendFactory starts the backend an engine configuration names: the
+// program chooses its backends here, so that the engine imports none. A
+// binary built without the cuda tag answers "cuda" with cuda.ErrNotBuilt.
+func backendFactory(log *slog.Logger) engine.BackendFactory {
+	return func(cfg engine.Config) (backend.Backend, error) {
+		switch cfg.Device {
+		case "cpu":
+			return cpu.New(cpu.Config{Threads: cfg.Threads}), nil
+		case "cuda":
+			be, err := cuda.New(cudaConfig(cfg, log))
+			if err != nil {
+				return nil, fmt.Errorf("device cuda: %w", err)
+			}
+			return be, nil
+		}
+		return nil, fmt.Errorf("unknown device %q (want cpu or cuda)", cfg.Device)
+	}
+}

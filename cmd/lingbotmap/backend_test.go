@@ -1,0 +1,59 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/lingbotmap/lingbotmap/cuda"
+	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+)
+
+// TestCUDAConfig: the defaults map onto cuda.DefaultConfig, and every knob
+// onto its field.
+func TestCUDAConfig(t *testing.T) {
+	cfg := engine.DefaultConfig()
+	cfg.Device = "cuda"
+	got := cudaConfig(cfg, nil)
+	if got != cuda.DefaultConfig() {
+		t.Fatalf("defaults: %+v, want cuda.DefaultConfig() %+v", got, cuda.DefaultConfig())
+	}
+	cfg.Precision = "fp32"
+	cfg.CUDA = engine.CUDAConfig{KernelCache: "-", ExactAttention: true, Profile: true, PagedKernel: "fa2", PagedSplits: 3}
+	got = cudaConfig(cfg, nil)
+	want := cuda.Config{Precision: cuda.FP32, CacheDir: "-", ExactAttention: true, Profile: true, FixedGEMMAlgo: true,
+		SerialLaunch: true, PagedKernel: "fa2", PagedSplits: 3}
+	if got != want {
+		t.Fatalf("every knob: %+v, want %+v", got, want)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBackendFactory: the program's backends by device name; the CPU
+// backend has none of the optional capabilities, and an unknown device is
+// an error naming it.
+func TestBackendFactory(t *testing.T) {
+	newBackend := backendFactory(nil)
+	cfg := engine.DefaultConfig()
+	cfg.Device, cfg.Threads = "cpu", 1
+	be, err := newBackend(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if be.Name() != "cpu" || backend.Capabilities(be, nil) != nil {
+		t.Fatalf("cpu: backend %q with capabilities %v", be.Name(), backend.Capabilities(be, nil))
+	}
+	cfg.Device = "tpu"
+	if _, err := newBackend(cfg); err == nil || !strings.Contains(err.Error(), `"tpu"`) {
+		t.Fatalf("unknown device: error %v", err)
+	}
+	cfg.Device = "cuda"
+	cfg.CUDA.PagedKernel = "tma"
+	_, err = newBackend(cfg)
+	if !errors.Is(err, cuda.ErrNotBuilt) && (err == nil || !strings.Contains(err.Error(), "cudadev")) {
+		t.Fatalf("a lab kernel: error %v, want cuda.ErrNotBuilt (no cuda tag) or one naming the cudadev tag", err)
+	}
+}

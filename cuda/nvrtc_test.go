@@ -1,0 +1,117 @@
+//go:build nvrtc
+
+package cuda
+
+import (
+	"os"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"gorgonia.org/cu/nvrtc"
+)
+
+// wantVariant finds the kernels a module compiles one at a time
+// (#ifdef WANT_name; the loader's "file+name" modules).
+var wantVariant = regexp.MustCompile(`(?m)^#ifdef WANT_(\w+)`)
+
+// hopperOnly are kernels that exist only in the sm_90a pass (their whole
+// definition is inside #ifdef __CUDA_ARCH_FEAT_SM90_ALL; the Go code launches
+// them only on Hopper).
+var hopperOnly = []string{"conv3_wg_tf32"}
+
+// TestKernelsCompile compiles every kernel module, production and lab, with
+// NVRTC as the loader does, for Hopper and for a GPU before it (compute_80:
+// the portable paths), and checks that each kernel the module defines is in
+// the PTX. It needs only NVRTC, no GPU: CI links Debian's (test/run.sh). An
+// NVRTC older than CUDA 12 has no compute_90a; the Hopper pass then compiles
+// for compute_90 with the sm_90a feature macro set, so the wgmma and TMA code
+// is compiled too (its inline PTX is checked by ptxas only on a GPU).
+// Variants compiled one at a time (WANT_name) run in the Hopper pass only,
+// and those of head dim 128 not at all: they are the head-dim-64 bodies
+// unrolled further, and the slowest to compile.
+func TestKernelsCompile(t *testing.T) {
+	maj, minor, err := nvrtc.Version()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hopper := []string{"--gpu-architecture=compute_90a"}
+	if maj < 12 {
+		hopper = []string{"--gpu-architecture=compute_90", "-D__CUDA_ARCH_FEAT_SM90_ALL"}
+	}
+	t.Logf("NVRTC %d.%d; Hopper pass: %s", maj, minor, strings.Join(hopper, " "))
+	pre := []string{"--gpu-architecture=compute_80"}
+	type module struct {
+		file, want string // want: the WANT_ variant, or ""
+		archs      [][]string
+		kernels    []string
+	}
+	var mods []module
+	for _, dir := range []string{"kernels", "dev/kernels"} {
+		for _, f := range kernelModules(t, dir) {
+			text, err := os.ReadFile(path.Join(dir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var own []string
+			for _, k := range kernelsIn(string(text)) {
+				if !strings.Contains(k, "##") { // names pasted in macros are checked through their variants
+					own = append(own, k)
+				}
+			}
+			mods = append(mods, module{file: f, archs: [][]string{pre, hopper}, kernels: own})
+			for _, m := range wantVariant.FindAllStringSubmatch(string(text), -1) {
+				if !strings.HasSuffix(m[1], "_d128") {
+					mods = append(mods, module{file: f, want: m[1], archs: [][]string{hopper}, kernels: append(slices.Clone(own), m[1])})
+				}
+			}
+		}
+	}
+	for _, m := range mods {
+		src, err := kernelSource(kernelRoots(), m.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, arch := range m.archs {
+			opts := append([]string{"--std=c++17", "--fmad=true", "-default-device"}, arch...)
+			if m.want != "" {
+				opts = append(opts, "-DWANT_"+m.want)
+			}
+			name := m.file + " " + strings.Join(opts[3:], " ")
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				ptx, err := compilePTX(src, m.file, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, k := range m.kernels {
+					if !strings.Contains(ptx, ".entry "+k+"(") && (arch[0] != pre[0] || !slices.Contains(hopperOnly, k)) {
+						t.Errorf("no kernel %s in the PTX", k)
+					}
+				}
+			})
+		}
+	}
+}
+
+func compilePTX(src, name string, opts []string) (string, error) {
+	prog, err := nvrtc.CreateProgram(src, name)
+	if err != nil {
+		return "", err
+	}
+	defer prog.Destroy()
+	if err := prog.Compile(opts...); err != nil {
+		log, _ := prog.GetLog()
+		return "", &compileError{err: err, log: strings.TrimRight(log, "\x00")}
+	}
+	return prog.GetPTX()
+}
+
+type compileError struct {
+	err error
+	log string
+}
+
+func (e *compileError) Error() string { return e.err.Error() + ":\n" + e.log }

@@ -1,0 +1,95 @@
+package backend
+
+import "io"
+
+// Optional capabilities. A backend (or a KVStore) that has one implements
+// the named interface; callers ask with a type assertion on that name, so a
+// renamed method breaks the backend's compile-time check instead of silently
+// turning the capability off. Each backend declares what it implements:
+//
+//	var _ backend.Trimmer = (*gpu)(nil)
+
+// ErrorReporter is a backend whose operations cannot return errors (a GPU
+// queues work) and which keeps the first device failure instead: callers ask
+// after each step and stop rather than use garbage.
+type ErrorReporter interface {
+	// Err is the first device failure, or nil.
+	Err() error
+}
+
+// Trimmer is a backend that caches freed buffers for reuse and can give them
+// back, once shapes that will not come again are done with.
+type Trimmer interface {
+	Trim()
+}
+
+// MemoryReporter is a backend that tracks the device memory it holds.
+type MemoryReporter interface {
+	// MemoryUsage is the memory held now and its peak since the last
+	// ResetMemoryPeak, in bytes.
+	MemoryUsage() (current, peak int64)
+	// ResetMemoryPeak starts the peak again from what is held now.
+	ResetMemoryPeak()
+}
+
+// Profiler is a backend that keeps a profile of its operations.
+type Profiler interface {
+	// RestartProfile drops what was measured so far, so that the report
+	// covers only what follows.
+	RestartProfile()
+}
+
+// KVReleaser is a KVStore that can give its memory back while it holds no
+// frames; its pages get memory again when they are written.
+type KVReleaser interface {
+	Release() error
+}
+
+// KVSizer is a KVStore that knows its own size in bytes (at its own element
+// size, e.g. bf16 on a GPU).
+type KVSizer interface {
+	Bytes() int64
+}
+
+// The capability names Capabilities reports, in this order.
+const (
+	CapErrors  = "errors"
+	CapTrim    = "trim"
+	CapMemory  = "memory"
+	CapProfile = "profile"
+	CapClose   = "close"
+	CapRelease = "kv-release"
+	CapKVSize  = "kv-size"
+	CapKVClose = "kv-close"
+)
+
+// Capabilities names the optional interfaces b implements (ErrorReporter,
+// Trimmer, MemoryReporter, Profiler, io.Closer); when store is not nil, the
+// ones store implements follow (KVReleaser, KVSizer, io.Closer).
+func Capabilities(b Backend, store KVStore) []string {
+	var caps []string
+	add := func(ok bool, name string) {
+		if ok {
+			caps = append(caps, name)
+		}
+	}
+	_, ok := b.(ErrorReporter)
+	add(ok, CapErrors)
+	_, ok = b.(Trimmer)
+	add(ok, CapTrim)
+	_, ok = b.(MemoryReporter)
+	add(ok, CapMemory)
+	_, ok = b.(Profiler)
+	add(ok, CapProfile)
+	_, ok = b.(io.Closer)
+	add(ok, CapClose)
+	if store != nil {
+		_, ok = store.(KVReleaser)
+		add(ok, CapRelease)
+		_, ok = store.(KVSizer)
+		add(ok, CapKVSize)
+		_, ok = store.(io.Closer)
+		add(ok, CapKVClose)
+	}
+	return caps
+}
