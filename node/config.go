@@ -309,7 +309,9 @@ func BindFlags(v *viper.Viper, fs *pflag.FlagSet) error {
 	return nil
 }
 
-// ParamSource reads ROS parameters (a goroslib node satisfies it through rosParams).
+// ParamSource reads the middleware's parameters by configuration key
+// ("engine.weights", "queue_policy"); each transport maps the key onto its
+// own parameter names (ROS 1: the private parameter ~engine/weights).
 type ParamSource interface {
 	IsSet(key string) (bool, error)
 	Bool(key string) (bool, error)
@@ -318,62 +320,73 @@ type ParamSource interface {
 	String(key string) (string, error)
 }
 
-// ParamName is the ROS private parameter that overrides a configuration key.
-func ParamName(key string) string { return "~" + strings.ReplaceAll(key, ".", "/") }
+// ParamNamer is what a ParamSource may also offer so that messages name the
+// parameter as its users write it (ROS 1: "~engine/weights").
+type ParamNamer interface {
+	ParamName(key string) string
+}
 
-// ApplyParams overrides c with the ROS private parameters that are set, and
+// paramName is key as p's users name it.
+func paramName(p ParamSource, key string) string {
+	if pn, ok := p.(ParamNamer); ok {
+		return pn.ParamName(key)
+	}
+	return key
+}
+
+// ApplyParams overrides c with the parameters of p that are set, and
 // returns the keys it took. Integers are accepted for float settings, as
 // rosparam stores "1" as an int.
 func ApplyParams(c Config, p ParamSource) (Config, []string, error) {
 	var taken []string
 	for _, f := range fields(&c) {
-		name := ParamName(f.key)
-		set, err := p.IsSet(name)
+		name := paramName(p, f.key)
+		set, err := p.IsSet(f.key)
 		if err != nil {
-			return c, taken, fmt.Errorf("asking the ROS master for parameter %s: %w", name, err)
+			return c, taken, fmt.Errorf("reading parameter %s: %w", name, err)
 		}
 		if !set {
 			continue
 		}
 		switch f.val.Kind() {
 		case reflect.Bool:
-			b, err := p.Bool(name)
+			b, err := p.Bool(f.key)
 			if err != nil {
-				return c, taken, fmt.Errorf("ROS parameter %s must be a bool: %w", name, err)
+				return c, taken, fmt.Errorf("parameter %s must be a bool: %w", name, err)
 			}
 			f.val.SetBool(b)
 		case reflect.Int, reflect.Int64:
-			i, err := p.Int(name)
+			i, err := p.Int(f.key)
 			if err != nil {
-				return c, taken, fmt.Errorf("ROS parameter %s must be an integer: %w", name, err)
+				return c, taken, fmt.Errorf("parameter %s must be an integer: %w", name, err)
 			}
 			f.val.SetInt(int64(i))
 		case reflect.Float64:
-			x, err := p.Float64(name)
+			x, err := p.Float64(f.key)
 			if err != nil {
-				i, ierr := p.Int(name)
+				i, ierr := p.Int(f.key)
 				if ierr != nil {
-					return c, taken, fmt.Errorf("ROS parameter %s must be a number: %w", name, err)
+					return c, taken, fmt.Errorf("parameter %s must be a number: %w", name, err)
 				}
 				x = float64(i)
 			}
 			f.val.SetFloat(x)
 		case reflect.String:
-			s, err := p.String(name)
+			s, err := p.String(f.key)
 			if err != nil {
-				return c, taken, fmt.Errorf("ROS parameter %s must be a string: %w", name, err)
+				return c, taken, fmt.Errorf("parameter %s must be a string: %w", name, err)
 			}
 			f.val.SetString(s)
 		case reflect.Slice:
-			// ROS 1 parameters through goroslib are scalars only, so lists
-			// come as strings such as "4 11 17 23".
-			s, err := p.String(name)
+			// Parameter servers may hold scalars only (ROS 1 through
+			// goroslib), so lists come as strings such as "4 11 17 23".
+			s, err := p.String(f.key)
 			if err != nil {
-				return c, taken, fmt.Errorf("ROS parameter %s must be a string of integers like \"4 11 17 23\": %w", name, err)
+				return c, taken, fmt.Errorf("parameter %s must be a string of integers like \"4 11 17 23\": %w", name, err)
 			}
 			ints, err := parseInts(s)
 			if err != nil || f.val.Type() != reflect.TypeOf(ints) {
-				return c, taken, fmt.Errorf("ROS parameter %s must be a string of integers like \"4 11 17 23\", not %q", name, s)
+				return c, taken, fmt.Errorf("parameter %s must be a string of integers like \"4 11 17 23\", not %q", name, s)
 			}
 			f.val.Set(reflect.ValueOf(ints))
 		default:
@@ -382,7 +395,7 @@ func ApplyParams(c Config, p ParamSource) (Config, []string, error) {
 		taken = append(taken, f.key)
 	}
 	if err := c.Validate(); err != nil {
-		return c, taken, fmt.Errorf("after applying ROS parameters: %w", err)
+		return c, taken, fmt.Errorf("after applying the parameters: %w", err)
 	}
 	return c, taken, nil
 }

@@ -134,13 +134,18 @@ func (p fakeParams) String(k string) (string, error) {
 	return "", os.ErrInvalid
 }
 
+// namedParams names its parameters as ROS 1 does.
+type namedParams struct{ fakeParams }
+
+func (namedParams) ParamName(key string) string { return "~" + strings.ReplaceAll(key, ".", "/") }
+
 func TestApplyParams(t *testing.T) {
 	c, taken, err := ApplyParams(DefaultConfig(), fakeParams{
-		"~engine/weights":         "/m.pt",
-		"~map_rate":               2, // rosparam stores "2" as an int
-		"~publish_tf":             false,
-		"~engine/selected_layers": "4 11 17 23",
-		"~queue_size":             8,
+		"engine.weights":         "/m.pt",
+		"map_rate":               2, // rosparam stores "2" as an int
+		"publish_tf":             false,
+		"engine.selected_layers": "4 11 17 23",
+		"queue_size":             8,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -152,10 +157,13 @@ func TestApplyParams(t *testing.T) {
 	if len(taken) != 5 {
 		t.Errorf("taken = %v, want 5 keys", taken)
 	}
-	if _, _, err := ApplyParams(DefaultConfig(), fakeParams{"~queue_size": "big"}); err == nil || !strings.Contains(err.Error(), "~queue_size") {
-		t.Errorf("a string for an int parameter: error %v, want one naming ~queue_size", err)
+	if _, _, err := ApplyParams(DefaultConfig(), fakeParams{"queue_size": "big"}); err == nil || !strings.Contains(err.Error(), "parameter queue_size") {
+		t.Errorf("a string for an int parameter: error %v, want one naming queue_size", err)
 	}
-	if _, _, err := ApplyParams(DefaultConfig(), fakeParams{"~queue_policy": "sometimes"}); err == nil || !strings.Contains(err.Error(), "'queue_policy'") {
+	if _, _, err := ApplyParams(DefaultConfig(), namedParams{fakeParams{"queue_size": "big"}}); err == nil || !strings.Contains(err.Error(), "parameter ~queue_size") {
+		t.Errorf("a string for an int parameter of a source that names its parameters: error %v, want one naming ~queue_size", err)
+	}
+	if _, _, err := ApplyParams(DefaultConfig(), fakeParams{"queue_policy": "sometimes"}); err == nil || !strings.Contains(err.Error(), "'queue_policy'") {
 		t.Errorf("a bad policy: error %v, want one naming queue_policy", err)
 	}
 }

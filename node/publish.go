@@ -2,11 +2,14 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"time"
 
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/diagnostic_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/geometry_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/nav_msgs"
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/tf2_msgs"
 
@@ -14,6 +17,48 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/msgs"
 )
+
+// outputs are the node's publishers.
+type outputs struct {
+	pose, path, odom, cloud, mapPub, depth, tf, tfStatic, diag Publisher
+}
+
+// advertise opens every publisher.
+func (n *Node) advertise() error {
+	for _, p := range []struct {
+		dst  *Publisher
+		name string
+		msg  any
+		role Role
+	}{
+		{&n.out.pose, "~pose", &geometry_msgs.PoseStamped{}, RoleOutput},
+		{&n.out.path, "~path", &nav_msgs.Path{}, RoleLatched},
+		{&n.out.odom, "~odom", &nav_msgs.Odometry{}, RoleOutput},
+		{&n.out.cloud, "~cloud", &sensor_msgs.PointCloud2{}, RoleOutput},
+		{&n.out.mapPub, "~map", &sensor_msgs.PointCloud2{}, RoleLatched},
+		{&n.out.depth, "~depth", &sensor_msgs.Image{}, RoleOutput},
+		{&n.out.tf, "/tf", &tf2_msgs.TFMessage{}, RoleTF},
+		{&n.out.tfStatic, "/tf_static", &tf2_msgs.TFMessage{}, RoleTFStatic},
+		{&n.out.diag, "/diagnostics", &diagnostic_msgs.DiagnosticArray{}, RoleOutput},
+	} {
+		name := n.tr.Resolve(p.name)
+		pub, err := n.tr.Advertise(TopicSpec{Name: name, Type: p.msg, Role: p.role})
+		if err != nil {
+			return fmt.Errorf("node: advertising %s: %w", name, err)
+		}
+		*p.dst = pub
+	}
+	return nil
+}
+
+// write sends msg on p; failures are counted and the first is logged.
+func (n *Node) write(p Publisher, msg any) {
+	if err := p.Write(msg); err != nil {
+		if n.stats.publishErrors.Add(1) == 1 {
+			n.log.Warn("publishing failed (reported once; counted in /diagnostics)", "type", fmt.Sprintf("%T", msg), "err", err)
+		}
+	}
+}
 
 // CloudPoints unprojects a result's confident depth pixels into the world:
 // every stride-th pixel in both directions with Conf > confThreshold and a
@@ -73,6 +118,10 @@ func (n *Node) publishResult(r engine.Result) {
 		n.grid.Add(gp)
 		n.mapDirty = true
 	}
+	sendStatic := n.cfg.PublishTF && n.baseToCam != nil && !n.staticSent
+	if sendStatic {
+		n.staticSent = true
+	}
 	n.mu.Unlock()
 	n.stats.processed.Add(1)
 
@@ -86,32 +135,30 @@ func (n *Node) publishResult(r engine.Result) {
 		childPose = mul(r.CamToWorld, invertRigid(*n.baseToCam))
 	}
 
-	n.withSession(func(s *session) {
-		s.pose.Write(&geometry_msgs.PoseStamped{Header: mapHdr, Pose: pose})
-		s.odom.Write(&nav_msgs.Odometry{
+	n.write(n.out.pose, &geometry_msgs.PoseStamped{Header: mapHdr, Pose: pose})
+	n.write(n.out.odom, &nav_msgs.Odometry{
+		Header:       mapHdr,
+		ChildFrameId: child,
+		Pose:         geometry_msgs.PoseWithCovariance{Pose: msgs.PoseFromMatrix(childPose)},
+	})
+	if n.cfg.PublishTF {
+		n.write(n.out.tf, &tf2_msgs.TFMessage{Transforms: []geometry_msgs.TransformStamped{{
 			Header:       mapHdr,
 			ChildFrameId: child,
-			Pose:         geometry_msgs.PoseWithCovariance{Pose: msgs.PoseFromMatrix(childPose)},
-		})
-		if n.cfg.PublishTF {
-			s.tf.Write(&tf2_msgs.TFMessage{Transforms: []geometry_msgs.TransformStamped{{
-				Header:       mapHdr,
-				ChildFrameId: child,
-				Transform:    msgs.TransformFromMatrix(childPose),
+			Transform:    msgs.TransformFromMatrix(childPose),
+		}}})
+		if sendStatic {
+			n.write(n.out.tfStatic, &tf2_msgs.TFMessage{Transforms: []geometry_msgs.TransformStamped{{
+				Header:       std_msgs.Header{Stamp: r.Stamp, FrameId: n.cfg.BaseFrame},
+				ChildFrameId: camFrame,
+				Transform:    msgs.TransformFromMatrix(*n.baseToCam),
 			}}})
-			if n.baseToCam != nil && !s.staticSent.Swap(true) {
-				s.tfStatic.Write(&tf2_msgs.TFMessage{Transforms: []geometry_msgs.TransformStamped{{
-					Header:       std_msgs.Header{Stamp: r.Stamp, FrameId: n.cfg.BaseFrame},
-					ChildFrameId: camFrame,
-					Transform:    msgs.TransformFromMatrix(*n.baseToCam),
-				}}})
-			}
 		}
-		if cloud != nil {
-			s.cloud.Write(msgs.PointCloud2(mapHdr, cloud))
-		}
-		s.depth.Write(msgs.DepthImage(std_msgs.Header{Seq: seq, Stamp: r.Stamp, FrameId: camFrame}, r.Width, r.Height, r.Depth))
-	})
+	}
+	if cloud != nil {
+		n.write(n.out.cloud, msgs.PointCloud2(mapHdr, cloud))
+	}
+	n.write(n.out.depth, msgs.DepthImage(std_msgs.Header{Seq: seq, Stamp: r.Stamp, FrameId: camFrame}, r.Width, r.Height, r.Depth))
 	n.publishPath()
 	n.publishMap(false)
 }
@@ -131,7 +178,7 @@ func (n *Node) publishPath() {
 		p.Header.Seq = uint32(n.path[len(n.path)-1].seq)
 	}
 	n.mu.Unlock()
-	n.withSession(func(s *session) { s.path.Write(p) })
+	n.write(n.out.path, p)
 }
 
 // publishMap sends the voxel map when it changed, at most MapRate times a
@@ -155,9 +202,7 @@ func (n *Node) publishMap(force bool) {
 	for i, p := range pts {
 		cloud[i] = msgs.PointXYZRGB{X: p.X, Y: p.Y, Z: p.Z, R: p.R, G: p.G, B: p.B}
 	}
-	n.withSession(func(s *session) {
-		s.mapPub.Write(msgs.PointCloud2(std_msgs.Header{Stamp: stamp, FrameId: n.cfg.MapFrame}, cloud))
-	})
+	n.write(n.out.mapPub, msgs.PointCloud2(std_msgs.Header{Stamp: stamp, FrameId: n.cfg.MapFrame}, cloud))
 }
 
 // mapLoop sends map changes that the rate limit held back, so the last
@@ -173,13 +218,4 @@ func (n *Node) mapLoop(ctx context.Context) {
 			n.publishMap(false)
 		}
 	}
-}
-
-// republishLatched refills the latched topics of a new session.
-func (n *Node) republishLatched() {
-	n.mu.Lock()
-	n.mapDirty = true
-	n.mu.Unlock()
-	n.publishMap(true)
-	n.publishPath()
 }

@@ -6,18 +6,22 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/internal/golden/replay"
 	"github.com/lingbotmap/lingbotmap/node"
+	"github.com/lingbotmap/lingbotmap/node/ros1"
 )
 
 // nodeOptions are the node subcommand's own flags; the settings are in node.Config.
 type nodeOptions struct {
 	configFile string
 	logLevel   string
+	ros        string // ROS version: "1" (goroslib)
 }
 
 func newNodeCmd() *cobra.Command {
@@ -25,8 +29,8 @@ func newNodeCmd() *cobra.Command {
 	v := viper.New()
 	cmd := &cobra.Command{
 		Use:   "node [--config FILE] [--key=value ...] [from:=to ...]",
-		Short: "Run the ROS 1 mapping node",
-		Long: `Run the LingBot-Map ROS 1 node: subscribe to images, publish poses, path,
+		Short: "Run the ROS mapping node",
+		Long: `Run the LingBot-Map ROS node (--ros 1: ROS 1 through goroslib): subscribe to images, publish poses, path,
 odometry, clouds, the map, depth, TF and /diagnostics; services ~reset, ~pause,
 ~resume, ~save_map.
 
@@ -39,6 +43,7 @@ __ns:=, __log:= and from:=to arguments are honoured.`,
 	}
 	cmd.Flags().StringVar(&opts.configFile, "config", "", "YAML configuration file (default: built-in defaults)")
 	cmd.Flags().StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	cmd.Flags().StringVar(&opts.ros, "ros", "1", "ROS version to speak: 1")
 	node.AddFlags(cmd.Flags())
 	bindErr := node.BindFlags(v, cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -57,22 +62,39 @@ func runNode(ctx context.Context, v *viper.Viper, opts *nodeOptions, args []stri
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
-	ros, rest, err := node.ParseROSEnv(args, os.Getenv, "lingbotmap")
-	if err != nil {
-		return &exitCodeError{code: exitUsage, err: err}
-	}
-	if len(rest) > 0 {
-		return &exitCodeError{code: exitUsage, err: fmt.Errorf("unexpected arguments %s (settings are flags like --queue_policy=all; remaps are from:=to)", strings.Join(rest, " "))}
-	}
 	cfg, err := node.LoadConfig(v, opts.configFile)
 	if err != nil {
 		return &exitCodeError{code: exitUsage, err: err}
 	}
-	n, err := node.New(node.Options{Config: cfg, ROS: ros, Log: log, NewStream: newNodeStream(log)})
+	tr, err := newTransport(opts.ros, args, cfg, log)
+	if err != nil {
+		return &exitCodeError{code: exitUsage, err: err}
+	}
+	n, err := node.New(node.Options{Config: cfg, Transport: tr, Log: log, NewStream: newNodeStream(log)})
 	if err != nil {
 		return &exitCodeError{code: exitUsage, err: err}
 	}
 	return n.Run(ctx)
+}
+
+// newTransport builds the middleware the --ros flag names from the ROS
+// environment and the remaining command-line arguments.
+func newTransport(version string, args []string, cfg node.Config, log *slog.Logger) (node.Transport, error) {
+	switch version {
+	case "1":
+		env, rest, err := ros1.ParseROSEnv(args, os.Getenv, "lingbotmap")
+		if err != nil {
+			return nil, err
+		}
+		if len(rest) > 0 {
+			return nil, fmt.Errorf("unexpected arguments %s (settings are flags like --queue_policy=all; remaps are from:=to)", strings.Join(rest, " "))
+		}
+		return ros1.New(ros1.Options{Env: env, Log: log,
+			MasterCheckInterval: time.Duration(cfg.MasterCheckInterval * float64(time.Second))}), nil
+	case "2":
+		return nil, fmt.Errorf("--ros 2: ROS 2 is not available in this build")
+	}
+	return nil, fmt.Errorf("--ros %q: want 1 (ROS 1) or 2 (ROS 2)", version)
 }
 
 // newNodeStream starts the real engine, or the golden replay when
@@ -81,7 +103,7 @@ func newNodeStream(log *slog.Logger) node.StreamFactory {
 	return func(ctx context.Context, cfg node.Config) (engine.Stream, error) {
 		if cfg.Replay != "" {
 			log.Warn("replaying reference outputs instead of running the model", "replay", cfg.Replay)
-			return node.NewReplayStream(cfg.Replay)
+			return replay.New(cfg.Replay)
 		}
 		return engine.New(ctx, cfg.Engine, log)
 	}

@@ -1,4 +1,4 @@
-package node
+package replay
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/internal/golden/goldentest"
 	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 )
@@ -29,14 +30,14 @@ func loadGolden(t *testing.T, key string) []float32 {
 // The replay's pose and intrinsics come from pose_enc; the reference's own
 // conversion (extrinsic = world→camera, intrinsic K) must agree with them.
 func TestReplayMatchesReferenceConversions(t *testing.T) {
-	s, err := NewReplayStream(goldenDir(t))
+	s, err := New(goldenDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ext, intr := loadGolden(t, "extrinsic"), loadGolden(t, "intrinsic")
 	for i := range s.Len() {
 		r := s.Reference(i)
-		w2c := invertRigid(r.CamToWorld)
+		w2c := geom.InvertRigid(r.CamToWorld)
 		for a := range 3 {
 			for b := range 4 {
 				if d := math.Abs(w2c[a][b] - float64(ext[12*i+4*a+b])); d > 2e-5 {
@@ -54,50 +55,9 @@ func TestReplayMatchesReferenceConversions(t *testing.T) {
 	}
 }
 
-// Every cloud point must be the reference's unprojection of its pixel
-// (world_points_from_depth), and exactly the pixels with conf > 1.5 are kept.
-func TestCloudPointsMatchReferenceUnprojection(t *testing.T) {
-	s, err := NewReplayStream(goldenDir(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wp := loadGolden(t, "world_points_from_depth")
-	w, h := s.Size()
-	for i := range s.Len() {
-		r := s.Reference(i)
-		pts := CloudPoints(r, 1.5, 1)
-		k := 0
-		for p := range w * h {
-			if !(r.Conf[p] > 1.5) {
-				continue
-			}
-			if k >= len(pts) {
-				t.Fatalf("frame %d: only %d points, more confident pixels remain", i, len(pts))
-			}
-			ref := wp[3*(i*w*h+p):]
-			got := pts[k]
-			for c, v := range []float32{got.X, got.Y, got.Z} {
-				if d := math.Abs(float64(v - ref[c])); d > 1e-4*(1+math.Abs(float64(ref[c]))) {
-					t.Fatalf("frame %d pixel %d: point %v, reference %v", i, p, got, ref[:3])
-				}
-			}
-			if got.R != r.RGB[3*p] || got.G != r.RGB[3*p+1] || got.B != r.RGB[3*p+2] {
-				t.Fatalf("frame %d pixel %d: colour %d,%d,%d, image %v", i, p, got.R, got.G, got.B, r.RGB[3*p:3*p+3])
-			}
-			k++
-		}
-		if k != len(pts) || k == 0 {
-			t.Fatalf("frame %d: %d points for %d confident pixels", i, len(pts), k)
-		}
-	}
-	if n1, n2 := len(CloudPoints(s.Reference(0), 1.5, 1)), len(CloudPoints(s.Reference(0), 1.5, 2)); n2 >= n1 || n2 == 0 {
-		t.Errorf("stride 2 kept %d of %d points", n2, n1)
-	}
-}
-
 // Phase 1 buffers the scale frames; afterwards one frame in, one out.
 func TestReplayPhaseOneBuffering(t *testing.T) {
-	s, err := NewReplayStream(goldenDir(t))
+	s, err := New(goldenDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
