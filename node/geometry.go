@@ -1,7 +1,5 @@
 package node
 
-import "math"
-
 // rotationFromQuat is the rotation matrix of a unit quaternion (x, y, z, w).
 func rotationFromQuat(x, y, z, w float64) [3][3]float64 {
 	return [3][3]float64{
@@ -9,34 +7,6 @@ func rotationFromQuat(x, y, z, w float64) [3][3]float64 {
 		{2 * (x*y + z*w), 1 - 2*(x*x+z*z), 2 * (y*z - x*w)},
 		{2 * (x*z - y*w), 2 * (y*z + x*w), 1 - 2*(x*x+y*y)},
 	}
-}
-
-// PoseEncToCamToWorld turns the model's pose encoding [t(3), q XYZW (not
-// normalised), fov_h, fov_w] into a camera→world matrix. Like the reference it
-// scales by 2/|q|², so any non-zero quaternion gives a proper rotation.
-func PoseEncToCamToWorld(enc [9]float32) [4][4]float64 {
-	x, y, z, w := float64(enc[3]), float64(enc[4]), float64(enc[5]), float64(enc[6])
-	n := math.Sqrt(x*x + y*y + z*z + w*w)
-	if n == 0 {
-		n, w = 1, 1
-	}
-	r := rotationFromQuat(x/n, y/n, z/n, w/n)
-	return [4][4]float64{
-		{r[0][0], r[0][1], r[0][2], float64(enc[0])},
-		{r[1][0], r[1][1], r[1][2], float64(enc[1])},
-		{r[2][0], r[2][1], r[2][2], float64(enc[2])},
-		{0, 0, 0, 1},
-	}
-}
-
-// IntrinsicsFromPoseEnc gives fx, fy, cx, cy for an image of w×h from the
-// encoding's field of view, with the principal point at the exact centre as
-// the reference does.
-func IntrinsicsFromPoseEnc(enc [9]float32, w, h int) [4]float64 {
-	fovH, fovW := float64(enc[7]), float64(enc[8])
-	fy := float64(h) / 2 / math.Tan(fovH/2)
-	fx := float64(w) / 2 / math.Tan(fovW/2)
-	return [4]float64{fx, fy, float64(w) / 2, float64(h) / 2}
 }
 
 // mul multiplies two rigid transforms.
