@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bluenviron/goroslib/v2/pkg/apimaster"
+	"github.com/bluenviron/goroslib/v2/pkg/apislave"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 
 	"github.com/lingbotmap/lingbotmap/node"
@@ -58,8 +59,9 @@ func connect(t *testing.T, getenv func(string) string, name string) *Transport {
 
 // Issue #17: with ROS_HOSTNAME=localhost the node registered its URIs with
 // 127.0.0.1, because goroslib resolves its Host to an address. The master,
-// rosnode and rosservice must see the name, the tools must reach the node
-// through it, and unregistering must still match the registration.
+// rosnode, rosservice and the node's own requestTopic answer must give the
+// name, the tools must reach the node through it, and unregistering must
+// still match the registration.
 func TestAdvertisesROSHostname(t *testing.T) {
 	m := rostest.StartMaster(t)
 	getenv := envOf(m.Env)
@@ -74,6 +76,15 @@ func TestAdvertisesROSHostname(t *testing.T) {
 	}
 	if !strings.HasPrefix(uri, "http://localhost:") {
 		t.Fatalf("the master's lookupNode /named = %q, want http://localhost:PORT/", uri)
+	}
+	// A subscriber asks the node's slave API where to connect for a topic.
+	slave := apislave.NewClient(strings.TrimSuffix(strings.TrimPrefix(uri, "http://"), "/"), "/asker", &http.Client{Timeout: 5 * time.Second})
+	proto, err := slave.RequestTopic("/named/status", [][]interface{}{{"TCPROS"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(proto) != 3 || proto[0] != "TCPROS" || proto[1] != "localhost" {
+		t.Fatalf("requestTopic /named/status answered %v, want TCPROS localhost PORT", proto)
 	}
 	if out := m.Run(t, 20*time.Second, "rosnode", "info", "/named"); !strings.Contains(out, "contacting node "+uri) || !strings.Contains(out, "/named/status") {
 		t.Fatalf("rosnode info /named:\n%s", out)

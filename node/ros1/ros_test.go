@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bluenviron/goroslib/v2"
+	"github.com/bluenviron/goroslib/v2/pkg/apimaster"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/diagnostic_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/geometry_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/nav_msgs"
@@ -462,6 +464,10 @@ func TestNodeAgainstRealMaster(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 		master.Start()
 		waitFor(t, "the node to re-register with the new master", 20*time.Second, func() bool { return master.Knows("/lbm") })
+		uri, err := apimaster.NewClient(master.Addr, "/asker", &http.Client{Timeout: 5 * time.Second}).LookupNode("/lbm")
+		if err != nil || !strings.HasPrefix(uri, "http://localhost:") {
+			t.Fatalf("after the restart the node registered as %q (%v), want its host name localhost", uri, err)
+		}
 		listener.Close()
 		rec2 := &recorder{}
 		l2 := rec2.subscribe(t, master.Addr, "/lbm")

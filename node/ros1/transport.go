@@ -52,7 +52,7 @@ type Transport struct {
 	endpoints []endpoint
 	closed    bool
 
-	relay *masterRelay // nil when goroslib can advertise Env.Host itself
+	relay *hostRelay // nil when goroslib can advertise Env.Host itself
 
 	shutdown     chan struct{}
 	shutdownOnce sync.Once
@@ -93,7 +93,7 @@ func New(opts Options) *Transport {
 // Connect registers with the master, retrying until it answers, ctx ends or
 // the master asks the node to shut down.
 func (t *Transport) Connect(ctx context.Context) error {
-	relay, err := newMasterRelay(t.env.Host, t.env.MasterAddress)
+	relay, err := newHostRelay(t.env.Host, t.env.MasterAddress)
 	if err != nil {
 		return err
 	}
@@ -115,19 +115,25 @@ func (t *Transport) Connect(ctx context.Context) error {
 
 // dial creates a goroslib node, retrying until the master answers or ctx ends.
 func (t *Transport) dial(ctx context.Context) (*goroslib.Node, error) {
-	master, host := t.env.MasterAddress, t.env.Host
-	if t.relay != nil {
-		master, host = t.relay.Addr(), t.relay.ip
-	}
 	for attempt := 0; ; attempt++ {
-		gn, err := goroslib.NewNode(goroslib.NodeConf{
+		conf := goroslib.NodeConf{
 			Name:            t.env.Name,
 			Namespace:       t.env.Namespace,
-			MasterAddress:   master,
-			Host:            host,
+			MasterAddress:   t.env.MasterAddress,
+			Host:            t.env.Host,
 			LogDestinations: goroslib.LogDestinationRosout | goroslib.LogDestinationCallback,
 			OnLog:           t.onRosLog,
-		})
+		}
+		var err error
+		if t.relay != nil {
+			conf.MasterAddress, conf.Host = t.relay.masterAddr(), t.relay.ip
+			conf.ApislavePort, err = t.relay.freePort()
+			t.relay.route(conf.ApislavePort)
+		}
+		var gn *goroslib.Node
+		if err == nil {
+			gn, err = goroslib.NewNode(conf)
+		}
 		if err == nil {
 			return gn, nil
 		}
