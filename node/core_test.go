@@ -203,7 +203,11 @@ func TestCoreFramesToOutputs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "16 poses", 10*time.Second, func() bool { return len(tr.Messages("/lbm/pose")) == n })
+	// A result's messages go out pose first, path last.
+	waitFor(t, "16 poses, depth images and a path of 16", 10*time.Second, func() bool {
+		p, _ := tr.Last("/lbm/path").(*nav_msgs.Path)
+		return len(tr.Messages("/lbm/depth")) == n && p != nil && len(p.Poses) == n
+	})
 	waitDiag(t, tr, map[string]string{"frames_processed": "16", "frames_received": "16", "kv_frame_count": "16", "queue_policy": "all"})
 
 	poses, odoms, tfs, depths := tr.Messages("/lbm/pose"), tr.Messages("/lbm/odom"), tr.Messages("/tf"), tr.Messages("/lbm/depth")
@@ -366,7 +370,10 @@ func TestCoreServices(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "6 poses", 10*time.Second, func() bool { return len(tr.Messages("/lbm/pose")) == 6 })
+	waitFor(t, "a path of 6 poses", 10*time.Second, func() bool {
+		p, _ := tr.Last("/lbm/path").(*nav_msgs.Path)
+		return p != nil && len(p.Poses) == 6
+	})
 	if s := tr.Messages("/lbm/pose")[0].(*geometry_msgs.PoseStamped).Header.Stamp; !s.Equal(stampOf(0)) {
 		t.Fatalf("the first pose is stamped %v: the paused frame reached the engine", s)
 	}

@@ -108,9 +108,31 @@ func (t *Transport) Connect(ctx context.Context) error {
 	t.mu.Lock()
 	t.gn = gn
 	t.mu.Unlock()
+	t.checkIntervalParam()
 	t.wg.Add(1)
 	go func() { defer t.wg.Done(); t.watchMaster() }()
 	return nil
+}
+
+// checkIntervalParam applies the ~master_check_interval parameter, which
+// the core reads only after Connect, when the watcher already needs it.
+func (t *Transport) checkIntervalParam() {
+	const key = "master_check_interval"
+	p := params{t}
+	if set, err := p.IsSet(key); err != nil || !set {
+		return
+	}
+	s, err := p.Float64(key)
+	if err != nil {
+		i, ierr := p.Int(key)
+		if ierr != nil {
+			return // the core reports the bad value when it applies the parameters
+		}
+		s = float64(i)
+	}
+	if d := time.Duration(s * float64(time.Second)); d > 0 {
+		t.check = d
+	}
 }
 
 // dial creates a goroslib node, retrying until the master answers or ctx ends.
