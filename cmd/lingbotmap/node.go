@@ -30,9 +30,9 @@ func newNodeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "node [--config FILE] [--key=value ...] [from:=to ...]",
 		Short: "Run the ROS mapping node",
-		Long: `Run the LingBot-Map ROS node (--ros 1: ROS 1 through goroslib): subscribe to images, publish poses, path,
+		Long: `Run the LingBot-Map ROS node: subscribe to images, publish poses, path,
 odometry, clouds, the map, depth, TF and /diagnostics; services ~reset, ~pause,
-~resume, ~save_map.
+~resume, ~save_map. --ros picks the middleware: 1 is ROS 1 (goroslib).
 
 Settings (see config/lingbotmap.yaml) come from the built-in defaults, the
 --config file, LINGBOTMAP_* environment variables, flags named like the keys
