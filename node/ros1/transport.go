@@ -197,6 +197,8 @@ func (t *Transport) watchMaster() {
 		select {
 		case <-t.ctx.Done():
 			return
+		case <-t.shutdown:
+			return // goroslib unregistered on the master's request; stay away
 		case <-tick.C:
 		}
 		if _, err := client.LookupNode(t.env.FullName()); err == nil {
