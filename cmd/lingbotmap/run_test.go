@@ -21,6 +21,7 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/render"
 	"github.com/lingbotmap/lingbotmap/engine/source"
@@ -589,7 +590,7 @@ func TestRunGoldenImages(t *testing.T) {
 		for a := range 3 {
 			worstT = math.Max(worstT, math.Abs(p.T[a]-float64(pe[a]))/(1+math.Abs(float64(pe[a]))))
 		}
-		want, err := traj.RotationFromQuat([4]float64{float64(pe[3]), float64(pe[4]), float64(pe[5]), float64(pe[6])})
+		want, err := geom.QuatToMat([4]float64{float64(pe[3]), float64(pe[4]), float64(pe[5]), float64(pe[6])})
 		if err != nil {
 			t.Fatal(err)
 		}
