@@ -221,3 +221,43 @@ func TestIntrinsicsWidthFirst(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Decompose against rotations built independently of this package (axis and
+// angle by Rodrigues' formula), including the 180° turns that take the
+// non-trace branches.
+func TestDecomposeIndependentRotations(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	check := func(name string, axis [3]float64, angle float64) {
+		n := math.Sqrt(axis[0]*axis[0] + axis[1]*axis[1] + axis[2]*axis[2])
+		kx, ky, kz := axis[0]/n, axis[1]/n, axis[2]/n
+		s, c := math.Sin(angle), math.Cos(angle)
+		m := Mat4{
+			{c + kx*kx*(1-c), kx*ky*(1-c) - kz*s, kx*kz*(1-c) + ky*s, 1},
+			{ky*kx*(1-c) + kz*s, c + ky*ky*(1-c), ky*kz*(1-c) - kx*s, -2},
+			{kz*kx*(1-c) - ky*s, kz*ky*(1-c) + kx*s, c + kz*kz*(1-c), 3},
+			{0, 0, 0, 1},
+		}
+		h := math.Sin(angle / 2)
+		want := Quat{kx * h, ky * h, kz * h, math.Cos(angle / 2)} // angle ∈ [0, π]: w ≥ 0
+		tr, q, err := Decompose(m)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if tr != [3]float64{1, -2, 3} {
+			t.Fatalf("%s: translation %v", name, tr)
+		}
+		for i := range 4 {
+			if math.Abs(q[i]-want[i]) > 1e-9 {
+				t.Fatalf("%s: quaternion %v, want %v", name, q, want)
+			}
+		}
+	}
+	for range 2000 {
+		check("random", [3]float64{rng.NormFloat64(), rng.NormFloat64(), rng.NormFloat64()}, rng.Float64()*math.Pi)
+	}
+	for axis := range 3 {
+		a := [3]float64{}
+		a[axis] = 1
+		check("180°", a, math.Pi)
+	}
+}
