@@ -258,7 +258,7 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	if err := o.cfg.Validate(); err != nil {
 		return &exitCodeError{code: exitUsage, err: err}
 	}
-	w, err := newRunWriter(o, log)
+	w, err := newRunWriter(o)
 	if err != nil {
 		return err
 	}
@@ -355,7 +355,6 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 // the explored volume; the frames' depth maps are written and dropped.
 type runWriter struct {
 	o      *runOptions
-	log    *slog.Logger
 	m      *mapio.Map
 	frames runFrames
 	depth  runDepth
@@ -370,7 +369,7 @@ type depthRange struct {
 	r   render.DepthRange
 }
 
-func newRunWriter(o *runOptions, log *slog.Logger) (*runWriter, error) {
+func newRunWriter(o *runOptions) (*runWriter, error) {
 	m, err := mapio.NewMap(mapio.MapConfig{
 		VoxelSize: o.voxel,
 		Filter:    geom.PointFilter{ConfThreshold: o.confThreshold, Stride: o.pixelStride},
@@ -392,9 +391,8 @@ func newRunWriter(o *runOptions, log *slog.Logger) (*runWriter, error) {
 		}
 	}
 	return &runWriter{
-		o:   o,
-		log: log,
-		m:   m,
+		o: o,
+		m: m,
 		depth: runDepth{Saved: o.saveDepth, Scale: o.depthScale, Unit: fmt.Sprintf("1/%g of a model depth unit (metres for metric models)", o.depthScale),
 			ConfSaved: o.saveConf, ConfScale: o.confScale},
 		window: -1,

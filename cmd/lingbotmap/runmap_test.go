@@ -106,7 +106,7 @@ func TestRunMapMatchesNodeMap(t *testing.T) {
 	o.out = filepath.Join(t.TempDir(), "out")
 	o.confThreshold, o.pixelStride, o.voxel = thr, stride, voxel
 	o.saveDepth = false
-	w, err := newRunWriter(o, nil)
+	w, err := newRunWriter(o)
 	if err != nil {
 		t.Fatal(err)
 	}
