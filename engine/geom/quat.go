@@ -70,48 +70,34 @@ func MatToQuat(m Mat3) (Quat, error) {
 	return rotToQuat(r), nil
 }
 
-// rotToQuat converts an orthonormal matrix with determinant +1.
-func rotToQuat(m Mat3) Quat {
-	m00, m01, m02 := m[0][0], m[0][1], m[0][2]
-	m10, m11, m12 := m[1][0], m[1][1], m[1][2]
-	m20, m21, m22 := m[2][0], m[2][1], m[2][2]
-	qAbs := [4]float64{
-		sqrtPos(1 + m00 + m11 + m22),
-		sqrtPos(1 + m00 - m11 - m22),
-		sqrtPos(1 - m00 + m11 - m22),
-		sqrtPos(1 - m00 - m11 + m22),
+// rotToQuat converts an orthonormal matrix with determinant +1. Of the four
+// ways to compute the quaternion it takes the one that divides by the
+// largest of 1+tr, 1+2·m00−tr, 1+2·m11−tr, 1+2·m22−tr (first maximum on
+// ties), the choice the reference (PyTorch3D's matrix_to_quaternion) makes,
+// in Shepperd's arithmetic; it is then normalised with w ≥ 0.
+func rotToQuat(r Mat3) Quat {
+	var x, y, z, w float64
+	tr := r[0][0] + r[1][1] + r[2][2]
+	switch {
+	case tr >= r[0][0] && tr >= r[1][1] && tr >= r[2][2]:
+		s := 2 * math.Sqrt(1+tr)
+		w, x, y, z = s/4, (r[2][1]-r[1][2])/s, (r[0][2]-r[2][0])/s, (r[1][0]-r[0][1])/s
+	case r[0][0] >= r[1][1] && r[0][0] >= r[2][2]:
+		s := 2 * math.Sqrt(1+r[0][0]-r[1][1]-r[2][2])
+		w, x, y, z = (r[2][1]-r[1][2])/s, s/4, (r[0][1]+r[1][0])/s, (r[0][2]+r[2][0])/s
+	case r[1][1] >= r[2][2]:
+		s := 2 * math.Sqrt(1+r[1][1]-r[0][0]-r[2][2])
+		w, x, y, z = (r[0][2]-r[2][0])/s, (r[0][1]+r[1][0])/s, s/4, (r[1][2]+r[2][1])/s
+	default:
+		s := 2 * math.Sqrt(1+r[2][2]-r[0][0]-r[1][1])
+		w, x, y, z = (r[1][0]-r[0][1])/s, (r[0][2]+r[2][0])/s, (r[1][2]+r[2][1])/s, s/4
 	}
-	// Candidate c is the quaternion (r, i, j, k) multiplied by 2·qAbs[c].
-	cand := [4][4]float64{
-		{qAbs[0] * qAbs[0], m21 - m12, m02 - m20, m10 - m01},
-		{m21 - m12, qAbs[1] * qAbs[1], m10 + m01, m02 + m20},
-		{m02 - m20, m10 + m01, qAbs[2] * qAbs[2], m12 + m21},
-		{m10 - m01, m20 + m02, m21 + m12, qAbs[3] * qAbs[3]},
+	n := math.Sqrt(x*x + y*y + z*z + w*w)
+	x, y, z, w = x/n, y/n, z/n, w/n
+	if w < 0 {
+		x, y, z, w = -x, -y, -z, -w
 	}
-	best := 0 // first maximum, as torch.argmax
-	for c := 1; c < 4; c++ {
-		if qAbs[c] > qAbs[best] {
-			best = c
-		}
-	}
-	den := 2 * math.Max(qAbs[best], 0.1)
-	c := cand[best]
-	q := Quat{c[1] / den, c[2] / den, c[3] / den, c[0] / den}
-	n := math.Sqrt(q[0]*q[0] + q[1]*q[1] + q[2]*q[2] + q[3]*q[3])
-	if q[3] < 0 {
-		n = -n
-	}
-	for i := range q {
-		q[i] /= n
-	}
-	return q
-}
-
-func sqrtPos(x float64) float64 {
-	if x > 0 {
-		return math.Sqrt(x)
-	}
-	return 0
+	return Quat{x, y, z, w}
 }
 
 // NearestRotation is the rotation closest to a in the Frobenius norm (its
