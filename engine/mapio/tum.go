@@ -18,8 +18,10 @@ type StampedPose struct {
 }
 
 // PoseFromMatrix makes a StampedPose from a camera→world 4×4 matrix by
-// geom.Decompose; a degenerate matrix gives NaNs. Map.AddPose rejects those
-// instead, and is what new code should use.
+// geom.Decompose; a degenerate matrix gives NaNs.
+//
+// Deprecated: kept while node/ calls it; use Map (AddPose rejects degenerate
+// poses, Trajectory and Save write them).
 func PoseFromMatrix(t float64, m geom.Mat4) StampedPose {
 	tr, q, _ := geom.Decompose(m)
 	return StampedPose{Time: t, T: tr, Q: q}
