@@ -261,3 +261,21 @@ func TestDecomposeIndependentRotations(t *testing.T) {
 		check("180°", a, math.Pi)
 	}
 }
+
+// ParseTransform reads configuration text: whatever it is given, it returns
+// an error or a rigid transform with a proper rotation, never NaNs.
+func FuzzParseTransform(f *testing.F) {
+	for _, s := range []string{"0 0 0 0 0 0 1", "1 2 3 0 0 2 2", "1 2 3 0 0 0 0", "1e308 0 0 1e300 1e300 0 0", "1 2 3", "x y z 0 0 0 1", "0 0 0 1e-13 0 0 0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := ParseTransform(s)
+		if err != nil {
+			return
+		}
+		r := RotationOf(m)
+		if p := MulMat3(r, Transpose3(r)); maxDiff3(p, Mat3{{1, 0, 0}, {0, 1, 0}, {0, 0, 1}}) > 1e-9 || !finite3(TranslationOf(m)) {
+			t.Fatalf("%q gave %v", s, m)
+		}
+	})
+}
