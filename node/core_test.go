@@ -23,6 +23,7 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/tf2_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/internal/golden/replay"
 	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
@@ -253,7 +254,18 @@ func TestCoreFramesToOutputs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := node.CloudPoints(ref.Reference(i), 1.5, 1); len(pts) != len(want) || len(pts) == 0 || pts[0] != want[0] || pts[len(pts)-1] != want[len(want)-1] {
+		r := ref.Reference(i)
+		want, err := geom.ConfidentPoints(nil, r.DepthFrame(), geom.PointFilter{ConfThreshold: 1.5, Stride: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(want) == 0 {
+			t.Fatalf("reference frame %d has no confident points", i)
+		}
+		first, last := want[0], want[len(want)-1]
+		if len(pts) != len(want) || len(pts) == 0 ||
+			pts[0] != (msgs.PointXYZRGB{X: first.X, Y: first.Y, Z: first.Z, R: first.R, G: first.G, B: first.B}) ||
+			pts[len(pts)-1] != (msgs.PointXYZRGB{X: last.X, Y: last.Y, Z: last.Z, R: last.R, G: last.G, B: last.B}) {
 			t.Fatalf("cloud %d: %d points, want %d", i, len(pts), len(want))
 		}
 	}
@@ -524,5 +536,56 @@ func TestCoreParamsAndConnect(t *testing.T) {
 	cancel()
 	if err := run(down, ctx); err != nil {
 		t.Errorf("a failed Connect after cancellation: %v, want nil", err)
+	}
+}
+
+// brokenPoses gives frame 5 a pose that is no rigid transform and frame 6
+// intrinsics that cannot unproject, as a faulty model might.
+type brokenPoses struct{ *replay.Stream }
+
+func (b brokenPoses) Push(ctx context.Context, f engine.Frame) ([]engine.Result, error) {
+	res, err := b.Stream.Push(ctx, f)
+	for i := range res {
+		switch res[i].Seq {
+		case 5:
+			res[i].CamToWorld[0][0] = math.NaN()
+		case 6:
+			res[i].Intrinsics[0] = 0
+			res[i].Kind = engine.Keyframe
+		}
+	}
+	return res, err
+}
+
+// A result the map cannot take is left out, counted and reported once; the
+// stream goes on.
+func TestCoreRejectsDegenerateResults(t *testing.T) {
+	ref := goldenReplay(t)
+	w, h := ref.Size()
+	c := startCore(t, fastConfig(t), brokenPoses{goldenReplay(t)}, nil, "/image")
+	tr := c.tr
+	for i := range 8 {
+		if err := tr.Deliver("/image", frame(i, w, h, "cam"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitDiag(t, tr, map[string]string{"engine_frames_in": "8", "results_rejected": "2", "frames_processed": "7"})
+	waitFor(t, "a path of 7 poses", 10*time.Second, func() bool {
+		p, _ := tr.Last("/lbm/path").(*nav_msgs.Path)
+		return p != nil && len(p.Poses) == 7
+	})
+	for _, m := range tr.Messages("/lbm/pose") {
+		p := m.(*geometry_msgs.PoseStamped)
+		if p.Header.Stamp.Equal(stampOf(5)) || math.IsNaN(p.Pose.Orientation.W) {
+			t.Fatalf("the degenerate pose of frame 5 was published: %+v", p)
+		}
+	}
+	for _, m := range tr.Messages("/lbm/cloud") {
+		if m.(*sensor_msgs.PointCloud2).Header.Stamp.Equal(stampOf(6)) {
+			t.Fatal("frame 6, whose depth cannot be unprojected, was published as a cloud")
+		}
+	}
+	if got := strings.Count(c.logs.String(), "cannot be mapped"); got != 1 {
+		t.Errorf("%d reports of unmappable results, want 1:\n%s", got, c.logs.String())
 	}
 }

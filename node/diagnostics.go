@@ -16,8 +16,8 @@ import (
 
 // counters are the node's running totals for /diagnostics.
 type counters struct {
-	received, processed, pausedFrames, droppedOnClose, engineErrors, publishErrors atomic.Int64
-	cacheFull                                                                      atomic.Bool // set when the engine reported ErrCacheFull; cleared by ~reset
+	received, processed, pausedFrames, droppedOnClose, engineErrors, publishErrors, rejectedResults atomic.Int64
+	cacheFull                                                                                       atomic.Bool // set when the engine reported ErrCacheFull; cleared by ~reset
 
 	mu         sync.Mutex
 	skipped    map[string]int64  // by kind (msgs.DecodeError kinds, size_change, camera_info)
@@ -93,6 +93,7 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 		kv("frames_paused", c.pausedFrames.Load()),
 		kv("paused", n.paused.Load()),
 		kv("engine_errors", c.engineErrors.Load()),
+		kv("results_rejected", c.rejectedResults.Load()),
 		kv("cache_full", c.cacheFull.Load()),
 		kv("master_reconnects", n.tr.Stats().Reconnects),
 		kv("publish_errors", c.publishErrors.Load()),

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 )
 
@@ -53,25 +54,18 @@ type Node struct {
 	nextSeq   atomic.Uint64
 	out       outputs // opened once in Run before any loop starts
 
-	mu       sync.Mutex // guards the map state and the counters below
-	path     []poseRecord
-	grid     *mapio.VoxelGrid
-	mapDirty bool
-	lastMap  time.Time
-	size     [2]int            // input size the stream started with; 0 until the first frame
-	frameIDs map[uint64]string // header frame ids of frames inside the engine
-	stats    counters
+	mu        sync.Mutex // guards the map state and the counters below
+	m         *mapio.Map // the trajectory and the voxel map
+	lastStamp time.Time  // of the newest pose, for ~map; zero after ~reset
+	mapDirty  bool
+	lastMap   time.Time
+	size      [2]int            // input size the stream started with; 0 until the first frame
+	frameIDs  map[uint64]string // header frame ids of frames inside the engine
+	stats     counters
 	// cacheStats is the engine's last Stats(), read after each frame so that
 	// diagnostics never wait for the model.
 	cacheStats engine.CacheStats
 	staticSent bool // base → camera sent on /tf_static (latched, so once)
-}
-
-// poseRecord is one trajectory entry, kept for ~path and ~save_map.
-type poseRecord struct {
-	seq   uint64
-	stamp time.Time
-	c2w   [4][4]float64
 }
 
 // New checks the options; Run does the work.
@@ -188,13 +182,20 @@ func (n *Node) setup(ctx context.Context) error {
 	}
 	n.queue = newFrameQueue(n.cfg.QueueSize, pol)
 	if n.cfg.BaseFrame != "" {
-		m, err := ParseTransform(n.cfg.BaseToCamera)
+		m, err := geom.ParseTransform(n.cfg.BaseToCamera)
 		if err != nil {
 			return fmt.Errorf("node: parameter 'base_to_camera': %w", err)
 		}
 		n.baseToCam = &m
 	}
-	n.grid = mapio.NewVoxelGrid(n.cfg.MapVoxel)
+	n.m, err = mapio.NewMap(mapio.MapConfig{
+		VoxelSize: n.cfg.MapVoxel,
+		Filter:    geom.PointFilter{ConfThreshold: n.cfg.ConfThreshold, Stride: n.cfg.CloudStride},
+		MaxPoses:  n.cfg.MaxPathLength,
+	})
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
 	st, err := n.newStream(ctx, n.cfg)
 	if err != nil {
 		return fmt.Errorf("node: starting the engine: %w", err)

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-
-	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"time"
 )
 
 // serve offers the node's std_srvs/Trigger services.
@@ -50,8 +48,8 @@ func (n *Node) reset() error {
 	n.stats.cacheFull.Store(false)
 	drained := n.queue.Drain()
 	n.mu.Lock()
-	n.path = nil
-	n.grid.Reset()
+	n.m.Reset()
+	n.lastStamp = time.Time{}
 	n.mapDirty = true
 	n.size = [2]int{}
 	clear(n.frameIDs)
@@ -89,43 +87,13 @@ func (n *Node) saveMap() (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("creating %s: %w", dir, err)
 	}
+	// The map is not safe for concurrent use: publishing waits for the files.
 	n.mu.Lock()
-	pts := n.grid.Points()
-	traj := make([]mapio.StampedPose, len(n.path))
-	for i, p := range n.path {
-		traj[i] = mapio.PoseFromMatrix(float64(p.stamp.UnixNano())/1e9, p.c2w)
-	}
+	saved, err := n.m.Save(dir, "lingbotmap map, frame "+n.cfg.MapFrame)
 	n.mu.Unlock()
-	plyPath, tumPath := filepath.Join(dir, "map.ply"), filepath.Join(dir, "trajectory.tum")
-	if err := writeFileAtomic(plyPath, func(f *os.File) error {
-		return mapio.WritePLY(f, pts, "lingbotmap map, frame "+n.cfg.MapFrame, fmt.Sprintf("voxel %g m, confidence > %g", n.cfg.MapVoxel, n.cfg.ConfThreshold))
-	}); err != nil {
-		return "", err
-	}
-	if err := writeFileAtomic(tumPath, func(f *os.File) error { return mapio.WriteTUM(f, traj) }); err != nil {
-		return "", err
-	}
-	msg := fmt.Sprintf("wrote %d points to %s and %d poses to %s", len(pts), plyPath, len(traj), tumPath)
-	n.log.Info("map saved", "ply", plyPath, "points", len(pts), "tum", tumPath, "poses", len(traj))
-	return msg, nil
-}
-
-// writeFileAtomic writes through a temporary file so a reader never sees half a file.
-func writeFileAtomic(path string, write func(*os.File) error) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
+		return "", fmt.Errorf("saving the map: %w", err)
 	}
-	defer os.Remove(f.Name())
-	if err := write(f); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
+	n.log.Info("map saved", "ply", saved.MapPath, "points", saved.Points, "tum", saved.TrajectoryPath, "poses", saved.Poses)
+	return fmt.Sprintf("wrote %d points to %s and %d poses to %s", saved.Points, saved.MapPath, saved.Poses, saved.TrajectoryPath), nil
 }

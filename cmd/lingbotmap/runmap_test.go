@@ -15,7 +15,6 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/render"
 	"github.com/lingbotmap/lingbotmap/internal/golden"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
-	"github.com/lingbotmap/lingbotmap/node"
 )
 
 // goldenResults are the reference's stream_kf1 outputs as engine results:
@@ -64,9 +63,10 @@ func goldenResults(t *testing.T) []engine.Result {
 	return res
 }
 
-// The node and `run` make the same map from the same results. Node style:
-// each keyframe's cloud points (what ~cloud publishes) into a voxel grid
-// (what ~map publishes and ~save_map writes). Run style: runWriter, read
+// The node and `run` make the same map from the same results. Node style
+// (the node keeps a mapio.Map): each keyframe's confident points (what
+// ~cloud publishes) into a voxel grid (what ~map publishes and ~save_map
+// writes). Run style: runWriter, read
 // back from map.ply. Both must give the same points, bit for bit, and each
 // frame's cloud must be what the shared accumulator (mapio.Map) returns.
 func TestRunMapMatchesNodeMap(t *testing.T) {
@@ -85,10 +85,9 @@ func TestRunMapMatchesNodeMap(t *testing.T) {
 	}
 	clouds := 0
 	for _, r := range results {
-		cloud := node.CloudPoints(r, thr, stride)
-		pts := make([]mapio.Point, len(cloud))
-		for i, p := range cloud {
-			pts[i] = mapio.Point{X: p.X, Y: p.Y, Z: p.Z, R: p.R, G: p.G, B: p.B}
+		pts, err := geom.ConfidentPoints(nil, r.DepthFrame(), geom.PointFilter{ConfThreshold: thr, Stride: stride})
+		if err != nil {
+			t.Fatal(err)
 		}
 		grid.Add(pts)
 		got, err := acc.AddPoints(r.DepthFrame())

@@ -308,7 +308,7 @@ func TestNodeAgainstRealMaster(t *testing.T) {
 					if !(r.Conf[p] > 1.5) {
 						continue
 					}
-					x := node.Unproject(u, v, float64(r.Depth[p]), r.Intrinsics, r.CamToWorld)
+					x := geom.Unproject(u, v, float64(r.Depth[p]), r.Intrinsics, r.CamToWorld)
 					g := got[k]
 					if g.X != float32(x[0]) || g.Y != float32(x[1]) || g.Z != float32(x[2]) || g.R != r.RGB[3*p] || g.G != r.RGB[3*p+1] || g.B != r.RGB[3*p+2] {
 						t.Fatalf("cloud %d point %d (pixel %d,%d): %+v, want %v", i, k, u, v, g, x)

@@ -129,7 +129,7 @@ func (s *Stream) Reference(i int) engine.Result {
 		Kind:       kind,
 		CamToWorld: geom.PoseEncToCamToWorld(s.poseEnc[i]),
 		PoseEnc:    s.poseEnc[i],
-		Intrinsics: geom.IntrinsicsFromFoV(s.poseEnc[i], s.h, s.w),
+		Intrinsics: geom.IntrinsicsFromPoseEnc(s.poseEnc[i], s.w, s.h),
 		Width:      s.w,
 		Height:     s.h,
 		Depth:      s.depth[i],

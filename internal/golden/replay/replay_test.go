@@ -55,6 +55,54 @@ func TestReplayMatchesReferenceConversions(t *testing.T) {
 	}
 }
 
+// Every confident point of a replayed result must be the reference's
+// unprojection of its pixel (world_points_from_depth), and exactly the pixels
+// with conf > 1.5 are kept.
+func TestConfidentPointsMatchReferenceUnprojection(t *testing.T) {
+	s, err := New(goldenDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wp := loadGolden(t, "world_points_from_depth")
+	w, h := s.Size()
+	for i := range s.Len() {
+		r := s.Reference(i)
+		pts, err := geom.ConfidentPoints(nil, r.DepthFrame(), geom.PointFilter{ConfThreshold: 1.5, Stride: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := 0
+		for p := range w * h {
+			if !(r.Conf[p] > 1.5) {
+				continue
+			}
+			if k >= len(pts) {
+				t.Fatalf("frame %d: only %d points, more confident pixels remain", i, len(pts))
+			}
+			ref := wp[3*(i*w*h+p):]
+			got := pts[k]
+			for c, v := range []float32{got.X, got.Y, got.Z} {
+				if d := math.Abs(float64(v - ref[c])); d > 1e-4*(1+math.Abs(float64(ref[c]))) {
+					t.Fatalf("frame %d pixel %d: point %v, reference %v", i, p, got, ref[:3])
+				}
+			}
+			if got.R != r.RGB[3*p] || got.G != r.RGB[3*p+1] || got.B != r.RGB[3*p+2] {
+				t.Fatalf("frame %d pixel %d: colour %d,%d,%d, image %v", i, p, got.R, got.G, got.B, r.RGB[3*p:3*p+3])
+			}
+			k++
+		}
+		if k != len(pts) || k == 0 {
+			t.Fatalf("frame %d: %d points for %d confident pixels", i, len(pts), k)
+		}
+	}
+	r0 := s.Reference(0)
+	p1, _ := geom.ConfidentPoints(nil, r0.DepthFrame(), geom.PointFilter{ConfThreshold: 1.5, Stride: 1})
+	p2, _ := geom.ConfidentPoints(nil, r0.DepthFrame(), geom.PointFilter{ConfThreshold: 1.5, Stride: 2})
+	if n1, n2 := len(p1), len(p2); n2 >= n1 || n2 == 0 {
+		t.Errorf("stride 2 kept %d of %d points", n2, n1)
+	}
+}
+
 // Phase 1 buffers the scale frames; afterwards one frame in, one out.
 func TestReplayPhaseOneBuffering(t *testing.T) {
 	s, err := New(goldenDir(t))
