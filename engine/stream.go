@@ -341,7 +341,7 @@ func (s *stream) runFlowFrame(ctx context.Context, in input, local int) (Result,
 	pose := out.PoseEnc[0]
 	flow := float32(s.cfg.FlowThreshold) + 1
 	if len(out.Depth) > 0 {
-		flow, err = geom.FlowMagnitude(pose, w.lastKF, out.Depth[0], s.h, s.w, 8)
+		flow, err = geom.MeanFlow(pose, w.lastKF, out.Depth[0], s.w, s.h, 8)
 		if err != nil {
 			return Result{}, fmt.Errorf("engine: flow: %w", err)
 		}
@@ -392,7 +392,7 @@ func (s *stream) result(in input, out *model.Output, i int, kind FrameKind) Resu
 		RGB:    in.rgb.get(),
 	}
 	r.CamToWorld = geom.PoseEncToCamToWorld(enc)
-	r.Intrinsics = geom.IntrinsicsFromFoV(enc, s.h, s.w)
+	r.Intrinsics = geom.IntrinsicsFromPoseEnc(enc, s.w, s.h)
 	if len(out.Depth) > i {
 		r.Depth, r.Conf = out.Depth[i], out.DepthConf[i]
 	}
@@ -467,7 +467,7 @@ func (s *stream) warp(r *Result, sim geom.Similarity) {
 func warpResult(r *Result, sim geom.Similarity) {
 	r.PoseEnc = sim.ApplyPose(r.PoseEnc)
 	r.CamToWorld = geom.PoseEncToCamToWorld(r.PoseEnc)
-	r.Intrinsics = geom.IntrinsicsFromFoV(r.PoseEnc, r.Height, r.Width)
+	r.Intrinsics = geom.IntrinsicsFromPoseEnc(r.PoseEnc, r.Width, r.Height)
 	if sim.Scale != 1 && r.Depth != nil {
 		d := make([]float32, len(r.Depth))
 		for i, v := range r.Depth {

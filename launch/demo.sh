@@ -42,7 +42,7 @@ rosparam list >/dev/null || { echo "roscore did not start (see $out/roscore.log)
 
 echo "== starting the node (model: ${weights:-random tiny}) and rviz"
 rosparam set /lingbotmap/save_dir "$out"
-"$bin" node --queue-policy=all --weights="$weights" --model-size=tiny \
+"$bin" node --ros 1 --queue-policy=all --weights="$weights" --model-size=tiny \
   image:=/camera/image_raw __name:=lingbotmap >"$out/node.log" 2>&1 &
 node_pid=$!
 pids+=($node_pid)

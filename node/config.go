@@ -12,6 +12,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 )
 
 // Config is the whole configuration schema: the engine's settings (with the
@@ -121,11 +122,11 @@ func (c Config) Validate() error {
 		bad("base_frame", "must be a frame id without spaces, not %q", c.BaseFrame)
 	}
 	if c.BaseFrame != "" {
-		if _, err := ParseTransform(c.BaseToCamera); err != nil {
+		if _, err := geom.ParseTransform(c.BaseToCamera); err != nil {
 			bad("base_to_camera", "is needed when base_frame is set: %v", err)
 		}
 	} else if c.BaseToCamera != "" {
-		if _, err := ParseTransform(c.BaseToCamera); err != nil {
+		if _, err := geom.ParseTransform(c.BaseToCamera); err != nil {
 			bad("base_to_camera", "%v", err)
 		}
 	}
@@ -158,34 +159,6 @@ func (c Config) Validate() error {
 
 func validFrameID(s string) bool {
 	return !strings.ContainsAny(s, " \t\n")
-}
-
-// ParseTransform reads "x y z qx qy qz qw" into a rigid 4×4 transform; the
-// quaternion is normalised.
-func ParseTransform(s string) ([4][4]float64, error) {
-	f := strings.Fields(s)
-	if len(f) != 7 {
-		return [4][4]float64{}, fmt.Errorf("want 7 numbers \"x y z qx qy qz qw\", got %d", len(f))
-	}
-	var v [7]float64
-	for i, t := range f {
-		x, err := strconv.ParseFloat(t, 64)
-		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
-			return [4][4]float64{}, fmt.Errorf("%q is not a finite number", t)
-		}
-		v[i] = x
-	}
-	n := math.Sqrt(v[3]*v[3] + v[4]*v[4] + v[5]*v[5] + v[6]*v[6])
-	if n < 1e-9 {
-		return [4][4]float64{}, errors.New("the quaternion is zero")
-	}
-	r := rotationFromQuat(v[3]/n, v[4]/n, v[5]/n, v[6]/n)
-	return [4][4]float64{
-		{r[0][0], r[0][1], r[0][2], v[0]},
-		{r[1][0], r[1][1], r[1][2], v[1]},
-		{r[2][0], r[2][1], r[2][2], v[2]},
-		{0, 0, 0, 1},
-	}, nil
 }
 
 // parseInts reads integers separated by spaces or commas.

@@ -368,24 +368,3 @@ func TestApplyParams(t *testing.T) {
 		t.Errorf("a NaN flow threshold: error %v, want one naming flow_threshold", err)
 	}
 }
-
-func TestParseTransform(t *testing.T) {
-	m, err := ParseTransform("1 2 3 -0.5 0.5 -0.5 0.5")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Optical frame in a base frame with x forward: camera z is base x, camera x is −base y.
-	want := [4][4]float64{{0, 0, 1, 1}, {-1, 0, 0, 2}, {0, -1, 0, 3}, {0, 0, 0, 1}}
-	for i := range 4 {
-		for j := range 4 {
-			if d := m[i][j] - want[i][j]; d > 1e-12 || d < -1e-12 {
-				t.Fatalf("ParseTransform = %v, want %v", m, want)
-			}
-		}
-	}
-	for _, bad := range []string{"", "1 2 3", "1 2 3 0 0 0 0", "a 2 3 0 0 0 1", "1 2 3 0 0 0 NaN"} {
-		if _, err := ParseTransform(bad); err == nil {
-			t.Errorf("ParseTransform(%q) accepted", bad)
-		}
-	}
-}

@@ -16,8 +16,8 @@ import (
 
 // counters are the node's running totals for /diagnostics.
 type counters struct {
-	received, processed, pausedFrames, droppedOnClose, engineErrors, reconnects atomic.Int64
-	cacheFull                                                                   atomic.Bool // set when the engine reported ErrCacheFull; cleared by ~reset
+	received, processed, pausedFrames, droppedOnClose, engineErrors, publishErrors, rejectedResults atomic.Int64
+	cacheFull                                                                                       atomic.Bool // set when the engine reported ErrCacheFull; cleared by ~reset
 
 	mu         sync.Mutex
 	skipped    map[string]int64  // by kind (msgs.DecodeError kinds, size_change, camera_info)
@@ -71,7 +71,7 @@ func (n *Node) diagnosticsLoop(ctx context.Context) {
 		}
 		msg, problems := n.diagnostics(lastProblems)
 		lastProblems = problems
-		n.withSession(func(s *session) { s.diag.Write(msg) })
+		n.write(n.out.diag, msg)
 	}
 }
 
@@ -93,8 +93,10 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 		kv("frames_paused", c.pausedFrames.Load()),
 		kv("paused", n.paused.Load()),
 		kv("engine_errors", c.engineErrors.Load()),
+		kv("results_rejected", c.rejectedResults.Load()),
 		kv("cache_full", c.cacheFull.Load()),
-		kv("master_reconnects", c.reconnects.Load()),
+		kv("master_reconnects", n.tr.Stats().Reconnects),
+		kv("publish_errors", c.publishErrors.Load()),
 	}
 	c.mu.Lock()
 	if c.modelN > 0 {
@@ -152,7 +154,7 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 		Header: std_msgs.Header{Stamp: time.Now()},
 		Status: []diagnostic_msgs.DiagnosticStatus{{
 			Level:      level,
-			Name:       n.ros.FullName() + ": engine",
+			Name:       n.tr.FullName() + ": engine",
 			Message:    message,
 			HardwareId: n.cfg.Engine.Device,
 			Values:     vals,

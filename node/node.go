@@ -1,38 +1,38 @@
-// Package node is the LingBot-Map ROS 1 node: it subscribes to a camera's
-// images, feeds them through a bounded queue to an engine.Stream, and
-// publishes poses, the path, odometry, point clouds, the accumulated map,
-// depth images, TF and diagnostics, with services to reset, pause, resume and
-// save the map. It speaks ROS 1 through goroslib and re-registers by itself
-// when the master restarts.
+// Package node is the LingBot-Map mapping node's core, free of any
+// middleware: it takes camera images from a Transport, feeds them through a
+// bounded queue to an engine.Stream, and hands poses, the path, odometry,
+// point clouds, the accumulated map, depth images, TF and diagnostics back to
+// the Transport as plain message values, with services to reset, pause,
+// resume and save the map. The ROS 1 transport is package node/ros1; the
+// command picks one and composes it with the core.
 package node
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
-	"net/http"
+	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/bluenviron/goroslib/v2"
-	"github.com/bluenviron/goroslib/v2/pkg/apimaster"
-
-	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 )
 
-// StreamFactory builds the engine once the configuration is final (ROS
-// parameters can change engine settings).
+// StreamFactory builds the engine once the configuration is final
+// (parameters can change engine settings).
 type StreamFactory func(ctx context.Context, cfg Config) (engine.Stream, error)
 
 // Options are what Run needs.
 type Options struct {
 	Config Config
-	ROS    ROSEnv
+	// Transport is the middleware; Run connects it and closes it when done.
+	Transport Transport
 	// NewStream builds the engine; the node closes the stream when it ends.
 	NewStream StreamFactory
 	// Log defaults to slog.Default().
@@ -42,7 +42,7 @@ type Options struct {
 // Node is one running lingbotmap node.
 type Node struct {
 	cfg       Config
-	ros       ROSEnv
+	tr        Transport
 	log       *slog.Logger
 	newStream StreamFactory
 
@@ -52,37 +52,29 @@ type Node struct {
 	baseToCam *[4][4]float64 // camera pose in base_frame, nil without base_frame
 	paused    atomic.Bool
 	nextSeq   atomic.Uint64
+	out       outputs // opened once in Run before any loop starts
 
-	mu       sync.Mutex // guards the map state and the counters below
-	path     []poseRecord
-	grid     *mapio.VoxelGrid
-	mapDirty bool
-	lastMap  time.Time
-	size     [2]int            // input size the stream started with; 0 until the first frame
-	frameIDs map[uint64]string // header frame ids of frames inside the engine
-	stats    counters
+	mu        sync.Mutex // guards the map state and the counters below
+	m         *mapio.Map // the trajectory and the voxel map
+	lastStamp time.Time  // of the newest pose, for ~map; zero after ~reset
+	mapDirty  bool
+	lastMap   time.Time
+	size      [2]int            // input size the stream started with; 0 until the first frame
+	frameIDs  map[uint64]string // header frame ids of frames inside the engine
+	stats     counters
 	// cacheStats is the engine's last Stats(), read after each frame so that
 	// diagnostics never wait for the model.
 	cacheStats engine.CacheStats
-
-	sessMu sync.RWMutex
-	sess   *session
-
-	killed     chan struct{} // closed when the master asks us to shut down
-	killedOnce sync.Once
-}
-
-// poseRecord is one trajectory entry, kept for ~path and ~save_map.
-type poseRecord struct {
-	seq   uint64
-	stamp time.Time
-	c2w   [4][4]float64
+	staticSent bool // base → camera sent on /tf_static (latched, so once)
 }
 
 // New checks the options; Run does the work.
 func New(opts Options) (*Node, error) {
 	if opts.NewStream == nil {
 		return nil, errors.New("node: no engine (NewStream is nil)")
+	}
+	if opts.Transport == nil {
+		return nil, errors.New("node: no transport (Transport is nil)")
 	}
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
@@ -93,41 +85,42 @@ func New(opts Options) (*Node, error) {
 	}
 	nd := &Node{
 		cfg:       opts.Config,
-		ros:       opts.ROS,
-		log:       log.With("node", opts.ROS.FullName()),
+		tr:        opts.Transport,
+		log:       log.With("node", opts.Transport.FullName()),
 		newStream: opts.NewStream,
 		frameIDs:  map[uint64]string{},
-		killed:    make(chan struct{}),
 	}
 	nd.stats.init()
 	return nd, nil
 }
 
-// Run connects to the master (waiting for it if needed), applies the ROS
-// private parameters, starts the engine and serves until ctx ends or the
-// master asks the node to shut down (rosnode kill). It then processes what
-// is queued, flushes the engine, publishes the final map and unregisters.
-// Run is called once per Node.
+// Run connects the transport (waiting for the ROS graph if needed), applies
+// its parameters, starts the engine and serves until ctx ends or the
+// middleware asks the node to shut down (rosnode kill). It then processes
+// what is queued, flushes the engine, publishes the final map and closes the
+// transport. Run is called once per Node.
 func (n *Node) Run(ctx context.Context) error {
-	gn, err := n.dial(ctx)
-	if err != nil {
+	if err := n.tr.Connect(ctx); err != nil {
 		if ctx.Err() != nil {
-			n.log.Info("stopped before the ROS master answered")
+			n.log.Info("stopped before the ROS graph answered")
 			return nil
 		}
-		return err
+		return fmt.Errorf("node: %w", err)
 	}
-	cfg, taken, err := ApplyParams(n.cfg, rosParams{gn, n.ros})
+	defer func() {
+		if err := n.tr.Close(); err != nil {
+			n.log.Warn("leaving the ROS graph", "err", err)
+		}
+	}()
+	cfg, taken, err := ApplyParams(n.cfg, n.tr.Params())
 	if err != nil {
-		gn.Close()
 		return fmt.Errorf("node: %w", err)
 	}
 	if len(taken) > 0 {
-		n.log.Info("ROS parameters override the configuration", "keys", strings.Join(taken, ","))
+		n.log.Info("parameters override the configuration", "keys", strings.Join(taken, ","))
 	}
 	n.cfg = cfg
 	if err := n.setup(ctx); err != nil {
-		gn.Close()
 		return err
 	}
 	defer func() {
@@ -135,39 +128,50 @@ func (n *Node) Run(ctx context.Context) error {
 			n.log.Warn("closing the engine", "err", err)
 		}
 	}()
-	sess, err := n.attach(gn)
-	if err != nil {
-		gn.Close()
-		return err
-	}
-	n.setSession(sess)
-	n.log.Info("node running", "master", n.ros.MasterAddress, "image", n.topic("image"),
-		"transport", n.cfg.ImageTransport, "queue", n.cfg.QueueSize, "policy", n.queue.policy)
 
+	// Callbacks may block on a full queue (policy all): runCtx releases
+	// them when the node stops.
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if err := n.advertise(); err != nil {
+		return err
+	}
+	inputs, err := n.subscribe(runCtx)
+	if err != nil {
+		return err
+	}
+	services, err := n.serve()
+	if err != nil {
+		closeAll(inputs)
+		return err
+	}
+	n.log.Info("node running", "image", n.tr.Resolve("image"),
+		"transport", n.cfg.ImageTransport, "queue", n.cfg.QueueSize, "policy", n.queue.policy)
+
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(3)
 	go func() { defer wg.Done(); n.engineLoop(runCtx) }()
 	go func() { defer wg.Done(); n.mapLoop(runCtx) }()
 	go func() { defer wg.Done(); n.diagnosticsLoop(runCtx) }()
-	go func() { defer wg.Done(); n.watchMaster(runCtx) }()
 
 	select {
 	case <-ctx.Done():
 		n.log.Info("stopping", "reason", context.Cause(ctx))
-	case <-n.killed:
-		n.log.Info("stopping: the ROS master asked this node to shut down")
+	case <-n.tr.Shutdown():
+		n.log.Info("stopping: the middleware asked this node to shut down")
 	}
 	cancel()
+	closeAll(inputs)
+	closeAll(services)
 	wg.Wait()
-	if n.finish() > 0 {
-		// goroslib drops what is still queued for a subscriber when a
-		// publisher closes; give the last messages a moment to leave.
-		time.Sleep(200 * time.Millisecond)
-	}
-	n.setSession(nil)
+	n.finish()
 	return nil
+}
+
+func closeAll(cs []io.Closer) {
+	for _, c := range cs {
+		c.Close()
+	}
 }
 
 // setup builds what depends on the final configuration.
@@ -178,13 +182,20 @@ func (n *Node) setup(ctx context.Context) error {
 	}
 	n.queue = newFrameQueue(n.cfg.QueueSize, pol)
 	if n.cfg.BaseFrame != "" {
-		m, err := ParseTransform(n.cfg.BaseToCamera)
+		m, err := geom.ParseTransform(n.cfg.BaseToCamera)
 		if err != nil {
 			return fmt.Errorf("node: parameter 'base_to_camera': %w", err)
 		}
 		n.baseToCam = &m
 	}
-	n.grid = mapio.NewVoxelGrid(n.cfg.MapVoxel)
+	n.m, err = mapio.NewMap(mapio.MapConfig{
+		VoxelSize: n.cfg.MapVoxel,
+		Filter:    geom.PointFilter{ConfThreshold: n.cfg.ConfThreshold, Stride: n.cfg.CloudStride},
+		MaxPoses:  n.cfg.MaxPathLength,
+	})
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
 	st, err := n.newStream(ctx, n.cfg)
 	if err != nil {
 		return fmt.Errorf("node: starting the engine: %w", err)
@@ -194,12 +205,10 @@ func (n *Node) setup(ctx context.Context) error {
 }
 
 // finish runs after the loops stopped: the frames still queued go through
-// the engine, the engine is flushed, and the final map is published. It
-// returns the number of results published.
-func (n *Node) finish() int {
+// the engine, the engine is flushed, and the final map is published.
+func (n *Node) finish() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	before := n.stats.processed.Load()
 	for {
 		qf, ok := n.queue.TryPop()
 		if !ok {
@@ -217,117 +226,17 @@ func (n *Node) finish() int {
 		n.publishResult(r)
 	}
 	n.publishMap(true)
-	return int(n.stats.processed.Load() - before)
 }
-
-// dial creates a goroslib node, retrying until the master answers or ctx ends.
-func (n *Node) dial(ctx context.Context) (*goroslib.Node, error) {
-	for attempt := 0; ; attempt++ {
-		gn, err := goroslib.NewNode(goroslib.NodeConf{
-			Name:            n.ros.Name,
-			Namespace:       n.ros.Namespace,
-			MasterAddress:   n.ros.MasterAddress,
-			Host:            n.ros.Host,
-			LogDestinations: goroslib.LogDestinationRosout | goroslib.LogDestinationCallback,
-			OnLog:           n.onRosLog,
-		})
-		if err == nil {
-			return gn, nil
-		}
-		if attempt%20 == 0 {
-			n.log.Warn("cannot register with the ROS master; retrying", "master", n.ros.MasterAddress, "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("node: gave up reaching the ROS master at %s: %w", n.ros.MasterAddress, ctx.Err())
-		case <-n.killed:
-			return nil, errors.New("node: shut down by the ROS master")
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-// onRosLog forwards goroslib's log to slog and catches the shutdown request
-// that `rosnode kill` (or a node taking our name) sends: goroslib v2.1.5
-// cancels itself then but offers no other signal.
-func (n *Node) onRosLog(level goroslib.LogLevel, msg string) {
-	if strings.HasPrefix(msg, "got shutdown request") {
-		n.killedOnce.Do(func() { close(n.killed) })
-	}
-	// Errors included: goroslib reports routine events, such as a bag player
-	// going away, as errors, so they stay at debug level here.
-	n.log.Debug("goroslib", "level", int(level), "msg", msg)
-}
-
-// watchMaster asks the master every MasterCheckInterval whether it still
-// knows this node. A restarted master has forgotten every registration and
-// goroslib does not notice, so the node then rebuilds its whole session.
-func (n *Node) watchMaster(ctx context.Context) {
-	client := apimaster.NewClient(n.ros.MasterAddress, n.ros.FullName(), &http.Client{Timeout: 2 * time.Second})
-	tick := time.NewTicker(time.Duration(n.cfg.MasterCheckInterval * float64(time.Second)))
-	defer tick.Stop()
-	lost := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		if _, err := client.LookupNode(n.ros.FullName()); err == nil {
-			continue
-		} else if !lost {
-			lost = true
-			n.log.Warn("the ROS master no longer knows this node (master restarted or unreachable); re-registering", "err", err)
-		}
-		n.setSession(nil)
-		gn, err := n.dial(ctx)
-		if err != nil {
-			return
-		}
-		sess, err := n.attach(gn)
-		if err != nil {
-			n.log.Warn("re-registering with the ROS master", "err", err)
-			gn.Close()
-			continue
-		}
-		n.setSession(sess)
-		n.stats.reconnects.Add(1)
-		lost = false
-		n.log.Info("re-registered with the ROS master", "master", n.ros.MasterAddress)
-		n.republishLatched()
-	}
-}
-
-// setSession swaps the current session and closes the old one.
-func (n *Node) setSession(s *session) {
-	n.sessMu.Lock()
-	old := n.sess
-	n.sess = s
-	n.sessMu.Unlock()
-	if old != nil {
-		old.close()
-	}
-}
-
-// withSession runs f with the current session, if there is one.
-func (n *Node) withSession(f func(s *session)) {
-	n.sessMu.RLock()
-	defer n.sessMu.RUnlock()
-	if n.sess != nil {
-		f(n.sess)
-	}
-}
-
-// topic resolves a graph name against the node's namespace, name and remaps.
-func (n *Node) topic(name string) string { return n.ros.Resolve(name) }
 
 // compressedTopic follows image_transport: "<image>/compressed" after the
-// image topic's remap, unless image/compressed is remapped itself.
+// image topic's remap, unless image/compressed is remapped itself (it then
+// resolves to something other than its plain name in the node's namespace).
 func (n *Node) compressedTopic() string {
-	if to, ok := n.ros.Remaps[n.ros.resolveNoRemap("image/compressed")]; ok {
-		return to
+	plain := path.Join(path.Dir(n.tr.FullName()), "image/compressed")
+	if c := n.tr.Resolve("image/compressed"); c != plain {
+		return c
 	}
-	return n.topic("image") + "/compressed"
+	return n.tr.Resolve("image") + "/compressed"
 }
 
 // engineLoop feeds queued frames to the engine until ctx ends.
@@ -378,42 +287,3 @@ func (n *Node) process(ctx context.Context, qf queuedFrame) {
 		n.publishResult(r)
 	}
 }
-
-// reset starts a new map: engine caches, queue, path, map and input size.
-func (n *Node) reset() error {
-	n.engineMu.Lock()
-	err := n.stream.Reset()
-	n.engineMu.Unlock()
-	n.stats.cacheFull.Store(false)
-	drained := n.queue.Drain()
-	n.mu.Lock()
-	n.path = nil
-	n.grid.Reset()
-	n.mapDirty = true
-	n.size = [2]int{}
-	clear(n.frameIDs)
-	n.mu.Unlock()
-	n.log.Info("map reset", "dropped_queued_frames", drained)
-	n.publishMap(true)
-	n.publishPath()
-	if err != nil {
-		return fmt.Errorf("resetting the engine: %w", err)
-	}
-	return nil
-}
-
-// rosParams adapts a goroslib node to ParamSource. goroslib v2.1.5 rejects
-// the master's answer for "~x" keys (the master echoes the resolved name), so
-// private names are resolved here first.
-type rosParams struct {
-	n   *goroslib.Node
-	ros ROSEnv
-}
-
-func (p rosParams) key(k string) string               { return p.ros.resolveNoRemap(config.ParamName(k)) }
-func (p rosParams) ParamName(k string) string         { return config.ParamName(k) }
-func (p rosParams) IsSet(k string) (bool, error)      { return p.n.ParamIsSet(p.key(k)) }
-func (p rosParams) Bool(k string) (bool, error)       { return p.n.ParamGetBool(p.key(k)) }
-func (p rosParams) Int(k string) (int, error)         { return p.n.ParamGetInt(p.key(k)) }
-func (p rosParams) Float64(k string) (float64, error) { return p.n.ParamGetFloat64(p.key(k)) }
-func (p rosParams) String(k string) (string, error)   { return p.n.ParamGetString(p.key(k)) }

@@ -2,54 +2,69 @@ package node
 
 import (
 	"context"
-	"math"
+	"fmt"
 	"time"
 
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/diagnostic_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/geometry_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/nav_msgs"
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/tf2_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine"
-	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/msgs"
 )
 
-// CloudPoints unprojects a result's confident depth pixels into the world:
-// every stride-th pixel in both directions with Conf > confThreshold and a
-// finite positive depth becomes X_cam = ((u−cx)/fx·d, (v−cy)/fy·d, d), then
-// CamToWorld·X_cam, coloured from Result.RGB. Pixels are taken row by row.
-func CloudPoints(r engine.Result, confThreshold float64, stride int) []msgs.PointXYZRGB {
-	w, h := r.Width, r.Height
-	if w <= 0 || h <= 0 || len(r.Depth) < w*h || len(r.Conf) < w*h || stride < 1 {
-		return nil
+// outputs are the node's publishers.
+type outputs struct {
+	pose, path, odom, cloud, mapPub, depth, tf, tfStatic, diag Publisher
+}
+
+// advertise opens every publisher.
+func (n *Node) advertise() error {
+	for _, p := range []struct {
+		dst  *Publisher
+		name string
+		msg  any
+		role Role
+	}{
+		{&n.out.pose, "~pose", &geometry_msgs.PoseStamped{}, RoleOutput},
+		{&n.out.path, "~path", &nav_msgs.Path{}, RoleLatched},
+		{&n.out.odom, "~odom", &nav_msgs.Odometry{}, RoleOutput},
+		{&n.out.cloud, "~cloud", &sensor_msgs.PointCloud2{}, RoleOutput},
+		{&n.out.mapPub, "~map", &sensor_msgs.PointCloud2{}, RoleLatched},
+		{&n.out.depth, "~depth", &sensor_msgs.Image{}, RoleOutput},
+		{&n.out.tf, "/tf", &tf2_msgs.TFMessage{}, RoleTF},
+		{&n.out.tfStatic, "/tf_static", &tf2_msgs.TFMessage{}, RoleTFStatic},
+		{&n.out.diag, "/diagnostics", &diagnostic_msgs.DiagnosticArray{}, RoleOutput},
+	} {
+		name := n.tr.Resolve(p.name)
+		pub, err := n.tr.Advertise(TopicSpec{Name: name, Type: p.msg, Role: p.role})
+		if err != nil {
+			return fmt.Errorf("node: advertising %s: %w", name, err)
+		}
+		*p.dst = pub
 	}
-	hasRGB := len(r.RGB) >= 3*w*h
-	var pts []msgs.PointXYZRGB
-	for v := 0; v < h; v += stride {
-		for u := 0; u < w; u += stride {
-			i := v*w + u
-			d := float64(r.Depth[i])
-			if !(float64(r.Conf[i]) > confThreshold) || !(d > 0) || math.IsInf(d, 0) {
-				continue
-			}
-			p := Unproject(u, v, d, r.Intrinsics, r.CamToWorld)
-			if math.IsNaN(p[0]+p[1]+p[2]) || math.IsInf(p[0]+p[1]+p[2], 0) {
-				continue
-			}
-			pt := msgs.PointXYZRGB{X: float32(p[0]), Y: float32(p[1]), Z: float32(p[2])}
-			if hasRGB {
-				pt.R, pt.G, pt.B = r.RGB[3*i], r.RGB[3*i+1], r.RGB[3*i+2]
-			}
-			pts = append(pts, pt)
+	return nil
+}
+
+// write sends msg on p; failures are counted and the first is logged.
+func (n *Node) write(p Publisher, msg any) {
+	if err := p.Write(msg); err != nil {
+		if n.stats.publishErrors.Add(1) == 1 {
+			n.log.Warn("publishing failed (reported once; counted in /diagnostics)", "type", fmt.Sprintf("%T", msg), "err", err)
 		}
 	}
-	return pts
 }
 
 // publishResult sends everything one engine result produces. The stamps are
 // the input image's.
 func (n *Node) publishResult(r engine.Result) {
+	// The pose as position and quaternion; a result whose pose is no rigid
+	// transform (NaN, zero quaternion) is dropped whole.
+	t, q, err := geom.Decompose(r.CamToWorld)
 	n.mu.Lock()
 	camFrame := n.cfg.CameraFrame
 	if camFrame == "" {
@@ -59,79 +74,109 @@ func (n *Node) publishResult(r engine.Result) {
 	if camFrame == "" {
 		camFrame = "camera"
 	}
-	n.path = append(n.path, poseRecord{seq: r.Seq, stamp: r.Stamp, c2w: r.CamToWorld})
-	if m := n.cfg.MaxPathLength; m > 0 && len(n.path) > m {
-		n.path = append(n.path[:0], n.path[len(n.path)-m:]...)
+	if err == nil {
+		err = n.m.AddPose(r.Seq, r.Stamp, r.CamToWorld)
 	}
+	if err != nil {
+		n.mu.Unlock()
+		n.rejectResult(r.Seq, err)
+		return
+	}
+	n.lastStamp = r.Stamp
+	// A keyframe's points go into the map and out as ~cloud; depth that
+	// cannot be unprojected leaves both out but not the pose.
 	var cloud []msgs.PointXYZRGB
+	var pointsErr error
 	if r.Kind != engine.NonKeyframe {
-		cloud = CloudPoints(r, n.cfg.ConfThreshold, n.cfg.CloudStride)
-		gp := make([]mapio.Point, len(cloud))
-		for i, p := range cloud {
-			gp[i] = mapio.Point{X: p.X, Y: p.Y, Z: p.Z, R: p.R, G: p.G, B: p.B}
+		var pts []geom.Point
+		if pts, pointsErr = n.m.AddPoints(r.DepthFrame()); pointsErr == nil {
+			cloud = cloudOf(pts)
+			n.mapDirty = true
 		}
-		n.grid.Add(gp)
-		n.mapDirty = true
+	}
+	sendStatic := n.cfg.PublishTF && n.baseToCam != nil && !n.staticSent
+	if sendStatic {
+		n.staticSent = true
 	}
 	n.mu.Unlock()
+	if pointsErr != nil {
+		n.rejectResult(r.Seq, pointsErr)
+	}
 	n.stats.processed.Add(1)
 
 	seq := uint32(r.Seq)
 	mapHdr := std_msgs.Header{Seq: seq, Stamp: r.Stamp, FrameId: n.cfg.MapFrame}
-	pose := msgs.PoseFromMatrix(r.CamToWorld)
 	// Odometry and TF describe base_frame when it is set, else the camera.
-	child, childPose := camFrame, r.CamToWorld
+	child, ct, cq := camFrame, t, q
 	if n.baseToCam != nil {
 		child = n.cfg.BaseFrame
-		childPose = mul(r.CamToWorld, invertRigid(*n.baseToCam))
+		// both factors are rigid, so the product decomposes
+		ct, cq, _ = geom.Decompose(geom.Mul4(r.CamToWorld, geom.InvertRigid(*n.baseToCam)))
 	}
 
-	n.withSession(func(s *session) {
-		s.pose.Write(&geometry_msgs.PoseStamped{Header: mapHdr, Pose: pose})
-		s.odom.Write(&nav_msgs.Odometry{
+	n.write(n.out.pose, &geometry_msgs.PoseStamped{Header: mapHdr, Pose: msgs.Pose(t, q)})
+	n.write(n.out.odom, &nav_msgs.Odometry{
+		Header:       mapHdr,
+		ChildFrameId: child,
+		Pose:         geometry_msgs.PoseWithCovariance{Pose: msgs.Pose(ct, cq)},
+	})
+	if n.cfg.PublishTF {
+		n.write(n.out.tf, &tf2_msgs.TFMessage{Transforms: []geometry_msgs.TransformStamped{{
 			Header:       mapHdr,
 			ChildFrameId: child,
-			Pose:         geometry_msgs.PoseWithCovariance{Pose: msgs.PoseFromMatrix(childPose)},
-		})
-		if n.cfg.PublishTF {
-			s.tf.Write(&tf2_msgs.TFMessage{Transforms: []geometry_msgs.TransformStamped{{
-				Header:       mapHdr,
-				ChildFrameId: child,
-				Transform:    msgs.TransformFromMatrix(childPose),
+			Transform:    msgs.Transform(ct, cq),
+		}}})
+		if sendStatic {
+			bt, bq, _ := geom.Decompose(*n.baseToCam)
+			n.write(n.out.tfStatic, &tf2_msgs.TFMessage{Transforms: []geometry_msgs.TransformStamped{{
+				Header:       std_msgs.Header{Stamp: r.Stamp, FrameId: n.cfg.BaseFrame},
+				ChildFrameId: camFrame,
+				Transform:    msgs.Transform(bt, bq),
 			}}})
-			if n.baseToCam != nil && !s.staticSent.Swap(true) {
-				s.tfStatic.Write(&tf2_msgs.TFMessage{Transforms: []geometry_msgs.TransformStamped{{
-					Header:       std_msgs.Header{Stamp: r.Stamp, FrameId: n.cfg.BaseFrame},
-					ChildFrameId: camFrame,
-					Transform:    msgs.TransformFromMatrix(*n.baseToCam),
-				}}})
-			}
 		}
-		if cloud != nil {
-			s.cloud.Write(msgs.PointCloud2(mapHdr, cloud))
-		}
-		s.depth.Write(msgs.DepthImage(std_msgs.Header{Seq: seq, Stamp: r.Stamp, FrameId: camFrame}, r.Width, r.Height, r.Depth))
-	})
+	}
+	if cloud != nil {
+		n.write(n.out.cloud, msgs.PointCloud2(mapHdr, cloud))
+	}
+	n.write(n.out.depth, msgs.DepthImage(std_msgs.Header{Seq: seq, Stamp: r.Stamp, FrameId: camFrame}, r.Width, r.Height, r.Depth))
 	n.publishPath()
 	n.publishMap(false)
+}
+
+// rejectResult counts a result (or its points) the map refused and reports
+// the first.
+func (n *Node) rejectResult(seq uint64, err error) {
+	if n.stats.rejectedResults.Add(1) == 1 {
+		n.log.Error("an engine result cannot be mapped; leaving it out (reported once; counted in /diagnostics)", "seq", seq, "err", err)
+	}
+}
+
+// cloudOf copies map points into cloud message points.
+func cloudOf(pts []geom.Point) []msgs.PointXYZRGB {
+	out := make([]msgs.PointXYZRGB, len(pts))
+	for i, p := range pts {
+		out[i] = msgs.PointXYZRGB{X: p.X, Y: p.Y, Z: p.Z, R: p.R, G: p.G, B: p.B}
+	}
+	return out
 }
 
 // publishPath sends the whole trajectory (latched).
 func (n *Node) publishPath() {
 	n.mu.Lock()
-	p := &nav_msgs.Path{Header: std_msgs.Header{FrameId: n.cfg.MapFrame}}
-	for _, rec := range n.path {
-		p.Poses = append(p.Poses, geometry_msgs.PoseStamped{
-			Header: std_msgs.Header{Seq: uint32(rec.seq), Stamp: rec.stamp, FrameId: n.cfg.MapFrame},
-			Pose:   msgs.PoseFromMatrix(rec.c2w),
-		})
-	}
-	if len(n.path) > 0 {
-		p.Header.Stamp = n.path[len(n.path)-1].stamp
-		p.Header.Seq = uint32(n.path[len(n.path)-1].seq)
-	}
+	path := n.m.Path()
 	n.mu.Unlock()
-	n.withSession(func(s *session) { s.path.Write(p) })
+	p := &nav_msgs.Path{Header: std_msgs.Header{FrameId: n.cfg.MapFrame}, Poses: make([]geometry_msgs.PoseStamped, len(path))}
+	for i, rec := range path {
+		p.Poses[i] = geometry_msgs.PoseStamped{
+			Header: std_msgs.Header{Seq: uint32(rec.Seq), Stamp: rec.Stamp, FrameId: n.cfg.MapFrame},
+			Pose:   msgs.Pose(rec.T, rec.Q),
+		}
+	}
+	if len(path) > 0 {
+		p.Header.Stamp = path[len(path)-1].Stamp
+		p.Header.Seq = uint32(path[len(path)-1].Seq)
+	}
+	n.write(n.out.path, p)
 }
 
 // publishMap sends the voxel map when it changed, at most MapRate times a
@@ -145,19 +190,10 @@ func (n *Node) publishMap(force bool) {
 	}
 	n.mapDirty = false
 	n.lastMap = time.Now()
-	pts := n.grid.Points()
-	var stamp time.Time
-	if len(n.path) > 0 {
-		stamp = n.path[len(n.path)-1].stamp
-	}
+	pts, stamp := n.m.Points(), n.lastStamp
 	n.mu.Unlock()
-	cloud := make([]msgs.PointXYZRGB, len(pts))
-	for i, p := range pts {
-		cloud[i] = msgs.PointXYZRGB{X: p.X, Y: p.Y, Z: p.Z, R: p.R, G: p.G, B: p.B}
-	}
-	n.withSession(func(s *session) {
-		s.mapPub.Write(msgs.PointCloud2(std_msgs.Header{Stamp: stamp, FrameId: n.cfg.MapFrame}, cloud))
-	})
+	cloud := cloudOf(pts)
+	n.write(n.out.mapPub, msgs.PointCloud2(std_msgs.Header{Stamp: stamp, FrameId: n.cfg.MapFrame}, cloud))
 }
 
 // mapLoop sends map changes that the rate limit held back, so the last
@@ -173,13 +209,4 @@ func (n *Node) mapLoop(ctx context.Context) {
 			n.publishMap(false)
 		}
 	}
-}
-
-// republishLatched refills the latched topics of a new session.
-func (n *Node) republishLatched() {
-	n.mu.Lock()
-	n.mapDirty = true
-	n.mu.Unlock()
-	n.publishMap(true)
-	n.publishPath()
 }

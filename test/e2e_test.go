@@ -24,9 +24,9 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 
+	"github.com/lingbotmap/lingbotmap/internal/golden/replay"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
 	"github.com/lingbotmap/lingbotmap/msgs"
-	"github.com/lingbotmap/lingbotmap/node"
 	"github.com/lingbotmap/lingbotmap/test/rostest"
 )
 
@@ -101,7 +101,7 @@ func (s *syncBuffer) String() string {
 
 func startNode(t *testing.T, m *rostest.Master, args ...string) *nodeProc {
 	t.Helper()
-	p := &nodeProc{cmd: exec.Command(binary(t), append([]string{"node"}, args...)...), out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &nodeProc{cmd: exec.Command(binary(t), append([]string{"node", "--ros", "1"}, args...)...), out: &syncBuffer{}, done: make(chan error, 1)}
 	p.cmd.Env = m.Env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
@@ -199,7 +199,7 @@ func (l *listener) diagValue(key string) string {
 // checkPoses compares the received poses with the replayed reference.
 func (l *listener) checkPoses(t *testing.T, n int) {
 	t.Helper()
-	replay, err := node.NewReplayStream(golden(t))
+	ref, err := replay.New(golden(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func (l *listener) checkPoses(t *testing.T, n int) {
 		t.Fatalf("%d poses, want %d", len(l.poses), n)
 	}
 	for i, p := range l.poses {
-		want := msgs.PoseFromMatrix(replay.Reference(i).CamToWorld)
+		want := msgs.PoseFromMatrix(ref.Reference(i).CamToWorld)
 		if !p.Header.Stamp.Equal(rostest.StampOf(i)) || p.Header.FrameId != "map" || p.Pose != want {
 			t.Fatalf("pose %d: %v %q %+v; want %v map %+v", i, p.Header.Stamp, p.Header.FrameId, p.Pose, rostest.StampOf(i), want)
 		}

@@ -45,6 +45,9 @@ ROS_AUTOMATIC_DISCOVERY_RANGE apply. Needs a binary built with -tags ros2.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.file, o.rosArgs = args[0], args[1:]
+			if len(o.rosArgs) > 0 && o.rosArgs[0] == "--" { // protectROSArgs's mark
+				o.rosArgs = o.rosArgs[1:]
+			}
 			if len(o.rosArgs) > 0 && o.rosArgs[0] != "--ros-args" {
 				return &exitCodeError{code: exitUsage, err: fmt.Errorf("unexpected arguments %q after the bag file (ROS 2 arguments start with --ros-args)", o.rosArgs)}
 			}

@@ -15,8 +15,9 @@ import (
 func TestBagPlayFlags(t *testing.T) {
 	var got *bagPlayOptions
 	root := newRootCmd()
-	root.SetArgs([]string{"bag", "play", "--topic", "/cam", "--rate", "2.5", "--delay", "300ms", "f.mcap",
-		"--ros-args", "-r", "__node:=p", "-r", "/cam:=/x"})
+	// As run() hands them on: protectROSArgs marks the ROS 2 block.
+	root.SetArgs(protectROSArgs([]string{"bag", "play", "--topic", "/cam", "--rate", "2.5", "--delay", "300ms", "f.mcap",
+		"--ros-args", "-r", "__node:=p", "-r", "/cam:=/x"}))
 	for _, c := range root.Commands() {
 		if c.Name() == "bag" {
 			for _, p := range c.Commands() {
@@ -68,5 +69,17 @@ func TestBagPlayMissingFile(t *testing.T) {
 	o := &bagPlayOptions{file: filepath.Join(t.TempDir(), "none.mcap")}
 	if err := runBagPlay(context.Background(), o, io.Discard); err == nil || !strings.Contains(err.Error(), "no such file") {
 		t.Fatalf("missing bag: %v", err)
+	}
+}
+
+func TestProtectROSArgs(t *testing.T) {
+	for _, c := range []struct{ in, want []string }{
+		{[]string{"node", "--ros", "2"}, []string{"node", "--ros", "2"}},
+		{[]string{"node", "--queue-policy=all", "--ros-args", "-p", "a:=1"}, []string{"node", "--queue-policy=all", "--", "--ros-args", "-p", "a:=1"}},
+		{[]string{"node", "--", "x", "--ros-args"}, []string{"node", "--", "x", "--ros-args"}},
+	} {
+		if got := protectROSArgs(c.in); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("protectROSArgs(%q) = %q, want %q", c.in, got, c.want)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/render"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
 )
@@ -36,7 +37,7 @@ func evalPair(t *testing.T) (est, ref string) {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(3, 4))
 	var r, e traj.Trajectory
-	rot, _ := traj.RotationFromQuat([4]float64{0.2, -0.3, 0.1, 0.9})
+	rot, _ := geom.QuatToMat([4]float64{0.2, -0.3, 0.1, 0.9})
 	for i := range 400 {
 		a := float64(i) * 0.02
 		p := traj.Pose{Time: 1000 + float64(i)/30, T: [3]float64{3 * math.Cos(a), 2 * math.Sin(a), 0.2 * a}, R: traj.Identity().R}

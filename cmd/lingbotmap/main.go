@@ -37,11 +37,27 @@ func main() {
 
 func run(ctx context.Context, args []string) int {
 	root := newRootCmd()
-	root.SetArgs(args)
+	root.SetArgs(protectROSArgs(args))
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK
 	}
 	fmt.Fprintln(os.Stderr, "lingbotmap:", err)
 	return exitCode(err)
+}
+
+// protectROSArgs puts "--" before a ROS 2 argument block (--ros-args …),
+// which ros2 launch appends after a program's own arguments, so that the flag
+// parser hands it on untouched as arguments (to node and bag play) instead
+// of rejecting -r and -p as unknown flags.
+func protectROSArgs(args []string) []string {
+	for i, a := range args {
+		switch a {
+		case "--":
+			return args
+		case "--ros-args":
+			return append(append(append([]string{}, args[:i]...), "--"), args[i:]...)
+		}
+	}
+	return args
 }

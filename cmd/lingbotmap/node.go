@@ -6,37 +6,52 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/internal/golden/replay"
 	"github.com/lingbotmap/lingbotmap/node"
+	"github.com/lingbotmap/lingbotmap/node/ros1"
+	"github.com/lingbotmap/lingbotmap/node/ros2"
 )
 
 // nodeOptions are the node subcommand's own flags; the settings are in node.Config.
 type nodeOptions struct {
 	settings *config.Binding
 	logLevel string
+	ros      string // "1" (goroslib) or "2" (DDS); "" follows ROS_VERSION, else 2
 }
 
 func newNodeCmd() *cobra.Command {
 	opts := &nodeOptions{}
 	cmd := &cobra.Command{
-		Use:   "node [--config FILE] [--key=value ...] [from:=to ...]",
-		Short: "Run the ROS 1 mapping node",
-		Long: `Run the LingBot-Map ROS 1 node: subscribe to images, publish poses, path,
-odometry, clouds, the map, depth, TF and /diagnostics; services ~reset, ~pause,
-~resume, ~save_map.
+		Use:   "node [--ros 1|2] [--config FILE] [--key=value ...] [from:=to ... | --ros-args ...]",
+		Short: "Run the ROS mapping node (ROS 2 or ROS 1)",
+		Long: `Run the LingBot-Map ROS node: subscribe to images, publish poses, path,
+odometry, clouds, the map, depth, TF and /diagnostics; services reset, pause,
+resume, save_map in the node's private namespace.
+
+--ros picks the middleware: 2 is ROS 2 over DDS (Cyclone DDS; needs a binary
+built with -tags ros2), 1 is ROS 1 (goroslib). Without --ros the node follows
+ROS_VERSION when a ROS environment sets it, else speaks ROS 2.
 
 Settings (see config/lingbotmap.yaml) come from the built-in defaults, the
 --config file, LINGBOTMAP_* environment variables (LINGBOTMAP_QUEUE_POLICY),
-flags (--queue-policy) and ROS private parameters (~queue_policy).
-ROS_MASTER_URI, ROS_HOSTNAME/ROS_IP, ROS_NAMESPACE and roslaunch's __name:=,
-__ns:=, __log:= and from:=to arguments are honoured.`,
+flags (--queue-policy) and then ROS parameters: ROS 2's --ros-args -p
+queue_policy:=all and --params-file FILE, or ROS 1's private parameters
+(~queue_policy).
+
+ROS 2: --ros-args -r from:=to -r __node:=NAME -r __ns:=/NS -p key:=value
+--params-file FILE, ROS_DOMAIN_ID, ROS_AUTOMATIC_DISCOVERY_RANGE and
+ROS_LOCALHOST_ONLY are honoured. ROS 1: ROS_MASTER_URI, ROS_HOSTNAME/ROS_IP,
+ROS_NAMESPACE and roslaunch's __name:=, __ns:=, __log:= and from:=to.`,
 		Args: cobra.ArbitraryArgs,
 	}
 	cmd.Flags().StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	cmd.Flags().StringVar(&opts.ros, "ros", "", "ROS version to speak: 2 (DDS) or 1 (goroslib); default: $ROS_VERSION, else 2")
 	var bindErr error
 	opts.settings, bindErr = node.BindFlags(cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -55,22 +70,58 @@ func runNode(ctx context.Context, opts *nodeOptions, args []string) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
-	ros, rest, err := node.ParseROSEnv(args, os.Getenv, "lingbotmap")
-	if err != nil {
-		return &exitCodeError{code: exitUsage, err: err}
-	}
-	if len(rest) > 0 {
-		return &exitCodeError{code: exitUsage, err: fmt.Errorf("unexpected arguments %s (settings are flags like --queue-policy=all; remaps are from:=to)", strings.Join(rest, " "))}
-	}
 	cfg, _, err := node.LoadConfig(opts.settings)
 	if err != nil {
 		return &exitCodeError{code: exitUsage, err: err}
 	}
-	n, err := node.New(node.Options{Config: cfg, ROS: ros, Log: log, NewStream: newNodeStream(log)})
+	tr, err := newTransport(rosVersion(opts.ros, os.Getenv), args, cfg, log)
+	if err != nil {
+		return &exitCodeError{code: exitUsage, err: err}
+	}
+	n, err := node.New(node.Options{Config: cfg, Transport: tr, Log: log, NewStream: newNodeStream(log)})
 	if err != nil {
 		return &exitCodeError{code: exitUsage, err: err}
 	}
 	return n.Run(ctx)
+}
+
+// rosVersion is the --ros flag, or ROS_VERSION (which ROS setup scripts
+// export) when the flag is not given, or 2.
+func rosVersion(flag string, getenv func(string) string) string {
+	if flag != "" {
+		return flag
+	}
+	if v := getenv("ROS_VERSION"); v != "" {
+		return v
+	}
+	return "2"
+}
+
+// newTransport builds the middleware the --ros flag names from the ROS
+// environment and the remaining command-line arguments.
+func newTransport(version string, args []string, cfg node.Config, log *slog.Logger) (node.Transport, error) {
+	switch version {
+	case "1":
+		env, rest, err := ros1.ParseROSEnv(args, os.Getenv, "lingbotmap")
+		if err != nil {
+			return nil, err
+		}
+		if len(rest) > 0 {
+			return nil, fmt.Errorf("unexpected arguments %s (settings are flags like --queue-policy=all; ROS 1 remaps are from:=to)", strings.Join(rest, " "))
+		}
+		return ros1.New(ros1.Options{Env: env, Log: log,
+			MasterCheckInterval: time.Duration(cfg.MasterCheckInterval * float64(time.Second))}), nil
+	case "2":
+		a, rest, err := ros2.ParseArgs(args, os.Getenv, "lingbotmap")
+		if err != nil {
+			return nil, err
+		}
+		if len(rest) > 0 {
+			return nil, fmt.Errorf("unexpected arguments %s (settings are flags like --queue-policy=all; ROS 2 arguments follow --ros-args)", strings.Join(rest, " "))
+		}
+		return ros2.New(a, log)
+	}
+	return nil, fmt.Errorf("--ros %q: want 2 (ROS 2) or 1 (ROS 1)", version)
 }
 
 // newNodeStream starts the real engine, or the golden replay when
@@ -79,7 +130,7 @@ func newNodeStream(log *slog.Logger) node.StreamFactory {
 	return func(ctx context.Context, cfg node.Config) (engine.Stream, error) {
 		if cfg.Replay != "" {
 			log.Warn("replaying reference outputs instead of running the model", "replay", cfg.Replay)
-			return node.NewReplayStream(cfg.Replay)
+			return replay.New(cfg.Replay)
 		}
 		return newEngineStream(ctx, cfg.Engine, log)
 	}

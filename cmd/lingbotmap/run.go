@@ -19,6 +19,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/render"
 	"github.com/lingbotmap/lingbotmap/engine/source"
@@ -93,7 +94,15 @@ func newRunCmdWith(runF func(ctx context.Context, o *runOptions, autoKF bool) er
   map.ply         binary PLY, xyz + rgb: depth unprojected with each pose, pixels
                   with confidence > --conf-threshold, every --cloud-stride pixel,
                   averaged per --map-voxel cube
-  depth/NNNNNN.png  per-frame depth, 16-bit, value = depth · --depth-scale (0 = none)
+  depth/NNNNNN.png  per-frame depth for programs: 16-bit grey, value = depth ·
+                  --depth-scale (millimetres by default; 0 = no depth). It looks
+                  black in an image viewer: depths of a few metres use a few
+                  thousandths of the 0–65535 range. Read it as numbers
+                  (e.g. 2955 = 2.955 m), or look at depth_color/.
+  depth_color/NNNNNN.png  the same depth for people: near yellow to far purple
+                  over the frame's 2nd–98th percentile of depths, no depth
+                  black, the range printed under it and listed per frame in
+                  depth_color/ranges.tsv (model units). Written with depth/.
   conf/NNNNNN.png   per-frame confidence, 16-bit, value = conf · --conf-scale (--save-conf)
   preview.png     the trajectory seen from above over the map's points
   run.json        every setting as it ran (and the --config file, and where each
@@ -139,7 +148,7 @@ Ctrl-C stops the run and writes what was computed so far.`,
 	f.Float64Var(&o.src.SampleFPS, "fps", o.src.SampleFPS, "videos: sample one frame in round(video fps / fps) before --first-k and --stride, as the reference (0 = every frame)")
 	f.Float64Var(&o.src.FrameRate, "frame-rate", o.src.FrameRate, "frame rate for the stamps of inputs without times (numbered images)")
 
-	f.BoolVar(&o.saveDepth, "save-depth", o.saveDepth, "write per-frame depth PNGs")
+	f.BoolVar(&o.saveDepth, "save-depth", o.saveDepth, "write per-frame depth PNGs (depth/, 16-bit) and their colour previews (depth_color/)")
 	f.BoolVar(&o.saveConf, "save-conf", false, "write per-frame confidence PNGs")
 	f.Float64Var(&o.depthScale, "depth-scale", o.depthScale, "depth PNG units per model unit (1000 = millimetres)")
 	f.Float64Var(&o.confScale, "conf-scale", o.confScale, "confidence PNG units per confidence unit")
@@ -208,6 +217,7 @@ type runMap struct {
 
 type runDepth struct {
 	Saved       bool    `json:"saved"`
+	ColorRanges string  `json:"color_ranges,omitempty"`
 	Scale       float64 `json:"scale"`
 	Unit        string  `json:"unit"`
 	Clipped     int64   `json:"clipped_pixels"`
@@ -261,7 +271,7 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	if err := o.cfg.Validate(); err != nil {
 		return &exitCodeError{code: exitUsage, err: err}
 	}
-	w, err := newRunWriter(o, log)
+	w, err := newRunWriter(o)
 	if err != nil {
 		return err
 	}
@@ -343,7 +353,7 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	if werr := w.finish(rec, start); werr != nil {
 		return errors.Join(runErr, werr)
 	}
-	log.Info("done", "out", o.out, "poses", len(w.poses), "points", rec.Map.Points,
+	log.Info("done", "out", o.out, "poses", w.m.Stats().Poses, "points", rec.Map.Points,
 		"frames_per_s", fmt.Sprintf("%.2f", rec.Timings.FramesPerS))
 	switch {
 	case interrupted:
@@ -354,30 +364,40 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	return nil
 }
 
-// runWriter turns results into the output files as they arrive: it keeps the
-// poses (small) and a voxel grid of the map (bounded by the explored volume),
-// never the frames' depth maps.
+// runWriter turns results into the output files as they arrive: the poses
+// and the map go into a mapio.Map (the node's accumulator too), bounded by
+// the explored volume; the frames' depth maps are written and dropped.
 type runWriter struct {
 	o      *runOptions
-	log    *slog.Logger
-	poses  []mapio.StampedPose
-	grid   *mapio.VoxelGrid
-	buf    []mapio.Point
+	m      *mapio.Map
 	frames runFrames
-	mapRec runMap
 	depth  runDepth
+	ranges []depthRange
 	output time.Duration
 	window int
 }
 
-func newRunWriter(o *runOptions, log *slog.Logger) (*runWriter, error) {
+// depthRange is one line of depth_color/ranges.tsv.
+type depthRange struct {
+	seq uint64
+	r   render.DepthRange
+}
+
+func newRunWriter(o *runOptions) (*runWriter, error) {
+	m, err := mapio.NewMap(mapio.MapConfig{
+		VoxelSize: o.voxel,
+		Filter:    geom.PointFilter{ConfThreshold: o.confThreshold, Stride: o.pixelStride},
+	})
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return nil, fmt.Errorf("output folder: %w", err)
 	}
 	for _, d := range []struct {
 		on   bool
 		name string
-	}{{o.saveDepth, "depth"}, {o.saveConf, "conf"}} {
+	}{{o.saveDepth, "depth"}, {o.saveDepth, "depth_color"}, {o.saveConf, "conf"}} {
 		if d.on {
 			if err := os.MkdirAll(filepath.Join(o.out, d.name), 0o755); err != nil {
 				return nil, fmt.Errorf("output folder: %w", err)
@@ -385,10 +405,8 @@ func newRunWriter(o *runOptions, log *slog.Logger) (*runWriter, error) {
 		}
 	}
 	return &runWriter{
-		o:      o,
-		log:    log,
-		grid:   mapio.NewVoxelGrid(o.voxel),
-		mapRec: runMap{ConfThreshold: o.confThreshold, VoxelSize: o.voxel, PixelStride: o.pixelStride},
+		o: o,
+		m: m,
 		depth: runDepth{Saved: o.saveDepth, Scale: o.depthScale, Unit: fmt.Sprintf("1/%g of a model depth unit (metres for metric models)", o.depthScale),
 			ConfSaved: o.saveConf, ConfScale: o.confScale},
 		window: -1,
@@ -425,7 +443,9 @@ func (w *runWriter) addOne(r *engine.Result) error {
 		w.window = r.Window
 		w.frames.Windows++
 	}
-	w.poses = append(w.poses, mapio.PoseFromMatrix(source.Seconds(r.Stamp), r.CamToWorld))
+	if err := w.m.AddPose(r.Seq, r.Stamp, r.CamToWorld); err != nil {
+		return fmt.Errorf("frame %d: the engine returned an unusable pose: %w", r.Seq, err)
+	}
 
 	name := fmt.Sprintf("%06d.png", r.Seq)
 	if w.o.saveDepth {
@@ -434,6 +454,14 @@ func (w *runWriter) addOne(r *engine.Result) error {
 			return err
 		}
 		w.depth.Clipped += int64(c)
+		img, dr, err := render.DepthPreview(r.Depth, r.Width, r.Height)
+		if err == nil {
+			err = writePNGFile(filepath.Join(w.o.out, "depth_color", name), img)
+		}
+		if err != nil {
+			return err
+		}
+		w.ranges = append(w.ranges, depthRange{r.Seq, dr})
 	}
 	if w.o.saveConf && r.Conf != nil {
 		c, err := writeGray16File(filepath.Join(w.o.out, "conf", name), r.Conf, r.Width, r.Height, w.o.confScale)
@@ -442,56 +470,10 @@ func (w *runWriter) addOne(r *engine.Result) error {
 		}
 		w.depth.ConfClipped += int64(c)
 	}
-	return w.unproject(r)
-}
-
-// unproject adds the frame's confident pixels to the map.
-func (w *runWriter) unproject(r *engine.Result) error {
-	var err error
-	w.buf, err = unprojectDepth(r, w.o.confThreshold, w.o.pixelStride, w.buf[:0])
-	if err != nil {
-		return err
+	if _, err := w.m.AddPoints(r.DepthFrame()); err != nil {
+		return fmt.Errorf("frame %d: %w", r.Seq, err)
 	}
-	w.mapRec.PointsIn += int64(len(w.buf))
-	w.grid.Add(w.buf)
 	return nil
-}
-
-// unprojectDepth appends to dst the world points of r's pixels with finite
-// positive depth and confidence above thr, every stride-th pixel in each
-// direction, row by row: pixel (u, v) at depth d is X = ((u−cx)/fx·d,
-// (v−cy)/fy·d, d) in the camera and CamToWorld·X in the world (the reference
-// viewer's unprojection). Colours come from r.RGB, grey without it.
-func unprojectDepth(r *engine.Result, thr float64, stride int, dst []mapio.Point) ([]mapio.Point, error) {
-	fx, fy, cx, cy := r.Intrinsics[0], r.Intrinsics[1], r.Intrinsics[2], r.Intrinsics[3]
-	if !(fx > 0) || !(fy > 0) || math.IsInf(fx, 0) || math.IsInf(fy, 0) || math.IsNaN(cx) || math.IsNaN(cy) {
-		return dst, fmt.Errorf("frame %d: the engine returned unusable intrinsics %v", r.Seq, r.Intrinsics)
-	}
-	m := &r.CamToWorld
-	for v := 0; v < r.Height; v += stride {
-		for u := 0; u < r.Width; u += stride {
-			i := v*r.Width + u
-			d := float64(r.Depth[i])
-			if !(d > 0) || math.IsInf(d, 0) {
-				continue
-			}
-			if r.Conf != nil && !(float64(r.Conf[i]) > thr) {
-				continue
-			}
-			x, y := (float64(u)-cx)/fx*d, (float64(v)-cy)/fy*d
-			p := mapio.Point{
-				X: float32(m[0][0]*x + m[0][1]*y + m[0][2]*d + m[0][3]),
-				Y: float32(m[1][0]*x + m[1][1]*y + m[1][2]*d + m[1][3]),
-				Z: float32(m[2][0]*x + m[2][1]*y + m[2][2]*d + m[2][3]),
-				R: 128, G: 128, B: 128,
-			}
-			if r.RGB != nil {
-				p.R, p.G, p.B = r.RGB[3*i], r.RGB[3*i+1], r.RGB[3*i+2]
-			}
-			dst = append(dst, p)
-		}
-	}
-	return dst, nil
 }
 
 func writeGray16File(path string, vals []float32, width, height int, scale float64) (int, error) {
@@ -509,49 +491,56 @@ func writeGray16File(path string, vals []float32, width, height int, scale float
 	return c, nil
 }
 
-// finish writes the trajectory, the map, the preview and run.json.
+// finish writes the trajectory, the map, the preview, the depth ranges and
+// run.json, each atomically.
 func (w *runWriter) finish(rec *runRecord, start time.Time) error {
 	out := w.o.out
-	pts := w.grid.Points()
-	w.mapRec.Points = len(pts)
-	rec.Map = w.mapRec
+	st := w.m.Stats()
+	rec.Map = runMap{ConfThreshold: w.o.confThreshold, VoxelSize: w.o.voxel, PixelStride: w.o.pixelStride, PointsIn: st.PointsIn, Points: st.Voxels}
 	rec.Depth = w.depth
 	rec.Frames.Results, rec.Frames.Scale, rec.Frames.Keyframes = w.frames.Results, w.frames.Scale, w.frames.Keyframes
 	rec.Frames.NonKeyframes, rec.Frames.Windows = w.frames.NonKeyframes, w.frames.Windows
-	rec.Outputs = map[string]string{"trajectory": "trajectory.tum", "map": "map.ply", "preview": "preview.png"}
+	rec.Outputs = map[string]string{"trajectory": mapio.TrajectoryFile, "map": mapio.MapFile, "preview": "preview.png"}
 	if w.o.saveDepth {
 		rec.Outputs["depth"] = "depth/"
+		rec.Outputs["depth_color"] = "depth_color/"
+		rec.Depth.ColorRanges = "depth_color/ranges.tsv"
 	}
 	if w.o.saveConf {
 		rec.Outputs["conf"] = "conf/"
 	}
 	var errs []error
-	errs = append(errs, writeFile(filepath.Join(out, "trajectory.tum"), func(f io.Writer) error {
-		return mapio.WriteTUM(f, w.poses)
-	}))
-	comments := []string{
-		"lingbotmap " + w.o.version,
-		"source " + rec.Input.Path,
+	_, err := w.m.Save(out,
+		"lingbotmap "+w.o.version,
+		"source "+rec.Input.Path,
 		fmt.Sprintf("frames %d", w.frames.Results),
-		fmt.Sprintf("conf_threshold %g (pixels with confidence > threshold kept)", w.o.confThreshold),
-		fmt.Sprintf("voxel_size %g (one averaged point per voxel)", w.o.voxel),
-		fmt.Sprintf("pixel_stride %d", w.o.pixelStride),
 		"frame world = first camera, OpenCV axes (x right, y down, z forward)",
-	}
-	errs = append(errs, writeFile(filepath.Join(out, "map.ply"), func(f io.Writer) error {
-		return mapio.WritePLY(f, pts, comments...)
-	}))
-	positions := make([][3]float64, len(w.poses))
-	for i, p := range w.poses {
+	)
+	errs = append(errs, err)
+	pts := w.m.Points()
+	path := w.m.Path()
+	positions := make([][3]float64, len(path))
+	for i, p := range path {
 		positions[i] = p.T
 	}
 	img, err := render.TopView(positions, pts, render.TopViewOptions{
-		Title: fmt.Sprintf("%d poses, %d map points (x right, z forward up)", len(w.poses), len(pts)),
+		Title: fmt.Sprintf("%d poses, %d map points (x right, z forward up)", len(path), len(pts)),
 	})
 	if err == nil {
 		err = writePNGFile(filepath.Join(out, "preview.png"), img)
 	}
 	errs = append(errs, err)
+	if w.o.saveDepth {
+		errs = append(errs, mapio.WriteFileAtomic(filepath.Join(out, "depth_color", "ranges.tsv"), func(f io.Writer) error {
+			fmt.Fprintln(f, "# frame\tnear\tfar (model depth units; depth_color/NNNNNN.png spans near = yellow to far = purple)")
+			for _, r := range w.ranges {
+				if _, err := fmt.Fprintf(f, "%06d\t%.6g\t%.6g\n", r.seq, r.r.Near, r.r.Far); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}
 
 	rec.Finished = time.Now().UTC()
 	total := time.Since(start)
@@ -564,27 +553,12 @@ func (w *runWriter) finish(rec *runRecord, start time.Time) error {
 			rec.Timings.ModelFramesPS = float64(n) / rec.Timings.ModelS
 		}
 	}
-	errs = append(errs, writeFile(filepath.Join(out, "run.json"), func(f io.Writer) error {
+	errs = append(errs, mapio.WriteFileAtomic(filepath.Join(out, "run.json"), func(f io.Writer) error {
 		e := json.NewEncoder(f)
 		e.SetIndent("", "  ")
 		return e.Encode(rec)
 	}))
 	return errors.Join(errs...)
-}
-
-func writeFile(path string, write func(io.Writer) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("write output: %w", err)
-	}
-	err = write(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
 
 // engineRecord lists the engine settings that ran under their keys: the

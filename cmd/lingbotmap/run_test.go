@@ -21,6 +21,7 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/render"
 	"github.com/lingbotmap/lingbotmap/engine/source"
@@ -465,9 +466,9 @@ func TestRunVideoAndBagInputs(t *testing.T) {
 	}
 }
 
-// The map's unprojection reproduces the reference's world_points_from_depth
-// (depth unprojected with the predicted pose and intrinsics) on the golden
-// stream: every pixel, every frame.
+// The map's unprojection (run's mapio.Map) reproduces the reference's
+// world_points_from_depth (depth unprojected with the predicted pose and
+// intrinsics) on the golden stream: every pixel, every frame.
 func TestUnprojectMatchesReference(t *testing.T) {
 	dir, err := shared.Path("golden", "stream_kf1")
 	if err != nil {
@@ -490,6 +491,10 @@ func TestUnprojectMatchesReference(t *testing.T) {
 	if len(depth) != n*h*w || len(want) != 3*n*h*w {
 		t.Fatalf("golden shapes: depth %d, points %d", len(depth), len(want))
 	}
+	m, err := mapio.NewMap(mapio.MapConfig{VoxelSize: 1, Filter: geom.PointFilter{Stride: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var worst float64
 	for k := range n {
 		e := ext[12*k:]
@@ -510,7 +515,7 @@ func TestUnprojectMatchesReference(t *testing.T) {
 			Intrinsics: [4]float64{float64(K[0]), float64(K[4]), float64(K[2]), float64(K[5])},
 			Depth:      depth[k*h*w : (k+1)*h*w],
 		}
-		pts, err := unprojectDepth(&res, 0, 1, nil)
+		pts, err := m.AddPoints(res.DepthFrame())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -589,7 +594,7 @@ func TestRunGoldenImages(t *testing.T) {
 		for a := range 3 {
 			worstT = math.Max(worstT, math.Abs(p.T[a]-float64(pe[a]))/(1+math.Abs(float64(pe[a]))))
 		}
-		want, err := traj.RotationFromQuat([4]float64{float64(pe[3]), float64(pe[4]), float64(pe[5]), float64(pe[6])})
+		want, err := geom.QuatToMat([4]float64{float64(pe[3]), float64(pe[4]), float64(pe[5]), float64(pe[6])})
 		if err != nil {
 			t.Fatal(err)
 		}

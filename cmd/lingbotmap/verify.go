@@ -396,7 +396,7 @@ func compareOutputs(rep *verifyReport, ref *weights.SafeTensors, results []engin
 			}
 		}
 		if fromDepth != nil && r.Depth != nil {
-			up, err := geom.UnprojectDepth(r.Depth, h, w, r.Intrinsics, c2w)
+			up, err := geom.UnprojectMap(r.Depth, w, h, r.Intrinsics, c2w)
 			if err != nil {
 				problem("unprojecting frame %d: %v", i, err)
 			} else {

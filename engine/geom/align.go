@@ -31,7 +31,7 @@ func (s Similarity) Apply(p [3]float64) [3]float64 {
 // unit quaternion with w ≥ 0 (so warped encodings are normalised, unlike raw
 // model output), the centre Scale·R·c + T; the fields of view are kept.
 func (s Similarity) ApplyPose(enc [9]float32) [9]float32 {
-	q := MatToQuat(MulMat3(s.R, QuatToMat(encQuat(enc))))
+	q, _ := MatToQuat(MulMat3(s.R, rotation(encQuat(enc))))
 	c := s.Apply(encCentre(enc))
 	return [9]float32{
 		float32(c[0]), float32(c[1]), float32(c[2]),
@@ -111,8 +111,8 @@ func PairwiseAlignment(prev, cur WindowFrames, overlap int) (Similarity, error) 
 	}
 	anchor := paired[len(paired)-1]
 
-	ra := QuatToMat(encQuat(prev.PoseEnc[start+anchor]))
-	rb := QuatToMat(encQuat(cur.PoseEnc[anchor]))
+	ra := rotation(encQuat(prev.PoseEnc[start+anchor]))
+	rb := rotation(encQuat(cur.PoseEnc[anchor]))
 	rab := MulMat3(ra, Transpose3(rb))
 
 	scale := 1.0

@@ -8,9 +8,9 @@ import (
 // DefaultFlowStride is the pixel subsampling of the reference's flow measure.
 const DefaultFlowStride = 8
 
-// FlowMagnitude is the mean optical flow, in pixels, that the camera motion from
+// MeanFlow is the mean optical flow, in pixels, that the camera motion from
 // the keyframe pose kf to the current pose cur induces on the current frame's
-// depth map (h×w, row-major), sampled every stride pixels from (0, 0). Each sample
+// depth map (w×h, row-major), sampled every stride pixels from (0, 0). Each sample
 // (u, v, d) is lifted with the current camera, moved into the keyframe camera and
 // projected there; the flow is the distance to (u, v). Samples with d ≤ 1e-6 or
 // behind the keyframe camera (z ≤ 1e-6) are left out; with none left the flow is
@@ -19,17 +19,17 @@ const DefaultFlowStride = 8
 // It runs in float32, step by step as the reference does (its depth dtype),
 // because its value is compared against a threshold to choose keyframes and the
 // decisions must match the reference's.
-func FlowMagnitude(cur, kf [9]float32, depth []float32, h, w, stride int) (float32, error) {
+func MeanFlow(cur, kf [9]float32, depth []float32, w, h, stride int) (float32, error) {
 	if h <= 0 || w <= 0 || stride <= 0 {
-		return 0, fmt.Errorf("geom: flow needs positive sizes and stride, got %d×%d stride %d", h, w, stride)
+		return 0, fmt.Errorf("geom: flow needs positive sizes and stride, got %d×%d stride %d", w, h, stride)
 	}
 	if len(depth) != h*w {
-		return 0, fmt.Errorf("geom: depth map has %d values, want %d×%d = %d", len(depth), h, w, h*w)
+		return 0, fmt.Errorf("geom: depth map has %d values, want %d×%d = %d", len(depth), w, h, w*h)
 	}
 	rc, tc := quatToMat32(cur)
 	rk, tk := quatToMat32(kf)
-	fxc, fyc, cxc, cyc := intrinsics32(cur, h, w)
-	fxk, fyk, cxk, cyk := intrinsics32(kf, h, w)
+	fxc, fyc, cxc, cyc := intrinsics32(cur, w, h)
+	fxk, fyk, cxk, cyk := intrinsics32(kf, w, h)
 	// K⁻¹ of the current camera; the keyframe camera's world→camera is
 	// [Rᵀ | −Rᵀt] in closed form.
 	ix, iy := 1/fxc, 1/fyc
@@ -77,6 +77,8 @@ func FlowMagnitude(cur, kf [9]float32, depth []float32, h, w, stride int) (float
 	return float32(sum / float64(count)), nil
 }
 
+// quatToMat32 is QuatToMat's float32 twin for MeanFlow, whose arithmetic
+// follows the reference's; a quaternion without a direction gives NaNs here too.
 func quatToMat32(enc [9]float32) ([3][3]float32, [3]float32) {
 	i, j, k, r := enc[3], enc[4], enc[5], enc[6]
 	s := 2 / (i*i + j*j + k*k + r*r)
@@ -87,7 +89,7 @@ func quatToMat32(enc [9]float32) ([3][3]float32, [3]float32) {
 	}, [3]float32{enc[0], enc[1], enc[2]}
 }
 
-func intrinsics32(enc [9]float32, h, w int) (fx, fy, cx, cy float32) {
+func intrinsics32(enc [9]float32, w, h int) (fx, fy, cx, cy float32) {
 	hw, ww := float32(h)/2, float32(w)/2
 	fy = hw / float32(math.Tan(float64(enc[7]/2)))
 	fx = ww / float32(math.Tan(float64(enc[8]/2)))
@@ -118,7 +120,7 @@ func NewFlowKeyframes(threshold float32, maxGap, numScale int, lastScalePose [9]
 // Decide measures frame index's flow and says whether it is a keyframe; a
 // keyframe becomes the new reference pose. Frames must be offered in order. With
 // no depth map (nil) the flow counts as above the threshold, as in the reference.
-func (f *FlowKeyframes) Decide(index int, pose [9]float32, depth []float32, h, w int) (keyframe bool, flow float32, err error) {
+func (f *FlowKeyframes) Decide(index int, pose [9]float32, depth []float32, w, h int) (keyframe bool, flow float32, err error) {
 	if depth == nil {
 		flow = f.Threshold + 1
 	} else {
@@ -126,7 +128,7 @@ func (f *FlowKeyframes) Decide(index int, pose [9]float32, depth []float32, h, w
 		if stride == 0 {
 			stride = DefaultFlowStride
 		}
-		flow, err = FlowMagnitude(pose, f.lastPose, depth, h, w, stride)
+		flow, err = MeanFlow(pose, f.lastPose, depth, w, h, stride)
 		if err != nil {
 			return false, 0, fmt.Errorf("flow keyframe decision for frame %d: %w", index, err)
 		}

@@ -58,7 +58,7 @@ func TestFlowKeyframesMatchGolden(t *testing.T) {
 	var worst float64
 	for f := ns; f < len(enc); f++ {
 		call := f - ns + 1
-		isKF, flow, err := kf.Decide(f, enc[f], depth[f*n:(f+1)*n], goldenH, goldenW)
+		isKF, flow, err := kf.Decide(f, enc[f], depth[f*n:(f+1)*n], goldenW, goldenH)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,9 +82,9 @@ func TestFlowKeyframesMatchGolden(t *testing.T) {
 	t.Logf("flow: max rel err %.2g over %d frames", worst, len(flows))
 }
 
-// TestFlowMagnitudeBasics: no motion gives no flow; a sideways move gives the
+// TestMeanFlowBasics: no motion gives no flow; a sideways move gives the
 // disparity f·b/d on a fronto-parallel plane; invalid samples are left out.
-func TestFlowMagnitudeBasics(t *testing.T) {
+func TestMeanFlowBasics(t *testing.T) {
 	h, w := 16, 24
 	fov := float32(2 * math.Atan(0.5)) // f = size
 	pose := [9]float32{0, 0, 0, 0, 0, 0, 1, fov, fov}
@@ -92,13 +92,13 @@ func TestFlowMagnitudeBasics(t *testing.T) {
 	for i := range depth {
 		depth[i] = 2
 	}
-	f, err := FlowMagnitude(pose, pose, depth, h, w, DefaultFlowStride)
+	f, err := MeanFlow(pose, pose, depth, w, h, DefaultFlowStride)
 	if err != nil || f != 0 {
 		t.Fatalf("static camera: flow %g, err %v", f, err)
 	}
 	moved := pose
 	moved[0] = 0.1 // keyframe 0.1 to the right of the current camera
-	f, err = FlowMagnitude(pose, moved, depth, h, w, DefaultFlowStride)
+	f, err = MeanFlow(pose, moved, depth, w, h, DefaultFlowStride)
 	want := float32(w) * 0.1 / 2 // fx·b/d
 	if err != nil || math.Abs(float64(f-want)) > 1e-5 {
 		t.Fatalf("sideways move: flow %g, want %g (err %v)", f, want, err)
@@ -106,10 +106,10 @@ func TestFlowMagnitudeBasics(t *testing.T) {
 	for i := range depth {
 		depth[i] = 0
 	}
-	if f, _ := FlowMagnitude(pose, moved, depth, h, w, DefaultFlowStride); f != 0 {
+	if f, _ := MeanFlow(pose, moved, depth, w, h, DefaultFlowStride); f != 0 {
 		t.Fatalf("no valid depth: flow %g, want 0", f)
 	}
-	if _, err := FlowMagnitude(pose, moved, depth[:7], h, w, DefaultFlowStride); err == nil {
+	if _, err := MeanFlow(pose, moved, depth[:7], w, h, DefaultFlowStride); err == nil {
 		t.Fatal("short depth map accepted")
 	}
 }

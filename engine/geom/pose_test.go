@@ -31,7 +31,7 @@ func TestPoseEncodingMatchesGolden(t *testing.T) {
 					worstE = math.Max(worstE, relErr(w2c[i][j], float64(ext[12*f+4*i+j]), 1))
 				}
 			}
-			k := IntrinsicsFromFoV(enc, goldenH, goldenW)
+			k := IntrinsicsFromPoseEnc(enc, goldenW, goldenH)
 			want := [4]float32{intr[9*f], intr[9*f+4], intr[9*f+2], intr[9*f+5]}
 			for i := range 4 {
 				worstK = math.Max(worstK, relErr(k[i], float64(want[i]), 1))
@@ -53,7 +53,7 @@ func TestEncodePoseRoundTrip(t *testing.T) {
 	out := golden(t, "stream_kf1", "outputs.safetensors")
 	pe, _ := out("pose_enc")
 	for f, enc := range poses(pe) {
-		got := EncodePose(PoseEncToCamToWorld(enc), IntrinsicsFromFoV(enc, goldenH, goldenW), goldenH, goldenW)
+		got := EncodePose(PoseEncToCamToWorld(enc), IntrinsicsFromPoseEnc(enc, goldenW, goldenH), goldenW, goldenH)
 		q := encQuat(enc)
 		n := math.Sqrt(q[0]*q[0] + q[1]*q[1] + q[2]*q[2] + q[3]*q[3])
 		sign := 1.0
@@ -74,13 +74,13 @@ func TestEncodePoseRoundTrip(t *testing.T) {
 
 func randomRotation(r *rand.Rand) Mat3 {
 	q := [4]float64{r.NormFloat64(), r.NormFloat64(), r.NormFloat64(), r.NormFloat64()}
-	return QuatToMat(q)
+	return rotation(q)
 }
 
 func axisAngle(axis [3]float64, angle float64) Mat3 {
 	s, c := math.Sin(angle/2), math.Cos(angle/2)
 	n := math.Sqrt(axis[0]*axis[0] + axis[1]*axis[1] + axis[2]*axis[2])
-	return QuatToMat([4]float64{s * axis[0] / n, s * axis[1] / n, s * axis[2] / n, c})
+	return rotation([4]float64{s * axis[0] / n, s * axis[1] / n, s * axis[2] / n, c})
 }
 
 // TestMatToQuat exercises every candidate branch (near-identity and 180° turns
@@ -99,14 +99,17 @@ func TestMatToQuat(t *testing.T) {
 		cases[fmt.Sprintf("random %d", i)] = randomRotation(r)
 	}
 	for name, m := range cases {
-		q := MatToQuat(m)
+		q, err := MatToQuat(m)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
 		if q[3] < 0 {
 			t.Errorf("%s: w = %g < 0", name, q[3])
 		}
 		if n := q[0]*q[0] + q[1]*q[1] + q[2]*q[2] + q[3]*q[3]; math.Abs(n-1) > 1e-12 {
 			t.Errorf("%s: |q|² = %.15g", name, n)
 		}
-		back := QuatToMat(q)
+		back := rotation(q)
 		for i := range 3 {
 			for j := range 3 {
 				if math.Abs(back[i][j]-m[i][j]) > 1e-12 {
@@ -116,8 +119,8 @@ func TestMatToQuat(t *testing.T) {
 		}
 	}
 	// The unnormalised quaternion convention: scaling q changes nothing.
-	a := QuatToMat([4]float64{0.1, -0.3, 0.2, 0.9})
-	b := QuatToMat([4]float64{0.5, -1.5, 1, 4.5})
+	a := rotation([4]float64{0.1, -0.3, 0.2, 0.9})
+	b := rotation([4]float64{0.5, -1.5, 1, 4.5})
 	for i := range 3 {
 		for j := range 3 {
 			if math.Abs(a[i][j]-b[i][j]) > 1e-15 {
@@ -158,7 +161,7 @@ func TestUnprojectMatchesGolden(t *testing.T) {
 	n := goldenH * goldenW
 	var worst float64
 	for f, enc := range poses(pe) {
-		got, err := UnprojectDepth(depth[f*n:(f+1)*n], goldenH, goldenW, IntrinsicsFromFoV(enc, goldenH, goldenW), PoseEncToCamToWorld(enc))
+		got, err := UnprojectMap(depth[f*n:(f+1)*n], goldenW, goldenH, IntrinsicsFromPoseEnc(enc, goldenW, goldenH), PoseEncToCamToWorld(enc))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +173,7 @@ func TestUnprojectMatchesGolden(t *testing.T) {
 	if worst > 1e-5 {
 		t.Errorf("world points differ from golden by %g (> 1e-5)", worst)
 	}
-	if _, err := UnprojectDepth(make([]float32, 5), 2, 3, Intrinsics{1, 1, 0, 0}, Rigid(Identity().R, [3]float64{})); err == nil {
+	if _, err := UnprojectMap(make([]float32, 5), 3, 2, Intrinsics{1, 1, 0, 0}, Rigid(Identity().R, [3]float64{})); err == nil {
 		t.Error("a depth map of the wrong size was accepted")
 	}
 }

@@ -5,34 +5,132 @@ import (
 	"math"
 )
 
-// UnprojectDepth lifts an h×w depth map (row-major) to world points, three
-// float32 per pixel (HWC xyz), as the reference's viewer does: pixel (u, v) with
-// u = 0…w−1, v = 0…h−1 (pixel corners, no half-pixel shift) becomes
-// X = ((u−cx)/fx·d, (v−cy)/fy·d, d) in the camera and camToWorld·X in the world.
-// Non-finite depths give non-finite points, which callers filter.
-func UnprojectDepth(depth []float32, h, w int, k Intrinsics, camToWorld Mat4) ([]float32, error) {
-	if h <= 0 || w <= 0 {
-		return nil, fmt.Errorf("geom: cannot unproject a %d×%d depth map: both sizes must be positive", h, w)
+// Point is a coloured world point: the element of clouds, maps and PLY files.
+type Point struct {
+	X, Y, Z float32
+	R, G, B uint8
+}
+
+// Grey is the colour of points from a frame without colours.
+const Grey = 128
+
+// DepthFrame is one frame's depth map with everything unprojection needs.
+type DepthFrame struct {
+	Width, Height int
+	Depth         []float32 // Height·Width, row-major
+	// Conf is the per-pixel confidence (Height·Width); nil means none, and
+	// then no confidence filter applies.
+	Conf []float32
+	// RGB is the frame's colour (3·Height·Width, HWC); nil gives Grey points.
+	RGB        []uint8
+	Intrinsics Intrinsics // at Width×Height
+	CamToWorld Mat4
+}
+
+// Check reports sizes that disagree and unusable intrinsics.
+func (f *DepthFrame) Check() error {
+	n := f.Width * f.Height
+	if f.Width <= 0 || f.Height <= 0 || len(f.Depth) != n || (f.Conf != nil && len(f.Conf) != n) || (f.RGB != nil && len(f.RGB) != 3*n) {
+		return fmt.Errorf("geom: %d depth, %d confidence and %d colour values for a %d×%d image",
+			len(f.Depth), len(f.Conf), len(f.RGB), f.Width, f.Height)
 	}
-	if len(depth) != h*w {
-		return nil, fmt.Errorf("geom: depth map has %d values, want %d×%d = %d", len(depth), h, w, h*w)
+	if err := CheckIntrinsics(f.Intrinsics); err != nil {
+		return fmt.Errorf("geom: %w", err)
 	}
-	if k[0] == 0 || k[1] == 0 || math.IsNaN(k[0]) || math.IsNaN(k[1]) {
-		return nil, fmt.Errorf("geom: focal lengths fx=%g fy=%g cannot unproject", k[0], k[1])
+	return nil
+}
+
+// PointFilter chooses the pixels of a depth map that become map points.
+type PointFilter struct {
+	// ConfThreshold: a pixel is kept when its confidence is above it (strictly).
+	ConfThreshold float64
+	// Stride: every Stride-th pixel in both directions, starting at (0, 0); ≥ 1.
+	Stride int
+}
+
+// Check rejects a stride below 1 and a threshold that is not a number.
+func (p PointFilter) Check() error {
+	if p.Stride < 1 {
+		return fmt.Errorf("geom: point stride must be ≥ 1, not %d", p.Stride)
 	}
-	out := make([]float32, 3*h*w)
-	m := camToWorld
+	if math.IsNaN(p.ConfThreshold) || math.IsInf(p.ConfThreshold, 0) {
+		return fmt.Errorf("geom: confidence threshold must be a finite number, not %g", p.ConfThreshold)
+	}
+	return nil
+}
+
+func validDepth(d float64) bool { return d > 0 && !math.IsInf(d, 0) }
+
+// Unproject lifts pixel (u, v) at depth d into the world, as the reference's
+// viewer does: X = ((u−cx)/fx·d, (v−cy)/fy·d, d) in the camera (no half-pixel
+// shift), camToWorld·X in the world. It checks nothing: see ConfidentPoints
+// and UnprojectMap for checked use.
+func Unproject(u, v int, d float64, k Intrinsics, camToWorld Mat4) [3]float64 {
+	x := (float64(u) - k[2]) / k[0] * d
+	y := (float64(v) - k[3]) / k[1] * d
+	return Apply(camToWorld, [3]float64{x, y, d})
+}
+
+// UnprojectMap lifts a whole w×h depth map (row-major) to world points, three
+// float32 per pixel (HWC xyz), by Unproject. Pixels whose depth is not finite
+// and positive get NaN points.
+func UnprojectMap(depth []float32, w, h int, k Intrinsics, camToWorld Mat4) ([]float32, error) {
+	if w <= 0 || h <= 0 {
+		return nil, fmt.Errorf("geom: cannot unproject a %d×%d depth map: both sizes must be positive", w, h)
+	}
+	if len(depth) != w*h {
+		return nil, fmt.Errorf("geom: depth map has %d values, want %d×%d = %d", len(depth), w, h, w*h)
+	}
+	if err := CheckIntrinsics(k); err != nil {
+		return nil, fmt.Errorf("geom: %w", err)
+	}
+	nan := float32(math.NaN())
+	out := make([]float32, 3*w*h)
 	for v := range h {
-		y := (float64(v) - k[3]) / k[1]
 		for u := range w {
-			x := (float64(u) - k[2]) / k[0]
-			d := float64(depth[v*w+u])
-			cx, cy, cz := x*d, y*d, d
-			o := out[3*(v*w+u):]
-			o[0] = float32(m[0][0]*cx + m[0][1]*cy + m[0][2]*cz + m[0][3])
-			o[1] = float32(m[1][0]*cx + m[1][1]*cy + m[1][2]*cz + m[1][3])
-			o[2] = float32(m[2][0]*cx + m[2][1]*cy + m[2][2]*cz + m[2][3])
+			i := v*w + u
+			o := out[3*i : 3*i+3]
+			d := float64(depth[i])
+			if !validDepth(d) {
+				o[0], o[1], o[2] = nan, nan, nan
+				continue
+			}
+			p := Unproject(u, v, d, k, camToWorld)
+			o[0], o[1], o[2] = float32(p[0]), float32(p[1]), float32(p[2])
 		}
 	}
 	return out, nil
+}
+
+// ConfidentPoints appends to dst the world points of f's pixels that pass the
+// filter: every Stride-th pixel in each direction, row by row, with a finite
+// positive depth and (when f has confidences) confidence above the
+// threshold, unprojected by Unproject and coloured from f.RGB (Grey without
+// it). Points that come out non-finite (overflow) are dropped.
+func ConfidentPoints(dst []Point, f DepthFrame, filt PointFilter) ([]Point, error) {
+	if err := f.Check(); err != nil {
+		return dst, err
+	}
+	if err := filt.Check(); err != nil {
+		return dst, err
+	}
+	for v := 0; v < f.Height; v += filt.Stride {
+		for u := 0; u < f.Width; u += filt.Stride {
+			i := v*f.Width + u
+			d := float64(f.Depth[i])
+			if !validDepth(d) || (f.Conf != nil && !(float64(f.Conf[i]) > filt.ConfThreshold)) {
+				continue
+			}
+			w := Unproject(u, v, d, f.Intrinsics, f.CamToWorld)
+			p := Point{X: float32(w[0]), Y: float32(w[1]), Z: float32(w[2]), R: Grey, G: Grey, B: Grey}
+			if !isFinite32(p.X) || !isFinite32(p.Y) || !isFinite32(p.Z) {
+				continue
+			}
+			if f.RGB != nil {
+				p.R, p.G, p.B = f.RGB[3*i], f.RGB[3*i+1], f.RGB[3*i+2]
+			}
+			dst = append(dst, p)
+		}
+	}
+	return dst, nil
 }

@@ -1,6 +1,8 @@
-// Package mapio writes and reads the map and trajectory files the node and the
-// offline tools produce: binary PLY point clouds (xyz float32 + rgb uint8) and
-// TUM-format trajectories.
+// Package mapio is the one map accumulator of the project and its files: Map
+// gathers a session's trajectory and a voxel map of its frames' confident
+// points (for the node, `run` and every transport), and writes them as a
+// binary PLY point cloud (xyz float32 + rgb uint8) and a TUM trajectory,
+// atomically.
 package mapio
 
 import (
@@ -12,13 +14,12 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 )
 
-// Point is a coloured 3D point.
-type Point struct {
-	X, Y, Z float32
-	R, G, B uint8
-}
+// Point is a coloured 3D point (geom's: one point type from unprojection to file).
+type Point = geom.Point
 
 // WritePLY writes points as binary little-endian PLY; comments go into the header
 // (one line each, e.g. the filter settings used).

@@ -1,7 +1,7 @@
 // Package render draws the offline tools' pictures with the standard library:
 // a top view of a trajectory over its map, the evaluation plot (both
 // trajectories after alignment, coloured by error, and the error over time)
-// and 16-bit PNG depth images.
+// and 16-bit PNG depth images with their colour previews.
 package render
 
 import (

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 )
 
@@ -87,7 +88,7 @@ func ReadTUM(r io.Reader) (Trajectory, error) {
 			return nil, fmt.Errorf("line %d: timestamp %s repeats line %d", n, f[0], prev)
 		}
 		lines[v[0]] = n
-		rot, err := RotationFromQuat([4]float64{v[4], v[5], v[6], v[7]})
+		rot, err := geom.QuatToMat(geom.Quat{v[4], v[5], v[6], v[7]})
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w", n, err)
 		}
@@ -122,27 +123,17 @@ func clip(s string) string {
 	return s
 }
 
-// RotationFromQuat converts a quaternion (x, y, z, w) to a rotation matrix,
-// normalising it first. A zero or non-finite quaternion is an error.
-func RotationFromQuat(q [4]float64) ([3][3]float64, error) {
-	n := math.Sqrt(q[0]*q[0] + q[1]*q[1] + q[2]*q[2] + q[3]*q[3])
-	if !(n > 1e-12) || math.IsInf(n, 0) {
-		return [3][3]float64{}, fmt.Errorf("quaternion (%g %g %g %g) has no direction: it cannot be normalised", q[0], q[1], q[2], q[3])
-	}
-	x, y, z, w := q[0]/n, q[1]/n, q[2]/n, q[3]/n
-	return [3][3]float64{
-		{1 - 2*(y*y+z*z), 2 * (x*y - z*w), 2 * (x*z + y*w)},
-		{2 * (x*y + z*w), 1 - 2*(x*x+z*z), 2 * (y*z - x*w)},
-		{2 * (x*z - y*w), 2 * (y*z + x*w), 1 - 2*(x*x+y*y)},
-	}, nil
-}
-
 // WriteTUM writes a trajectory in TUM format (through mapio's writer, so the
-// run command and the evaluation agree on the format).
+// run command and the evaluation agree on the format). A pose whose rotation
+// is degenerate is an error naming it.
 func WriteTUM(w io.Writer, tr Trajectory) error {
 	out := make([]mapio.StampedPose, len(tr))
 	for i, p := range tr {
-		out[i] = mapio.StampedPose{Time: p.Time, T: p.T, Q: mapio.QuatFromRotation(p.R)}
+		q, err := geom.MatToQuat(p.R)
+		if err != nil {
+			return fmt.Errorf("tum: pose %d (t=%.9f): %w", i, p.Time, err)
+		}
+		out[i] = mapio.StampedPose{Time: p.Time, T: p.T, Q: q}
 	}
 	return mapio.WriteTUM(w, out)
 }

@@ -1,4 +1,4 @@
-package node
+package replay
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/internal/golden/goldentest"
 	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 )
@@ -29,14 +30,14 @@ func loadGolden(t *testing.T, key string) []float32 {
 // The replay's pose and intrinsics come from pose_enc; the reference's own
 // conversion (extrinsic = world→camera, intrinsic K) must agree with them.
 func TestReplayMatchesReferenceConversions(t *testing.T) {
-	s, err := NewReplayStream(goldenDir(t))
+	s, err := New(goldenDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ext, intr := loadGolden(t, "extrinsic"), loadGolden(t, "intrinsic")
 	for i := range s.Len() {
 		r := s.Reference(i)
-		w2c := invertRigid(r.CamToWorld)
+		w2c := geom.InvertRigid(r.CamToWorld)
 		for a := range 3 {
 			for b := range 4 {
 				if d := math.Abs(w2c[a][b] - float64(ext[12*i+4*a+b])); d > 2e-5 {
@@ -54,10 +55,11 @@ func TestReplayMatchesReferenceConversions(t *testing.T) {
 	}
 }
 
-// Every cloud point must be the reference's unprojection of its pixel
-// (world_points_from_depth), and exactly the pixels with conf > 1.5 are kept.
-func TestCloudPointsMatchReferenceUnprojection(t *testing.T) {
-	s, err := NewReplayStream(goldenDir(t))
+// Every confident point of a replayed result must be the reference's
+// unprojection of its pixel (world_points_from_depth), and exactly the pixels
+// with conf > 1.5 are kept.
+func TestConfidentPointsMatchReferenceUnprojection(t *testing.T) {
+	s, err := New(goldenDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +67,10 @@ func TestCloudPointsMatchReferenceUnprojection(t *testing.T) {
 	w, h := s.Size()
 	for i := range s.Len() {
 		r := s.Reference(i)
-		pts := CloudPoints(r, 1.5, 1)
+		pts, err := geom.ConfidentPoints(nil, r.DepthFrame(), geom.PointFilter{ConfThreshold: 1.5, Stride: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
 		k := 0
 		for p := range w * h {
 			if !(r.Conf[p] > 1.5) {
@@ -90,14 +95,17 @@ func TestCloudPointsMatchReferenceUnprojection(t *testing.T) {
 			t.Fatalf("frame %d: %d points for %d confident pixels", i, len(pts), k)
 		}
 	}
-	if n1, n2 := len(CloudPoints(s.Reference(0), 1.5, 1)), len(CloudPoints(s.Reference(0), 1.5, 2)); n2 >= n1 || n2 == 0 {
+	r0 := s.Reference(0)
+	p1, _ := geom.ConfidentPoints(nil, r0.DepthFrame(), geom.PointFilter{ConfThreshold: 1.5, Stride: 1})
+	p2, _ := geom.ConfidentPoints(nil, r0.DepthFrame(), geom.PointFilter{ConfThreshold: 1.5, Stride: 2})
+	if n1, n2 := len(p1), len(p2); n2 >= n1 || n2 == 0 {
 		t.Errorf("stride 2 kept %d of %d points", n2, n1)
 	}
 }
 
 // Phase 1 buffers the scale frames; afterwards one frame in, one out.
 func TestReplayPhaseOneBuffering(t *testing.T) {
-	s, err := NewReplayStream(goldenDir(t))
+	s, err := New(goldenDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}

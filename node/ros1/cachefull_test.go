@@ -1,4 +1,4 @@
-package node
+package ros1
 
 import (
 	"bytes"
@@ -12,13 +12,15 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/internal/golden/replay"
+	"github.com/lingbotmap/lingbotmap/node"
 	"github.com/lingbotmap/lingbotmap/test/rostest"
 )
 
 // fullStream is the real engine's behaviour once its cache is full: every
 // push fails with engine.ErrCacheFull until Reset.
 type fullStream struct {
-	*ReplayStream
+	*replay.Stream
 	mu     sync.Mutex
 	pushes int
 	limit  int
@@ -32,14 +34,14 @@ func (s *fullStream) Push(ctx context.Context, f engine.Frame) ([]engine.Result,
 	if full {
 		return nil, engine.ErrCacheFull
 	}
-	return s.ReplayStream.Push(ctx, f)
+	return s.Stream.Push(ctx, f)
 }
 
 func (s *fullStream) Reset() error {
 	s.mu.Lock()
 	s.pushes = 0
 	s.mu.Unlock()
-	return s.ReplayStream.Reset()
+	return s.Stream.Reset()
 }
 
 // syncLog is a goroutine-safe log sink.
@@ -65,14 +67,14 @@ func (l *syncLog) String() string {
 func TestNodeReportsFullCacheOnce(t *testing.T) {
 	master := rostest.StartMaster(t)
 	frames := rostest.Frames(t, 10)
-	replay, err := NewReplayStream(goldenDir(t))
+	replay, err := replay.New(goldenDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := DefaultConfig()
+	cfg := node.DefaultConfig()
 	cfg.QueuePolicy, cfg.DiagnosticsRate = "all", 20
 	logs := &syncLog{}
-	stream := &fullStream{ReplayStream: replay, limit: 5}
+	stream := &fullStream{Stream: replay, limit: 5}
 	r := startRig(t, master, "lbmfull", cfg, stream, slog.New(slog.NewTextHandler(logs, nil)), "/diagnostics")
 	rec, imgPub := r.rec, r.camera
 	for i, f := range frames {

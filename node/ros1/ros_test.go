@@ -1,4 +1,4 @@
-package node
+package ros1
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bluenviron/goroslib/v2"
+	"github.com/bluenviron/goroslib/v2/pkg/apimaster"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/diagnostic_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/geometry_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/nav_msgs"
@@ -24,8 +26,11 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/tf2_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"github.com/lingbotmap/lingbotmap/internal/golden/replay"
 	"github.com/lingbotmap/lingbotmap/msgs"
+	"github.com/lingbotmap/lingbotmap/node"
 	"github.com/lingbotmap/lingbotmap/test/rostest"
 )
 
@@ -139,12 +144,12 @@ func diagValue(d *diagnostic_msgs.DiagnosticArray, key string) string {
 func TestNodeAgainstRealMaster(t *testing.T) {
 	master := rostest.StartMaster(t)
 	frames := rostest.Frames(t, 16)
-	replay, err := NewReplayStream(goldenDir(t))
+	replay, err := replay.New(goldenDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	cfg := DefaultConfig()
+	cfg := node.DefaultConfig()
 	cfg.QueuePolicy = "all"
 	cfg.ImageTransport = "both"
 	cfg.UseCameraInfo = true
@@ -152,14 +157,15 @@ func TestNodeAgainstRealMaster(t *testing.T) {
 	cfg.DiagnosticsRate = 20
 	cfg.MasterCheckInterval = 0.2
 	cfg.SaveDir = t.TempDir()
-	ros := ROSEnv{MasterAddress: master.Addr, Host: "127.0.0.1", Namespace: "/", Name: "lbm",
+	// A host name, as ROS_HOSTNAME=localhost gives: the node advertises
+	// it through the master relay for the whole test, master restart included.
+	ros := ROSEnv{MasterAddress: master.Addr, Host: "localhost", Namespace: "/", Name: "lbm",
 		Remaps: map[string]string{"/image": "/cam/image_raw"}}
 	logw := io.Discard
 	if testing.Verbose() {
 		logw = os.Stderr
 	}
-	n, err := New(Options{Config: cfg, ROS: ros, Log: slog.New(slog.NewTextHandler(logw, nil)),
-		NewStream: func(context.Context, Config) (engine.Stream, error) { return replay, nil }})
+	n, err := newNode(ros, cfg, replay, slog.New(slog.NewTextHandler(logw, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +243,7 @@ func TestNodeAgainstRealMaster(t *testing.T) {
 				t.Fatalf("pose %d: quaternion not normalised (|q|²−1 = %g)", i, d)
 			}
 			// Independent check: the reference's world→camera extrinsic, inverted.
-			w2c := invertRigid(msgs.MatrixFromPose(p.Pose))
+			w2c := geom.InvertRigid(msgs.MatrixFromPose(p.Pose))
 			for a := range 3 {
 				for b := range 4 {
 					if d := math.Abs(w2c[a][b] - float64(ext[12*i+4*a+b])); d > 2e-5 {
@@ -302,7 +308,7 @@ func TestNodeAgainstRealMaster(t *testing.T) {
 					if !(r.Conf[p] > 1.5) {
 						continue
 					}
-					x := Unproject(u, v, float64(r.Depth[p]), r.Intrinsics, r.CamToWorld)
+					x := geom.Unproject(u, v, float64(r.Depth[p]), r.Intrinsics, r.CamToWorld)
 					g := got[k]
 					if g.X != float32(x[0]) || g.Y != float32(x[1]) || g.Z != float32(x[2]) || g.R != r.RGB[3*p] || g.G != r.RGB[3*p+1] || g.B != r.RGB[3*p+2] {
 						t.Fatalf("cloud %d point %d (pixel %d,%d): %+v, want %v", i, k, u, v, g, x)
@@ -458,6 +464,10 @@ func TestNodeAgainstRealMaster(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 		master.Start()
 		waitFor(t, "the node to re-register with the new master", 20*time.Second, func() bool { return master.Knows("/lbm") })
+		uri, err := apimaster.NewClient(master.Addr, "/asker", &http.Client{Timeout: 5 * time.Second}).LookupNode("/lbm")
+		if err != nil || !strings.HasPrefix(uri, "http://localhost:") {
+			t.Fatalf("after the restart the node registered as %q (%v), want its host name localhost", uri, err)
+		}
 		listener.Close()
 		rec2 := &recorder{}
 		l2 := rec2.subscribe(t, master.Addr, "/lbm")
@@ -485,11 +495,11 @@ func TestNodeAgainstRealMaster(t *testing.T) {
 func TestNodeBaseFrame(t *testing.T) {
 	master := rostest.StartMaster(t)
 	frames := rostest.Frames(t, 3)
-	replay, err := NewReplayStream(goldenDir(t))
+	replay, err := replay.New(goldenDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := DefaultConfig()
+	cfg := node.DefaultConfig()
 	cfg.QueuePolicy = "all"
 	cfg.BaseFrame = "base_link"
 	cfg.BaseToCamera = "0.1 0 0.2 -0.5 0.5 -0.5 0.5"
@@ -522,7 +532,7 @@ func TestNodeBaseFrame(t *testing.T) {
 			Position:    geometry_msgs.Point{X: tr.Transform.Translation.X, Y: tr.Transform.Translation.Y, Z: tr.Transform.Translation.Z},
 			Orientation: tr.Transform.Rotation,
 		})
-		got, want := mul(mapToBase, baseToCam), replay.Reference(i).CamToWorld
+		got, want := mul4(mapToBase, baseToCam), replay.Reference(i).CamToWorld
 		for a := range 3 {
 			for b := range 4 {
 				if d := math.Abs(got[a][b] - want[a][b]); d > 1e-6 {
@@ -536,13 +546,13 @@ func TestNodeBaseFrame(t *testing.T) {
 // slowStream makes the replay take a while per frame, like a real model
 // slower than the camera.
 type slowStream struct {
-	*ReplayStream
+	*replay.Stream
 	delay time.Duration
 }
 
 func (s slowStream) Push(ctx context.Context, f engine.Frame) ([]engine.Result, error) {
 	time.Sleep(s.delay)
-	return s.ReplayStream.Push(ctx, f)
+	return s.Stream.Push(ctx, f)
 }
 
 // rig is an in-process node on a private master, a recorder subscribed to its
@@ -555,14 +565,13 @@ type rig struct {
 
 // startRig runs a node named name with cfg and stream, and connects the
 // recorder and the camera to it; listened are the topics to wait for.
-func startRig(t *testing.T, master *rostest.Master, name string, cfg Config, stream engine.Stream, log *slog.Logger, listened ...string) *rig {
+func startRig(t *testing.T, master *rostest.Master, name string, cfg node.Config, stream engine.Stream, log *slog.Logger, listened ...string) *rig {
 	t.Helper()
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	ros := ROSEnv{MasterAddress: master.Addr, Host: "127.0.0.1", Namespace: "/", Name: name, Remaps: map[string]string{}}
-	n, err := New(Options{Config: cfg, ROS: ros, Log: log,
-		NewStream: func(context.Context, Config) (engine.Stream, error) { return stream, nil }})
+	n, err := newNode(ros, cfg, stream, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -609,11 +618,11 @@ func camera(t *testing.T, master *rostest.Master, name, topic, peer string) *gor
 func TestNodeLatestPolicyDropsAndCounts(t *testing.T) {
 	master := rostest.StartMaster(t)
 	frames := rostest.Frames(t, 16)
-	replay, err := NewReplayStream(goldenDir(t))
+	replay, err := replay.New(goldenDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := DefaultConfig()
+	cfg := node.DefaultConfig()
 	cfg.QueuePolicy, cfg.QueueSize, cfg.DiagnosticsRate = "latest", 1, 20
 	r := startRig(t, master, "lbm", cfg, slowStream{replay, 60 * time.Millisecond}, nil, "/lbm/pose", "/diagnostics")
 	rec, imgPub := r.rec, r.camera

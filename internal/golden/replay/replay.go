@@ -1,4 +1,8 @@
-package node
+// Package replay is a stand-in for the engine: an engine.Stream that
+// answers every frame with a golden case's reference outputs, so that tests
+// and demos of the node can check each published value against the official
+// code's numbers without running a model.
+package replay
 
 import (
 	"context"
@@ -8,17 +12,18 @@ import (
 	"sync"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
 	"github.com/lingbotmap/lingbotmap/internal/golden"
 )
 
-// ReplayStream is an engine.Stream that answers with a golden case's
+// Stream is an engine.Stream that answers with a golden case's
 // reference outputs (outputs.safetensors from the official PyTorch code)
 // instead of running a model. Frame i of the input gets reference frame
 // i mod N, whatever its pixels, so tests can check every published value
 // against known numbers. Like the real engine it buffers the first
 // scale_frames frames (phase 1) and returns them together.
-type ReplayStream struct {
+type Stream struct {
 	mu          sync.Mutex
 	n, w, h     int
 	scaleFrames int
@@ -35,9 +40,9 @@ type ReplayStream struct {
 	commits  int
 }
 
-// NewReplayStream loads dir/outputs.safetensors, dir/inputs.safetensors (for
+// New loads dir/outputs.safetensors, dir/inputs.safetensors (for
 // the colours) and dir/manifest.json (for the number of scale frames).
-func NewReplayStream(dir string) (*ReplayStream, error) {
+func New(dir string) (*Stream, error) {
 	out, err := golden.Open(dir, golden.OutputsFile)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
@@ -57,7 +62,7 @@ func NewReplayStream(dir string) (*ReplayStream, error) {
 	if !ok || len(inf.Shape) != 3 {
 		return nil, fmt.Errorf("replay: %s has no depth_conf tensor of shape [N,H,W]", dir)
 	}
-	s := &ReplayStream{n: inf.Shape[0], h: inf.Shape[1], w: inf.Shape[2], scaleFrames: m.Settings.NumScaleFrames, phase1: true}
+	s := &Stream{n: inf.Shape[0], h: inf.Shape[1], w: inf.Shape[2], scaleFrames: m.Settings.NumScaleFrames, phase1: true}
 	if s.n < 1 || s.scaleFrames < 1 || s.scaleFrames > s.n {
 		return nil, fmt.Errorf("replay: %s: %d frames with %d scale frames is not a usable case", dir, s.n, s.scaleFrames)
 	}
@@ -112,19 +117,19 @@ func NewReplayStream(dir string) (*ReplayStream, error) {
 }
 
 // Len is the number of reference frames; Size is their resolution.
-func (s *ReplayStream) Len() int         { return s.n }
-func (s *ReplayStream) Size() (w, h int) { return s.w, s.h }
-func (s *ReplayStream) ScaleFrames() int { return s.scaleFrames }
+func (s *Stream) Len() int         { return s.n }
+func (s *Stream) Size() (w, h int) { return s.w, s.h }
+func (s *Stream) ScaleFrames() int { return s.scaleFrames }
 
 // Reference is the result reference frame i yields (with zero Seq and Stamp).
-func (s *ReplayStream) Reference(i int) engine.Result {
+func (s *Stream) Reference(i int) engine.Result {
 	i = ((i % s.n) + s.n) % s.n
 	kind := s.kind[i]
 	return engine.Result{
 		Kind:       kind,
-		CamToWorld: PoseEncToCamToWorld(s.poseEnc[i]),
+		CamToWorld: geom.PoseEncToCamToWorld(s.poseEnc[i]),
 		PoseEnc:    s.poseEnc[i],
-		Intrinsics: IntrinsicsFromPoseEnc(s.poseEnc[i], s.w, s.h),
+		Intrinsics: geom.IntrinsicsFromPoseEnc(s.poseEnc[i], s.w, s.h),
 		Width:      s.w,
 		Height:     s.h,
 		Depth:      s.depth[i],
@@ -133,7 +138,7 @@ func (s *ReplayStream) Reference(i int) engine.Result {
 	}
 }
 
-func (s *ReplayStream) result(f engine.Frame) engine.Result {
+func (s *Stream) result(f engine.Frame) engine.Result {
 	r := s.Reference(s.next)
 	s.next++
 	r.Seq, r.Stamp = f.Seq, f.Stamp
@@ -151,7 +156,7 @@ func checkFrame(f engine.Frame) error {
 }
 
 // Push implements engine.Stream.
-func (s *ReplayStream) Push(ctx context.Context, f engine.Frame) ([]engine.Result, error) {
+func (s *Stream) Push(ctx context.Context, f engine.Frame) ([]engine.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -171,7 +176,7 @@ func (s *ReplayStream) Push(ctx context.Context, f engine.Frame) ([]engine.Resul
 	return []engine.Result{s.result(f)}, nil
 }
 
-func (s *ReplayStream) flushLocked() []engine.Result {
+func (s *Stream) flushLocked() []engine.Result {
 	var out []engine.Result
 	for _, f := range s.pending {
 		out = append(out, s.result(f))
@@ -182,7 +187,7 @@ func (s *ReplayStream) flushLocked() []engine.Result {
 }
 
 // Flush implements engine.Stream: the buffered scale frames come out.
-func (s *ReplayStream) Flush(ctx context.Context) ([]engine.Result, error) {
+func (s *Stream) Flush(ctx context.Context) ([]engine.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.pending) == 0 {
@@ -193,7 +198,7 @@ func (s *ReplayStream) Flush(ctx context.Context) ([]engine.Result, error) {
 
 // Stats implements engine.Stream with a cache shaped like the reference's
 // (scale pages, then a sliding window of 4 live pages).
-func (s *ReplayStream) Stats() engine.CacheStats {
+func (s *Stream) Stats() engine.CacheStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	scale := min(s.commits, s.scaleFrames)
@@ -211,7 +216,7 @@ func (s *ReplayStream) Stats() engine.CacheStats {
 }
 
 // Reset implements engine.Stream: the next frame is reference frame 0 again.
-func (s *ReplayStream) Reset() error {
+func (s *Stream) Reset() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.next, s.commits, s.pending, s.phase1 = 0, 0, nil, true
@@ -219,4 +224,4 @@ func (s *ReplayStream) Reset() error {
 }
 
 // Close implements engine.Stream.
-func (s *ReplayStream) Close() error { return nil }
+func (s *Stream) Close() error { return nil }

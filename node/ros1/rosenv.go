@@ -1,4 +1,4 @@
-package node
+package ros1
 
 import (
 	"fmt"

@@ -1,0 +1,174 @@
+package mapio
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"time"
+
+	"github.com/lingbotmap/lingbotmap/engine/geom"
+)
+
+// The file names Map.Save writes.
+const (
+	MapFile        = "map.ply"
+	TrajectoryFile = "trajectory.tum"
+)
+
+// MapConfig is how a Map filters and keeps what it is given.
+type MapConfig struct {
+	// VoxelSize is the voxel edge in model units (metres for metric models);
+	// each voxel keeps the mean of its points. > 0.
+	VoxelSize float64
+	// Filter picks each frame's confident pixels (threshold and stride).
+	Filter geom.PointFilter
+	// MaxPoses bounds the trajectory, oldest poses dropped first; 0 keeps all.
+	MaxPoses int
+}
+
+// Check names the setting that is wrong.
+func (c MapConfig) Check() error {
+	var errs []error
+	if !(c.VoxelSize > 0) || math.IsInf(c.VoxelSize, 0) {
+		errs = append(errs, fmt.Errorf("mapio: voxel size must be positive, not %g", c.VoxelSize))
+	}
+	if err := c.Filter.Check(); err != nil {
+		errs = append(errs, fmt.Errorf("mapio: %w", err))
+	}
+	if c.MaxPoses < 0 {
+		errs = append(errs, fmt.Errorf("mapio: max poses must be ≥ 0, not %d", c.MaxPoses))
+	}
+	return errors.Join(errs...)
+}
+
+// PathPose is one camera pose of the trajectory.
+type PathPose struct {
+	Seq        uint64
+	Stamp      time.Time
+	CamToWorld geom.Mat4
+	// T and Q are CamToWorld as position and unit quaternion (x, y, z, w),
+	// w ≥ 0, of its nearest rotation: what a ROS pose and a TUM line carry.
+	T [3]float64
+	Q geom.Quat
+}
+
+// Stats counts what a Map holds.
+type Stats struct {
+	Poses    int   // in the trajectory now
+	PointsIn int64 // confident points added since the last reset
+	Voxels   int   // points of the map
+}
+
+// Map accumulates one mapping session: the camera trajectory and a voxel map
+// of the confident points of the frames given to AddPoints. The node, `run`
+// and every transport keep one, so their maps and files agree. It is not
+// safe for concurrent use.
+type Map struct {
+	cfg      MapConfig
+	grid     *VoxelGrid
+	path     []PathPose
+	buf      []geom.Point
+	pointsIn int64
+}
+
+// NewMap checks the configuration and makes an empty map.
+func NewMap(cfg MapConfig) (*Map, error) {
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	return &Map{cfg: cfg, grid: NewVoxelGrid(cfg.VoxelSize)}, nil
+}
+
+// Config is the configuration the map was made with.
+func (m *Map) Config() MapConfig { return m.cfg }
+
+// AddPose appends a camera→world pose to the trajectory. A pose that is no
+// rigid transform (geom.Decompose's degenerate cases) is refused with an
+// error wrapping geom.ErrDegenerate, so the trajectory never holds NaNs.
+func (m *Map) AddPose(seq uint64, stamp time.Time, camToWorld geom.Mat4) error {
+	t, q, err := geom.Decompose(camToWorld)
+	if err != nil {
+		return fmt.Errorf("mapio: pose of frame %d: %w", seq, err)
+	}
+	m.path = append(m.path, PathPose{Seq: seq, Stamp: stamp, CamToWorld: camToWorld, T: t, Q: q})
+	if n := m.cfg.MaxPoses; n > 0 && len(m.path) > n {
+		m.path = append(m.path[:0], m.path[len(m.path)-n:]...)
+	}
+	return nil
+}
+
+// AddPoints adds a frame's confident points (geom.ConfidentPoints with the
+// map's filter) to the voxel map and returns them, e.g. for a cloud message.
+// The returned slice is reused by the next call.
+func (m *Map) AddPoints(f geom.DepthFrame) ([]geom.Point, error) {
+	var err error
+	m.buf, err = geom.ConfidentPoints(m.buf[:0], f, m.cfg.Filter)
+	if err != nil {
+		return nil, fmt.Errorf("mapio: %w", err)
+	}
+	m.pointsIn += int64(len(m.buf))
+	m.grid.Add(m.buf)
+	return m.buf, nil
+}
+
+// Points is the voxel map: one averaged point per voxel, in the order the
+// voxels were first filled. The slice is the caller's.
+func (m *Map) Points() []geom.Point { return m.grid.Points() }
+
+// Path is a copy of the trajectory, oldest first.
+func (m *Map) Path() []PathPose { return append([]PathPose(nil), m.path...) }
+
+// Trajectory is the trajectory as TUM lines.
+func (m *Map) Trajectory() []StampedPose {
+	out := make([]StampedPose, len(m.path))
+	for i, p := range m.path {
+		out[i] = StampedPose{Time: Seconds(p.Stamp), T: p.T, Q: p.Q}
+	}
+	return out
+}
+
+// Stats counts poses, points added and voxels.
+func (m *Map) Stats() Stats {
+	return Stats{Poses: len(m.path), PointsIn: m.pointsIn, Voxels: m.grid.Len()}
+}
+
+// Reset empties the trajectory and the map.
+func (m *Map) Reset() {
+	m.path = m.path[:0]
+	m.grid.Reset()
+	m.pointsIn = 0
+}
+
+// FilterComments record the map's filter settings, one line each; Save puts
+// them into the PLY header.
+func (m *Map) FilterComments() []string {
+	return []string{
+		fmt.Sprintf("conf_threshold %g (pixels with confidence > threshold kept)", m.cfg.Filter.ConfThreshold),
+		fmt.Sprintf("voxel_size %g (one averaged point per voxel)", m.cfg.VoxelSize),
+		fmt.Sprintf("pixel_stride %d", m.cfg.Filter.Stride),
+	}
+}
+
+// Saved says what Save wrote.
+type Saved struct {
+	MapPath, TrajectoryPath string
+	Points, Poses           int
+}
+
+// Save writes the map (MapFile: comments, then FilterComments, in the PLY
+// header) and the trajectory (TrajectoryFile) into dir, each atomically
+// (WriteFileAtomic). The directory must exist.
+func (m *Map) Save(dir string, comments ...string) (Saved, error) {
+	s := Saved{MapPath: filepath.Join(dir, MapFile), TrajectoryPath: filepath.Join(dir, TrajectoryFile)}
+	pts := m.Points()
+	tr := m.Trajectory()
+	s.Points, s.Poses = len(pts), len(tr)
+	all := append(append([]string(nil), comments...), m.FilterComments()...)
+	err := errors.Join(
+		WriteFileAtomic(s.MapPath, func(w io.Writer) error { return WritePLY(w, pts, all...) }),
+		WriteFileAtomic(s.TrajectoryPath, func(w io.Writer) error { return WriteTUM(w, tr) }),
+	)
+	return s, err
+}

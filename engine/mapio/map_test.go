@@ -1,0 +1,187 @@
+package mapio
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lingbotmap/lingbotmap/engine/geom"
+)
+
+// frameAt is a 4×2 frame at depth 1 seen by a camera at x, its left half
+// confident (conf 3) and its right half not (conf 1).
+func frameAt(x float64) geom.DepthFrame {
+	f := geom.DepthFrame{
+		Width: 4, Height: 2,
+		Depth: make([]float32, 8), Conf: make([]float32, 8), RGB: make([]uint8, 24),
+		Intrinsics: geom.Intrinsics{1, 1, 0, 0},
+		CamToWorld: translation(x),
+	}
+	for i := range 8 {
+		f.Depth[i] = 1
+		f.Conf[i] = 1
+		if i%4 < 2 {
+			f.Conf[i] = 3
+		}
+		f.RGB[3*i] = uint8(10 * i)
+	}
+	return f
+}
+
+func translation(x float64) geom.Mat4 {
+	return geom.Mat4{{1, 0, 0, x}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}}
+}
+
+func readTUMLines(t *testing.T, path string) [][8]float64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out [][8]float64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "#") {
+			continue
+		}
+		var v [8]float64
+		for i, s := range strings.Fields(sc.Text()) {
+			if v[i], err = strconv.ParseFloat(s, 64); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func TestMapAccumulatesAndSaves(t *testing.T) {
+	m, err := NewMap(MapConfig{VoxelSize: 0.5, Filter: geom.PointFilter{ConfThreshold: 2, Stride: 1}, MaxPoses: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1700000000, 500000000)
+	for k := range 3 {
+		if err := m.AddPose(uint64(k), t0.Add(time.Duration(k)*time.Second), translation(float64(k))); err != nil {
+			t.Fatal(err)
+		}
+		pts, err := m.AddPoints(frameAt(float64(10 * k)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Pixels (0,0), (1,0), (0,1), (1,1): x = u + 10k, y = v, z = 1.
+		if len(pts) != 4 || pts[1] != (geom.Point{X: float32(1 + 10*k), Y: 0, Z: 1, R: 10}) {
+			t.Fatalf("frame %d: points %+v", k, pts)
+		}
+	}
+	if s := m.Stats(); s.Poses != 2 || s.PointsIn != 12 || s.Voxels != 12 {
+		t.Fatalf("stats %+v, want 2 poses (MaxPoses), 12 points, 12 voxels", s)
+	}
+	if p := m.Path(); p[0].Seq != 1 || p[1].T != [3]float64{2, 0, 0} || p[1].Q != (geom.Quat{0, 0, 0, 1}) {
+		t.Fatalf("path %+v", p)
+	}
+	// A pose that is no rigid transform is refused and leaves the path alone.
+	if err := m.AddPose(9, t0, geom.Mat4{{0, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}}); !errors.Is(err, geom.ErrDegenerate) {
+		t.Fatalf("degenerate pose: %v", err)
+	}
+	if _, err := m.AddPoints(geom.DepthFrame{Width: 2, Height: 2, Depth: make([]float32, 3), Intrinsics: geom.Intrinsics{1, 1, 0, 0}}); err == nil {
+		t.Fatal("a short depth map was accepted")
+	}
+
+	dir := t.TempDir()
+	saved, err := m.Save(dir, "lingbotmap test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if saved.Points != 12 || saved.Poses != 2 || saved.MapPath != filepath.Join(dir, MapFile) {
+		t.Fatalf("saved %+v", saved)
+	}
+	f, err := os.Open(saved.MapPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, comments, err := ReadPLY(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pts) != 12 || pts[11] != m.Points()[11] {
+		t.Fatalf("PLY points %+v", pts)
+	}
+	if c := strings.Join(comments, "|"); c != "lingbotmap test|conf_threshold 2 (pixels with confidence > threshold kept)|voxel_size 0.5 (one averaged point per voxel)|pixel_stride 1" {
+		t.Errorf("PLY comments %q", c)
+	}
+	lines := readTUMLines(t, saved.TrajectoryPath)
+	if len(lines) != 2 || lines[0] != [8]float64{1700000001.5, 1, 0, 0, 0, 0, 0, 1} || lines[1][0] != 1700000002.5 {
+		t.Fatalf("TUM lines %v", lines)
+	}
+	for _, p := range []string{saved.MapPath, saved.TrajectoryPath} {
+		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o644 {
+			t.Errorf("%s: %v %v", p, st.Mode(), err)
+		}
+	}
+
+	m.Reset()
+	if s := m.Stats(); s != (Stats{}) || len(m.Points()) != 0 {
+		t.Fatalf("after reset %+v", s)
+	}
+}
+
+func TestMapConfigChecked(t *testing.T) {
+	for _, c := range []struct {
+		cfg  MapConfig
+		want string
+	}{
+		{MapConfig{VoxelSize: 0, Filter: geom.PointFilter{Stride: 1}}, "voxel size"},
+		{MapConfig{VoxelSize: math.Inf(1), Filter: geom.PointFilter{Stride: 1}}, "voxel size"},
+		{MapConfig{VoxelSize: 1, Filter: geom.PointFilter{Stride: 0}}, "stride"},
+		{MapConfig{VoxelSize: 1, Filter: geom.PointFilter{Stride: 1, ConfThreshold: math.NaN()}}, "threshold"},
+		{MapConfig{VoxelSize: 1, Filter: geom.PointFilter{Stride: 1}, MaxPoses: -1}, "max poses"},
+	} {
+		if _, err := NewMap(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
+		}
+	}
+}
+
+// A failed write leaves the old file as it was and no temporary file behind.
+func TestWriteFileAtomic(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "map.ply")
+	if err := os.WriteFile(p, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	err := WriteFileAtomic(p, func(w io.Writer) error {
+		if _, err := w.Write([]byte("half a new fi")); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), p) {
+		t.Fatalf("error %v", err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "old" {
+		t.Fatalf("file now %q", b)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("left behind: %v", ents)
+	}
+	if err := WriteFileAtomic(p, func(w io.Writer) error { _, err := w.Write([]byte("new")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "new" {
+		t.Fatalf("file now %q", b)
+	}
+	if err := WriteFileAtomic(filepath.Join(dir, "missing", "x"), func(io.Writer) error { return nil }); err == nil {
+		t.Error("a file in a missing folder was written")
+	}
+}

@@ -1,0 +1,134 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"image"
+	"io"
+	"time"
+
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
+
+	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/msgs"
+)
+
+// subscribe opens the camera inputs the configuration asks for. Their
+// handlers block on a full queue (policy all) until ctx ends.
+func (n *Node) subscribe(ctx context.Context) ([]io.Closer, error) {
+	var subs []io.Closer
+	sub := func(name string, typ any, role Role, handle func(msg any, err error)) error {
+		c, err := n.tr.Subscribe(TopicSpec{Name: name, Type: typ, Role: role}, handle)
+		if err != nil {
+			return fmt.Errorf("node: subscribing to %s: %w", name, err)
+		}
+		subs = append(subs, c)
+		return nil
+	}
+	var err error
+	if n.cfg.ImageTransport != "compressed" {
+		err = sub(n.tr.Resolve("image"), &sensor_msgs.Image{}, RoleSensor, func(msg any, err error) {
+			m, _ := msg.(*sensor_msgs.Image)
+			if err == nil && m == nil {
+				err = fmt.Errorf("unexpected message %T on the image topic", msg)
+			}
+			if err != nil {
+				n.onInput(ctx, nil, err, std_msgs.Header{})
+				return
+			}
+			img, err := msgs.DecodeImage(m)
+			n.onInput(ctx, img, err, m.Header)
+		})
+	}
+	if err == nil && n.cfg.ImageTransport != "raw" {
+		err = sub(n.compressedTopic(), &sensor_msgs.CompressedImage{}, RoleSensor, func(msg any, err error) {
+			m, _ := msg.(*sensor_msgs.CompressedImage)
+			if err == nil && m == nil {
+				err = fmt.Errorf("unexpected message %T on the compressed image topic", msg)
+			}
+			if err != nil {
+				n.onInput(ctx, nil, err, std_msgs.Header{})
+				return
+			}
+			img, err := msgs.DecodeCompressed(m)
+			n.onInput(ctx, img, err, m.Header)
+		})
+	}
+	if err == nil && n.cfg.UseCameraInfo {
+		err = sub(n.tr.Resolve("camera_info"), &sensor_msgs.CameraInfo{}, RoleSensor, func(msg any, err error) {
+			m, _ := msg.(*sensor_msgs.CameraInfo)
+			if err == nil && m == nil {
+				err = fmt.Errorf("unexpected message %T on the camera_info topic", msg)
+			}
+			n.onCameraInfo(m, err)
+		})
+	}
+	if err != nil {
+		closeAll(subs)
+		return nil, err
+	}
+	return subs, nil
+}
+
+// onInput takes a decoded image (or the reason it could not be decoded) into the queue.
+func (n *Node) onInput(ctx context.Context, img *image.RGBA, err error, h std_msgs.Header) {
+	n.stats.received.Add(1)
+	if err != nil {
+		n.skip(decodeKind(err), err)
+		return
+	}
+	if n.paused.Load() {
+		n.stats.pausedFrames.Add(1)
+		return
+	}
+	w, hgt := img.Bounds().Dx(), img.Bounds().Dy()
+	n.mu.Lock()
+	if n.size == [2]int{} {
+		n.size = [2]int{w, hgt}
+	}
+	start := n.size
+	n.mu.Unlock()
+	if start != [2]int{w, hgt} {
+		n.skip("size_change", fmt.Errorf("image is %d×%d but this map started at %d×%d; call ~reset to start a new map at the new size", w, hgt, start[0], start[1]))
+		return
+	}
+	qf := queuedFrame{
+		frame:    engine.Frame{Seq: n.nextSeq.Add(1) - 1, Stamp: h.Stamp, Image: img},
+		frameID:  h.FrameId,
+		received: time.Now(),
+	}
+	if err := n.queue.Push(ctx, qf); err != nil {
+		n.stats.droppedOnClose.Add(1)
+	}
+}
+
+// decodeKind names the kind of a decoding failure for counting and reporting.
+func decodeKind(err error) string {
+	var de *msgs.DecodeError
+	if errors.As(err, &de) {
+		return de.Kind
+	}
+	return "corrupt"
+}
+
+// skip counts a rejected input and reports the first of each kind.
+func (n *Node) skip(kind string, err error) {
+	if n.stats.skip(kind, err) {
+		n.log.Warn("skipping input images of this kind (reported once; counted in /diagnostics)", "kind", kind, "reason", err)
+	}
+}
+
+func (n *Node) onCameraInfo(m *sensor_msgs.CameraInfo, err error) {
+	if err != nil {
+		n.skip("camera_info", err)
+		return
+	}
+	fx, fy, cx, cy, w, h, err := msgs.CameraInfoK(m)
+	if err != nil {
+		n.skip("camera_info", err)
+		return
+	}
+	n.stats.setCameraInfo(fmt.Sprintf("fx=%.2f fy=%.2f cx=%.2f cy=%.2f %dx%d", fx, fy, cx, cy, w, h))
+}

@@ -1,0 +1,99 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+// serve offers the node's std_srvs/Trigger services.
+func (n *Node) serve() ([]io.Closer, error) {
+	var srvs []io.Closer
+	for _, sv := range []struct {
+		name   string
+		handle func(ctx context.Context) (string, error)
+	}{
+		{"~reset", func(context.Context) (string, error) { return "map reset", n.reset() }},
+		{"~pause", func(context.Context) (string, error) {
+			n.paused.Store(true)
+			return "paused: incoming images are ignored", nil
+		}},
+		{"~resume", func(context.Context) (string, error) { n.paused.Store(false); return "resumed", nil }},
+		{"~save_map", func(context.Context) (string, error) { return n.saveMap() }},
+	} {
+		name, handle := n.tr.Resolve(sv.name), sv.handle
+		c, err := n.tr.ServeTrigger(name, func(ctx context.Context) (string, error) {
+			msg, err := handle(ctx)
+			if err != nil {
+				n.log.Warn("service failed", "service", name, "err", err)
+			}
+			return msg, err
+		})
+		if err != nil {
+			closeAll(srvs)
+			return nil, fmt.Errorf("node: offering service %s: %w", name, err)
+		}
+		srvs = append(srvs, c)
+	}
+	return srvs, nil
+}
+
+// reset starts a new map: engine caches, queue, path, map and input size.
+func (n *Node) reset() error {
+	n.engineMu.Lock()
+	err := n.stream.Reset()
+	n.engineMu.Unlock()
+	n.stats.cacheFull.Store(false)
+	drained := n.queue.Drain()
+	n.mu.Lock()
+	n.m.Reset()
+	n.lastStamp = time.Time{}
+	n.mapDirty = true
+	n.size = [2]int{}
+	clear(n.frameIDs)
+	n.mu.Unlock()
+	n.log.Info("map reset", "dropped_queued_frames", drained)
+	n.publishMap(true)
+	n.publishPath()
+	if err != nil {
+		return fmt.Errorf("resetting the engine: %w", err)
+	}
+	return nil
+}
+
+// saveMap writes map.ply and trajectory.tum into the directory named by the
+// save_dir parameter at the time of the call (ROS 1: rosparam set
+// ~save_dir), or the save_dir setting.
+func (n *Node) saveMap() (string, error) {
+	dir := n.cfg.SaveDir
+	params := n.tr.Params()
+	name := paramName(params, "save_dir")
+	set, err := params.IsSet("save_dir")
+	if err != nil {
+		n.log.Warn("cannot read the save_dir parameter; using the setting", "parameter", name, "dir", dir, "err", err)
+	}
+	if err == nil && set {
+		d, err := params.String("save_dir")
+		if err != nil {
+			return "", fmt.Errorf("parameter %s must be a string: %w", name, err)
+		}
+		dir = d
+	}
+	if dir == "" {
+		return "", fmt.Errorf("no directory: set the parameter %s", name)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("creating %s: %w", dir, err)
+	}
+	// The map is not safe for concurrent use: publishing waits for the files.
+	n.mu.Lock()
+	saved, err := n.m.Save(dir, "lingbotmap map, frame "+n.cfg.MapFrame)
+	n.mu.Unlock()
+	if err != nil {
+		return "", fmt.Errorf("saving the map: %w", err)
+	}
+	n.log.Info("map saved", "ply", saved.MapPath, "points", saved.Points, "tum", saved.TrajectoryPath, "poses", saved.Poses)
+	return fmt.Sprintf("wrote %d points to %s and %d poses to %s", saved.Points, saved.MapPath, saved.Poses, saved.TrajectoryPath), nil
+}
