@@ -358,6 +358,30 @@ func TestCoreCountsDecodeErrorsOncePerKind(t *testing.T) {
 	}
 }
 
+// 16-bit images are used, reduced to 8 bits, and the reduction is reported
+// once per encoding, not per frame.
+func TestCoreReports16BitInputOnce(t *testing.T) {
+	cfg := fastConfig(t)
+	ref := goldenReplay(t)
+	w, h := ref.Size()
+	tr := nodetest.New("/lbm", nil)
+	c := startCore(t, cfg, ref, tr, "/image")
+	for i := range 3 {
+		m := frame(i, w, h, "cam")
+		m.Encoding, m.Step, m.Data = "mono16", uint32(2*w), make([]byte, 2*w*h)
+		if err := tr.Deliver("/image", m, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitDiag(t, tr, map[string]string{"frames_received": "3", "skipped_total": "0"})
+	if got := strings.Count(c.logs.String(), "converted with a loss"); got != 1 {
+		t.Errorf("%d reports of the 16-bit reduction for 3 mono16 frames, want 1:\n%s", got, c.logs.String())
+	}
+	if !strings.Contains(c.logs.String(), "mono16") {
+		t.Errorf("the report does not name the encoding:\n%s", c.logs.String())
+	}
+}
+
 // The services: pause ignores frames, resume takes them again, save_map
 // writes what was published into the directory of the save_dir parameter,
 // reset clears the path and the map.

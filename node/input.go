@@ -39,6 +39,9 @@ func (n *Node) subscribe(ctx context.Context) ([]io.Closer, error) {
 				return
 			}
 			img, err := msgs.DecodeImage(m)
+			if loss, ok := msgs.PrecisionLoss(m.Encoding); ok && err == nil {
+				n.noticeOnce("precision_"+m.Encoding, loss)
+			}
 			n.onInput(ctx, img, err, m.Header)
 		})
 	}
@@ -131,4 +134,12 @@ func (n *Node) onCameraInfo(m *sensor_msgs.CameraInfo, err error) {
 		return
 	}
 	n.stats.setCameraInfo(fmt.Sprintf("fx=%.2f fy=%.2f cx=%.2f cy=%.2f %dx%d", fx, fy, cx, cy, w, h))
+}
+
+// noticeOnce logs a warning about inputs that are used but changed (16-bit
+// samples reduced to 8 bits), the first time each kind is seen.
+func (n *Node) noticeOnce(kind, msg string) {
+	if _, seen := n.notices.LoadOrStore(kind, true); !seen {
+		n.log.Warn("input images are converted with a loss (reported once)", "kind", kind, "detail", msg)
+	}
 }

@@ -52,7 +52,8 @@ type Node struct {
 	baseToCam *[4][4]float64 // camera pose in base_frame, nil without base_frame
 	paused    atomic.Bool
 	nextSeq   atomic.Uint64
-	out       outputs // opened once in Run before any loop starts
+	notices   sync.Map // kinds of lossy input already reported (noticeOnce)
+	out       outputs  // opened once in Run before any loop starts
 
 	mu        sync.Mutex // guards the map state and the counters below
 	m         *mapio.Map // the trajectory and the voxel map
