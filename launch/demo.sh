@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # The main job on the bundled sample, on the CPU, with no download:
-#   1. installs Debian's ROS 1 tools, rviz and Xvfb (test/install-deps.sh),
-#   2. builds bin/lingbotmap,
-#   3. writes a ROS bag of the 16 frames in test/data/courthouse,
-#   4. starts a private roscore, the node (random-weight tiny model) and rviz
-#      under Xvfb, plays the bag, calls ~save_map, takes an rviz screenshot,
+#   1. installs Debian's ROS 1 tools, rviz, Xvfb and Cyclone DDS
+#      (test/install-deps.sh) and builds bin/lingbotmap with ROS 2 support,
+#   2. writes a ROS 1 bag and a ROS 2 bag (MCAP) of the 16 frames in
+#      test/data/courthouse,
+#   3. ROS 1: starts a private roscore, the node (random-weight tiny model) and
+#      rviz under Xvfb, plays the bag, calls ~save_map, takes an rviz screenshot,
+#   4. ROS 2, in a private loopback-only network namespace (test/netns.sh):
+#      the node, `lingbotmap bag play` of the MCAP bag, and an independent
+#      Cyclone DDS peer (test/ros2peers) that receives every pose and calls
+#      ~/save_map,
 #   5. maps the same frames offline with `lingbotmap run` (preview.png).
 # Everything is left in out/demo (or the folder given as the first argument).
 #
@@ -18,8 +23,8 @@ export PATH="/usr/local/go/bin:$PATH"
 weights=${WEIGHTS:-}
 
 test/install-deps.sh
-echo "== building bin/lingbotmap"
-go build -o bin/lingbotmap ./cmd/lingbotmap
+echo "== building bin/lingbotmap (with ROS 2: -tags ros2)"
+go build -tags ros2 -o bin/lingbotmap ./cmd/lingbotmap
 bin=$root/bin/lingbotmap
 
 echo "== writing $out/frames.bag"
@@ -80,16 +85,47 @@ sleep 3 # let rviz draw the last map
 DISPLAY=$display import -window root "$out/rviz.png"
 kill -INT "$node_pid"; wait "$node_pid" || true
 
+echo "== ROS 2: the node, bag play and an independent Cyclone DDS subscriber"
+"$bin" bag --format mcap --images test/data/courthouse --out "$out/frames.mcap" --rate 2 --topic /camera/image_raw --frame-id camera_optical
+peers=$(test/ros2peers/build.sh | tail -1)
+mkdir -p "$out/ros2"
+rm -f "$out/ros2/map.ply" "$out/ros2/trajectory.tum"
+DEMO_BIN=$bin DEMO_OUT=$out DEMO_PEER=$peers/cyclone-peer DEMO_N=$n DEMO_WEIGHTS=$weights \
+  test/netns.sh bash -c '
+  set -u
+  o=$DEMO_OUT/ros2
+  "$DEMO_BIN" node --ros 2 --queue-policy=all --weights="$DEMO_WEIGHTS" --model-size=tiny \
+    --ros-args -r __node:=lingbotmap -p save_dir:="$o" >"$o/node.log" 2>&1 &
+  node=$!
+  "$DEMO_PEER" listen --secs 300 pose:/lingbotmap/pose >"$o/peer.log" 2>&1 &
+  peer=$!
+  "$DEMO_BIN" bag play --delay 2s "$DEMO_OUT/frames.mcap" >"$o/play.log" 2>&1
+  for _ in $(seq 300); do
+    [ "$(grep -c "\"event\":\"msg\",\"kind\":\"pose\"" "$o/peer.log" || true)" -ge "$DEMO_N" ] && break
+    sleep 0.5
+  done
+  "$DEMO_PEER" call --timeout 30 /lingbotmap/save_map >"$o/save_map.log" 2>&1 || true
+  kill -INT $node; wait $node || true
+  kill -TERM $peer; wait $peer || true
+'
+grep '"event":"msg","kind":"pose"' "$out/ros2/peer.log" >"$out/ros2/poses.jsonl" || true
+got=$(wc -l <"$out/ros2/poses.jsonl")
+[ "$got" -ge "$n" ] || { echo "the Cyclone DDS peer received $got of $n poses (see $out/ros2/*.log)"; exit 1; }
+have2=$(grep -vc '^#' "$out/ros2/trajectory.tum" 2>/dev/null || echo 0)
+[ "$have2" -ge "$n" ] || { echo "the ROS 2 node saved $have2 of $n poses (see $out/ros2/save_map.log)"; exit 1; }
+
 echo "== mapping the same frames offline"
 "$bin" run test/data/courthouse --out "$out/run" --weights="$weights" --model-size tiny --no-progress
 
 cat <<EOF
 
 Done. Outputs in $out:
-  frames.bag        the input bag (16 frames of sensor_msgs/Image)
-  map.ply           the node's map (~save_map), trajectory.tum its trajectory ($have poses)
-  rviz.png          rviz during the replay
-  run/              lingbotmap run: trajectory.tum, map.ply, run.json, preview.png, depth/
+  frames.bag, frames.mcap  the inputs: a ROS 1 bag and a ROS 2 bag of 16 frames
+  rviz.png          rviz during the ROS 1 replay
+  map.ply           the ROS 1 node's map (~save_map), trajectory.tum its trajectory ($have poses)
+  ros2/poses.jsonl  the ROS 2 node's $got poses as an independent Cyclone DDS peer decoded them
+  ros2/map.ply      the ROS 2 node's map (~/save_map called by the peer), ros2/trajectory.tum ($have2 poses)
+  run/              lingbotmap run: trajectory.tum, map.ply, run.json, preview.png, depth/, depth_color/
   node.log          the node's log
 (A random-weight model gives no meaningful map; see README "Official weights".)
 EOF
