@@ -218,7 +218,7 @@ func TestCoreFramesToOutputs(t *testing.T) {
 	keyframes := 0
 	for i := range n {
 		r := ref.Reference(i)
-		want := msgs.PoseFromMatrix(r.CamToWorld)
+		want := poseOf(t, r.CamToWorld)
 		p := poses[i].(*geometry_msgs.PoseStamped)
 		if !p.Header.Stamp.Equal(stampOf(i)) || p.Header.FrameId != "map" || p.Pose != want {
 			t.Fatalf("pose %d: %v %q %+v, want %v map %+v", i, p.Header.Stamp, p.Header.FrameId, p.Pose, stampOf(i), want)
@@ -497,7 +497,7 @@ func TestCoreShutdownFlushes(t *testing.T) {
 		t.Fatalf("%d poses after shutdown, want the 2 buffered frames", len(poses))
 	}
 	for i, p := range poses {
-		if p.(*geometry_msgs.PoseStamped).Pose != msgs.PoseFromMatrix(ref.Reference(i).CamToWorld) {
+		if p.(*geometry_msgs.PoseStamped).Pose != poseOf(t, ref.Reference(i).CamToWorld) {
 			t.Fatalf("flushed pose %d differs from the reference", i)
 		}
 	}
@@ -612,4 +612,14 @@ func TestCoreRejectsDegenerateResults(t *testing.T) {
 	if got := strings.Count(c.logs.String(), "cannot be mapped"); got != 1 {
 		t.Errorf("%d reports of unmappable results, want 1:\n%s", got, c.logs.String())
 	}
+}
+
+// poseOf is the pose message of a camera→world matrix, as the node builds it.
+func poseOf(t *testing.T, m geom.Mat4) geometry_msgs.Pose {
+	t.Helper()
+	tr, q, err := geom.Decompose(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msgs.Pose(tr, q)
 }

@@ -26,7 +26,6 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/internal/golden/replay"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
-	"github.com/lingbotmap/lingbotmap/msgs"
 	"github.com/lingbotmap/lingbotmap/test/rostest"
 )
 
@@ -209,7 +208,7 @@ func (l *listener) checkPoses(t *testing.T, n int) {
 		t.Fatalf("%d poses, want %d", len(l.poses), n)
 	}
 	for i, p := range l.poses {
-		want := msgs.PoseFromMatrix(ref.Reference(i).CamToWorld)
+		want := poseOf(t, ref.Reference(i).CamToWorld)
 		if !p.Header.Stamp.Equal(rostest.StampOf(i)) || p.Header.FrameId != "map" || p.Pose != want {
 			t.Fatalf("pose %d: %v %q %+v; want %v map %+v", i, p.Header.Stamp, p.Header.FrameId, p.Pose, rostest.StampOf(i), want)
 		}

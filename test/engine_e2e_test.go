@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/geometry_msgs"
+
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 	"github.com/lingbotmap/lingbotmap/engine/cpu"
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/msgs"
 	"github.com/lingbotmap/lingbotmap/test/rostest"
 )
@@ -64,7 +67,7 @@ func TestBinaryRunsTheRealEngine(t *testing.T) {
 		t.Fatalf("node published %d poses, want %d", len(l.poses), n)
 	}
 	for i, got := range l.poses {
-		w := msgs.PoseFromMatrix(want[i].CamToWorld)
+		w := poseOf(t, want[i].CamToWorld)
 		if !got.Header.Stamp.Equal(rostest.StampOf(i)) {
 			t.Fatalf("pose %d stamp %v, want %v", i, got.Header.Stamp, rostest.StampOf(i))
 		}
@@ -82,4 +85,14 @@ func TestBinaryRunsTheRealEngine(t *testing.T) {
 	if err := p.wait(t, 15*time.Second); err != nil {
 		t.Fatalf("after SIGINT: %v", err)
 	}
+}
+
+// poseOf is the pose message of a camera→world matrix, as the node builds it.
+func poseOf(t *testing.T, m geom.Mat4) geometry_msgs.Pose {
+	t.Helper()
+	tr, q, err := geom.Decompose(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msgs.Pose(tr, q)
 }

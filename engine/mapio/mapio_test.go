@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 )
 
 func TestPLYRoundTripAndErrors(t *testing.T) {
@@ -64,7 +66,8 @@ func TestVoxelGridAverages(t *testing.T) {
 
 func TestTUMLine(t *testing.T) {
 	var buf bytes.Buffer
-	pose := PoseFromMatrix(12.5, [4][4]float64{{1, 0, 0, 1}, {0, 1, 0, 2}, {0, 0, 1, 3}, {0, 0, 0, 1}})
+	tr, q, _ := geom.Decompose([4][4]float64{{1, 0, 0, 1}, {0, 1, 0, 2}, {0, 0, 1, 3}, {0, 0, 0, 1}})
+	pose := StampedPose{Time: 12.5, T: tr, Q: q}
 	if err := WriteTUM(&buf, []StampedPose{pose}); err != nil {
 		t.Fatal(err)
 	}

@@ -17,16 +17,6 @@ type StampedPose struct {
 	Q    geom.Quat
 }
 
-// PoseFromMatrix makes a StampedPose from a camera→world 4×4 matrix by
-// geom.Decompose; a degenerate matrix gives NaNs.
-//
-// Deprecated: kept while node/ calls it; use Map (AddPose rejects degenerate
-// poses, Trajectory and Save write them).
-func PoseFromMatrix(t float64, m geom.Mat4) StampedPose {
-	tr, q, _ := geom.Decompose(m)
-	return StampedPose{Time: t, T: tr, Q: q}
-}
-
 // Seconds is a stamp as TUM seconds, the one conversion every trajectory
 // writer uses. A present-day stamp keeps about a quarter of a microsecond in
 // a float64, which TUM's nine decimals print.

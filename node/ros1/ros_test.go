@@ -243,7 +243,7 @@ func TestNodeAgainstRealMaster(t *testing.T) {
 				t.Fatalf("pose %d: quaternion not normalised (|q|²−1 = %g)", i, d)
 			}
 			// Independent check: the reference's world→camera extrinsic, inverted.
-			w2c := geom.InvertRigid(msgs.MatrixFromPose(p.Pose))
+			w2c := geom.InvertRigid(matrixOf(t, p.Pose))
 			for a := range 3 {
 				for b := range 4 {
 					if d := math.Abs(w2c[a][b] - float64(ext[12*i+4*a+b])); d > 2e-5 {
@@ -251,7 +251,7 @@ func TestNodeAgainstRealMaster(t *testing.T) {
 					}
 				}
 			}
-			want := msgs.PoseFromMatrix(replay.Reference(i).CamToWorld)
+			want := poseOf(t, replay.Reference(i).CamToWorld)
 			if p.Pose != want {
 				t.Fatalf("pose %d: %+v, stream result %+v", i, p.Pose, want)
 			}
@@ -482,7 +482,7 @@ func TestNodeAgainstRealMaster(t *testing.T) {
 		defer rec2.mu.Unlock()
 		// After the reset the replay starts again at reference frame 0.
 		for i, p := range rec2.poses {
-			if !p.Header.Stamp.Equal(rostest.StampOf(300+i)) || p.Pose != msgs.PoseFromMatrix(replay.Reference(i).CamToWorld) {
+			if !p.Header.Stamp.Equal(rostest.StampOf(300+i)) || p.Pose != poseOf(t, replay.Reference(i).CamToWorld) {
 				t.Fatalf("pose %d after restart: %v %+v", i, p.Header.Stamp, p.Pose)
 			}
 		}
@@ -519,7 +519,7 @@ func TestNodeBaseFrame(t *testing.T) {
 	if len(st) != 1 || st[0].Header.FrameId != "base_link" || st[0].ChildFrameId != "cam_optical" {
 		t.Fatalf("/tf_static: %+v", st)
 	}
-	baseToCam := msgs.MatrixFromPose(geometry_msgs.Pose{
+	baseToCam := matrixOf(t, geometry_msgs.Pose{
 		Position:    geometry_msgs.Point{X: st[0].Transform.Translation.X, Y: st[0].Transform.Translation.Y, Z: st[0].Transform.Translation.Z},
 		Orientation: st[0].Transform.Rotation,
 	})
@@ -528,7 +528,7 @@ func TestNodeBaseFrame(t *testing.T) {
 		if tr.Header.FrameId != "map" || tr.ChildFrameId != "base_link" || rec.odoms[i].ChildFrameId != "base_link" {
 			t.Fatalf("frame %d: tf %s→%s, odometry child %s; want map→base_link", i, tr.Header.FrameId, tr.ChildFrameId, rec.odoms[i].ChildFrameId)
 		}
-		mapToBase := msgs.MatrixFromPose(geometry_msgs.Pose{
+		mapToBase := matrixOf(t, geometry_msgs.Pose{
 			Position:    geometry_msgs.Point{X: tr.Transform.Translation.X, Y: tr.Transform.Translation.Y, Z: tr.Transform.Translation.Z},
 			Orientation: tr.Transform.Rotation,
 		})
@@ -658,4 +658,24 @@ func TestNodeLatestPolicyDropsAndCounts(t *testing.T) {
 	if !rec.poses[len(rec.poses)-1].Header.Stamp.Equal(rostest.StampOf(15)) {
 		t.Errorf("the newest frame was not processed: last pose at %v", rec.poses[len(rec.poses)-1].Header.Stamp)
 	}
+}
+
+// poseOf is the pose message of a camera→world matrix, as the node builds it.
+func poseOf(t *testing.T, m geom.Mat4) geometry_msgs.Pose {
+	t.Helper()
+	tr, q, err := geom.Decompose(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msgs.Pose(tr, q)
+}
+
+// matrixOf reads a pose message back into a camera→world matrix.
+func matrixOf(t *testing.T, p geometry_msgs.Pose) geom.Mat4 {
+	t.Helper()
+	m, err := geom.Compose(msgs.PoseParts(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
