@@ -6,12 +6,13 @@
 // Commands (all output is one JSON object per line on stdout):
 //
 //   pub-images [--compressed] [--reliable] [--topic T] [--period-ms MS]
-//              [--first K] [--frame-id F] [--stamp-offset S] DIR N
+//              [--first K] [--frame-id F] [--stamp-offset S] [--readers R] DIR N
 //       publishes the first N *.png files of DIR (sorted) as
 //       sensor_msgs/msg/Image rgb8 (decoded with libpng) on T (default
 //       /camera/image_raw), or with --compressed as CompressedImage, format
 //       "png", the file's bytes as they are (default T: /camera/image_raw/compressed).
 //       Frame i (counting from K) is stamped 1700000000 s + i * 0.1 s + S.
+//       Publishing starts once R readers (default 1) have matched.
 //   pub-bad [--topic T] KIND
 //       publishes one bad Image: KIND is "encoding" (yuv422), "step" (step
 //       smaller than a row) or "short" (data shorter than step * height).
@@ -19,12 +20,13 @@
 //       subscribes to every TOPIC with the type that KIND names (pose, path,
 //       odom, cloud, image, tf, diag, pei) and prints each message; a
 //       KIND:TOPIC:tl entry asks for transient-local durability (late
-//       joiners get the writer's history), :be for best effort (the
-//       default is reliable, which a best-effort writer does not match). With --dump, bulk data (cloud
-//       points, image pixels) goes to DIR/<kind>-<n>.bin. Also prints a
+//       joiners get the writer's history), :be for best effort (the default
+//       is reliable, which a best-effort writer does not match). With
+//       --dump, bulk data (cloud points, image pixels) goes to
+//       DIR/s<i>-<kind>-<n>.bin (i: the entry's position). Also prints a
 //       "matched" line whenever a reader's matched-writer count changes.
 //       Runs for S seconds (default 60) or until SIGINT/SIGTERM.
-//   pub-pose TOPIC N, pub-cloud TOPIC POINTS
+//   pub-pose [--readers R] TOPIC N, pub-cloud [--readers R] TOPIC POINTS
 //       reference messages for checking the other peers: N PoseStamped with
 //       position (i, 2i, 3i), or one PointCloud2 of POINTS xyz+rgb points
 //       whose point i is (i, -i, 0.5 i).
@@ -68,7 +70,7 @@ static void json_str(const char *s) {
 }
 
 static uint64_t fnv1a(const uint8_t *b, size_t n) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull;
   for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 1099511628211ull; }
   return h;
 }
@@ -103,11 +105,12 @@ static void print_pose(const geometry_msgs_msg_dds__Pose_ *p) {
          p->orientation_.x_, p->orientation_.y_, p->orientation_.z_, p->orientation_.w_);
 }
 
-static int wait_writer_matched(dds_entity_t wr, int secs) {
+// wait_writer_matched waits until wr has matched at least readers readers.
+static int wait_writer_matched(dds_entity_t wr, int secs, int readers) {
   dds_publication_matched_status_t st = {0};
   dds_time_t end = dds_time() + DDS_SECS(secs);
   while (dds_time() < end && !stop_requested) {
-    if (dds_get_publication_matched_status(wr, &st) == 0 && st.current_count > 0) return 1;
+    if (dds_get_publication_matched_status(wr, &st) == 0 && (int)st.current_count >= readers) return 1;
     dds_sleepfor(DDS_MSECS(20));
   }
   return 0;
@@ -166,7 +169,7 @@ static void stamp_of(int i, double offset, builtin_interfaces_msg_dds__Time_ *t)
 }
 
 static int cmd_pub_images(dds_entity_t pp, int argc, char **argv) {
-  int compressed = 0, reliable = 0, period_ms = 100, first = 0;
+  int compressed = 0, reliable = 0, period_ms = 100, first = 0, readers = 1;
   double stamp_offset = 0;
   const char *topic = NULL, *frame_id = "camera_optical";
   int a = 0;
@@ -176,6 +179,7 @@ static int cmd_pub_images(dds_entity_t pp, int argc, char **argv) {
     else if (!strcmp(argv[a], "--topic") && a + 1 < argc) topic = argv[++a];
     else if (!strcmp(argv[a], "--period-ms") && a + 1 < argc) period_ms = atoi(argv[++a]);
     else if (!strcmp(argv[a], "--first") && a + 1 < argc) first = atoi(argv[++a]);
+    else if (!strcmp(argv[a], "--readers") && a + 1 < argc) readers = atoi(argv[++a]);
     else if (!strcmp(argv[a], "--frame-id") && a + 1 < argc) frame_id = argv[++a];
     else if (!strcmp(argv[a], "--stamp-offset") && a + 1 < argc) stamp_offset = atof(argv[++a]);
     else { fprintf(stderr, "pub-images: unknown option %s\n", argv[a]); return 2; }
@@ -191,10 +195,13 @@ static int cmd_pub_images(dds_entity_t pp, int argc, char **argv) {
   if (tp < 0) die("create_topic", tp);
   dds_entity_t wr = dds_create_writer(pp, tp, make_qos(reliable, 0, 5), NULL);
   if (wr < 0) die("create_writer", wr);
-  int matched = wait_writer_matched(wr, 30);
+  int matched = wait_writer_matched(wr, 30, readers);
   printf("{\"event\":\"matched\",\"topic\":\"%s\",\"ok\":%s}\n", topic, matched ? "true" : "false");
   fflush(stdout);
   if (!matched) return 1;
+  // The writer sees the match before the reader may: a best-effort sample
+  // sent at once can reach a reader that is not yet set up for it.
+  dds_sleepfor(DDS_MSECS(300));
   for (int i = first; i < first + n && !stop_requested; i++) {
     dds_return_t rc;
     size_t len = 0;
@@ -251,7 +258,7 @@ static int cmd_pub_bad(dds_entity_t pp, int argc, char **argv) {
   if (tp < 0) die("create_topic", tp);
   dds_entity_t wr = dds_create_writer(pp, tp, make_qos(1, 0, 5), NULL);
   if (wr < 0) die("create_writer", wr);
-  if (!wait_writer_matched(wr, 30)) { printf("{\"event\":\"matched\",\"topic\":\"%s\",\"ok\":false}\n", topic); return 1; }
+  if (!wait_writer_matched(wr, 30, 1)) { printf("{\"event\":\"matched\",\"topic\":\"%s\",\"ok\":false}\n", topic); return 1; }
   sensor_msgs_msg_dds__Image_ m;
   memset(&m, 0, sizeof m);
   m.header_.frame_id_ = "camera_optical";
@@ -271,14 +278,16 @@ static int cmd_pub_bad(dds_entity_t pp, int argc, char **argv) {
 }
 
 static int cmd_pub_pose(dds_entity_t pp, int argc, char **argv) {
-  if (argc != 2) { fprintf(stderr, "usage: pub-pose TOPIC N\n"); return 2; }
+  int readers = 1;
+  if (argc > 2 && !strcmp(argv[0], "--readers")) { readers = atoi(argv[1]); argc -= 2; argv += 2; }
+  if (argc != 2) { fprintf(stderr, "usage: pub-pose [--readers R] TOPIC N\n"); return 2; }
   int n = atoi(argv[1]);
   dds_entity_t tp = dds_create_topic(pp, &geometry_msgs_msg_dds__PoseStamped__desc, dds_topic("rt/", argv[0], ""), NULL, NULL);
   if (tp < 0) die("create_topic", tp);
   dds_entity_t wr = dds_create_writer(pp, tp, make_qos(1, 0, 100), NULL);
   if (wr < 0) die("create_writer", wr);
-  if (!wait_writer_matched(wr, 30)) { printf("{\"event\":\"matched\",\"ok\":false}\n"); return 1; }
-  // Late readers of the other stacks need a moment after the first match.
+  if (!wait_writer_matched(wr, 30, readers)) { printf("{\"event\":\"matched\",\"ok\":false}\n"); return 1; }
+  // A reader may see the match later than the writer does.
   dds_sleepfor(DDS_MSECS(1000));
   for (int i = 0; i < n && !stop_requested; i++) {
     geometry_msgs_msg_dds__PoseStamped_ m;
@@ -297,13 +306,15 @@ static int cmd_pub_pose(dds_entity_t pp, int argc, char **argv) {
 }
 
 static int cmd_pub_cloud(dds_entity_t pp, int argc, char **argv) {
-  if (argc != 2) { fprintf(stderr, "usage: pub-cloud TOPIC POINTS\n"); return 2; }
+  int readers = 1;
+  if (argc > 2 && !strcmp(argv[0], "--readers")) { readers = atoi(argv[1]); argc -= 2; argv += 2; }
+  if (argc != 2) { fprintf(stderr, "usage: pub-cloud [--readers R] TOPIC POINTS\n"); return 2; }
   uint32_t n = (uint32_t)atol(argv[1]);
   dds_entity_t tp = dds_create_topic(pp, &sensor_msgs_msg_dds__PointCloud2__desc, dds_topic("rt/", argv[0], ""), NULL, NULL);
   if (tp < 0) die("create_topic", tp);
   dds_entity_t wr = dds_create_writer(pp, tp, make_qos(1, 0, 10), NULL);
   if (wr < 0) die("create_writer", wr);
-  if (!wait_writer_matched(wr, 30)) { printf("{\"event\":\"matched\",\"ok\":false}\n"); return 1; }
+  if (!wait_writer_matched(wr, 30, readers)) { printf("{\"event\":\"matched\",\"ok\":false}\n"); return 1; }
   dds_sleepfor(DDS_MSECS(1000));
   sensor_msgs_msg_dds__PointCloud2_ m;
   memset(&m, 0, sizeof m);
@@ -345,6 +356,7 @@ static const dds_topic_descriptor_t *kind_desc(enum kind k) {
 }
 
 struct sub {
+  int index;
   enum kind kind;
   char *ros_topic;
   dds_entity_t rd;
@@ -358,7 +370,7 @@ static const char *dump_dir;
 static void dump(const struct sub *s, const uint8_t *b, size_t n) {
   if (!dump_dir) return;
   char *path;
-  if (asprintf(&path, "%s/%s-%d.bin", dump_dir, kind_names[s->kind], s->count) < 0) exit(1);
+  if (asprintf(&path, "%s/s%d-%s-%d.bin", dump_dir, s->index, kind_names[s->kind], s->count) < 0) exit(1);
   FILE *f = fopen(path, "wb");
   if (!f || fwrite(b, 1, n, f) != n || fclose(f) != 0) { fprintf(stderr, "writing %s failed\n", path); exit(1); }
   printf(",\"file\":");
@@ -517,6 +529,7 @@ static int cmd_listen(dds_entity_t pp, int argc, char **argv) {
     int k;
     for (k = 0; k < K_N && strcmp(spec, kind_names[k]); k++) {}
     if (k == K_N) { fprintf(stderr, "listen: unknown kind %s\n", spec); return 2; }
+    subs[i].index = i;
     subs[i].kind = (enum kind)k;
     subs[i].ros_topic = topic;
     // ros_discovery_info is a DDS topic of its own, without the rt/ prefix.
