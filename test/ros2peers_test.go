@@ -86,6 +86,22 @@ func TestROS2PeersAgree(t *testing.T) {
 		t.Fatalf("foxglove's third point %v, want (2, -2, 1)", fc[0].First[2])
 	}
 
+	// Bad input: pub-bad's images are valid CDR with bad contents, which
+	// Cyclone decodes; pub-corrupt's are broken CDR, which it rejects.
+	bad := startPeer(t, "cyclone-peer", "listen", "--secs", "120", "image:/peer/bad")
+	bad.waitFor(t, "the listener", 1, 10*time.Second, func(e peerEvent) bool { return e.Event == "ready" })
+	for _, kind := range []string{"encoding", "step", "short"} {
+		runPeer(t, 30*time.Second, "cyclone-peer", "pub-bad", "--topic", "/peer/bad", kind)
+	}
+	for _, kind := range []string{"truncated", "overlength", "huge"} {
+		runPeer(t, 60*time.Second, "fastdds-peer", "pub-corrupt", "/peer/bad", kind)
+	}
+	got := bad.waitFor(t, "the bad images", 3, 10*time.Second, func(e peerEvent) bool { return e.Event == "msg" })
+	time.Sleep(500 * time.Millisecond)
+	if got = bad.msgs(""); len(got) != 3 || got[0].Encoding != "yuv422" || got[1].Step != 10 || got[2].DataLen != 24*3 {
+		t.Fatalf("Cyclone decoded %d bad images (want the 3 valid CDR ones, not the corrupt ones): %+v", len(got), got)
+	}
+
 	srv := startPeer(t, "cyclone-peer", "serve", "--secs", "60", "/peer/trigger")
 	srv.waitFor(t, "the server", 1, 10*time.Second, func(e peerEvent) bool { return e.Event == "ready" })
 	c := runPeer(t, 30*time.Second, "cyclone-peer", "call", "/peer/trigger")

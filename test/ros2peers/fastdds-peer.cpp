@@ -3,7 +3,8 @@
 // registered under the ROS 2 DDS type name; the peer decodes and encodes CDR
 // by hand, independently of the project's Go encoder.
 //
-//   fastdds-peer sub-pose TOPIC N       prints N PoseStamped from TOPIC as JSON lines
+//   fastdds-peer sub-pose TOPIC N [SECS] prints N PoseStamped from TOPIC as JSON
+//       lines; fails after SECS seconds (default 60)
 //   fastdds-peer pub-corrupt TOPIC KIND publishes one broken sensor_msgs/msg/Image:
 //       truncated   the payload ends inside the header's frame_id
 //       overlength  the data sequence claims more bytes than follow
@@ -91,7 +92,7 @@ static DomainParticipant *participant() {
   return DomainParticipantFactory::get_instance()->create_participant(0, pq);
 }
 
-static int sub_pose(const std::string &topic, int want) {
+static int sub_pose(const std::string &topic, int want, int secs) {
   auto *pp = participant();
   TypeSupport ts(new RawType("geometry_msgs::msg::dds_::PoseStamped_"));
   ts.register_type(pp);
@@ -104,7 +105,8 @@ static int sub_pose(const std::string &topic, int want) {
   printf("{\"event\":\"ready\",\"topic\":\"%s\"}\n", topic.c_str());
   fflush(stdout);
   int got = 0;
-  for (int t = 0; t < 1200 && got < want; t++) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(secs);
+  while (got < want && std::chrono::steady_clock::now() < end) {
     Raw r;
     SampleInfo si;
     while (got < want && rd->take_next_sample(&r, &si) == ReturnCode_t::RETCODE_OK) {
@@ -185,8 +187,8 @@ static int pub_corrupt(const std::string &topic, const std::string &kind) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 4 && !strcmp(argv[1], "sub-pose")) return sub_pose(argv[2], atoi(argv[3]));
+  if ((argc == 4 || argc == 5) && !strcmp(argv[1], "sub-pose")) return sub_pose(argv[2], atoi(argv[3]), argc == 5 ? atoi(argv[4]) : 60);
   if (argc == 4 && !strcmp(argv[1], "pub-corrupt")) return pub_corrupt(argv[2], argv[3]);
-  fprintf(stderr, "usage: fastdds-peer sub-pose TOPIC N | pub-corrupt TOPIC truncated|overlength|huge\n");
+  fprintf(stderr, "usage: fastdds-peer sub-pose TOPIC N [SECS] | pub-corrupt TOPIC truncated|overlength|huge\n");
   return 2;
 }
