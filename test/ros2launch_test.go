@@ -137,9 +137,13 @@ func substitute(s string, defaults map[string]string) string {
 	return varRef.ReplaceAllStringFunc(s, func(m string) string { return defaults[varRef.FindStringSubmatch(m)[1]] })
 }
 
-// checkLaunch checks one launch file and returns its args.
-func checkLaunch(t *testing.T, name string, keys map[string]any) map[string]string {
+// checkLaunch checks one launch file, and the files it includes, once each;
+// it returns the file's args.
+func checkLaunch(t *testing.T, name string, keys map[string]any, checked map[string]map[string]string) map[string]string {
 	t.Helper()
+	if args, ok := checked[name]; ok {
+		return args
+	}
 	root := readLaunch(t, name)
 	args := map[string]string{}
 	var uses []string // every attribute value except the args' names
@@ -161,6 +165,7 @@ func checkLaunch(t *testing.T, name string, keys map[string]any) map[string]stri
 			args[n] = d
 		}
 	}
+	checked[name] = args
 	all := strings.Join(uses, "\n")
 	for a := range args {
 		if !strings.Contains(all, "$(var "+a+")") {
@@ -224,7 +229,7 @@ func checkLaunch(t *testing.T, name string, keys map[string]any) map[string]stri
 				t.Errorf("%s: include %q is not a launch file of this package", name, file)
 				return
 			}
-			incArgs := checkLaunch(t, inc, keys)
+			incArgs := checkLaunch(t, inc, keys, checked)
 			for _, c := range e.Children {
 				n, _ := c.attr("name")
 				if _, ok := incArgs[n]; c.XMLName.Local != "arg" || !ok {
@@ -247,13 +252,14 @@ func checkLaunch(t *testing.T, name string, keys map[string]any) map[string]stri
 // args the included file declares, and the files they name exist.
 func TestROS2LaunchFiles(t *testing.T) {
 	keys := configKeys(t)
-	mapping := checkLaunch(t, "mapping.launch.xml", keys)
+	checked := map[string]map[string]string{}
+	mapping := checkLaunch(t, "mapping.launch.xml", keys, checked)
 	for _, a := range []string{"weights", "device", "image", "transport", "queue_policy", "node_name", "namespace", "config"} {
 		if _, ok := mapping[a]; !ok {
 			t.Errorf("mapping.launch.xml: no arg %q", a)
 		}
 	}
-	replay := checkLaunch(t, "replay.launch.xml", keys)
+	replay := checkLaunch(t, "replay.launch.xml", keys, checked)
 	if _, ok := replay["bag"]; !ok {
 		t.Error("replay.launch.xml: no arg bag")
 	}
