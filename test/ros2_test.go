@@ -321,6 +321,10 @@ func TestROS2NodeEndToEnd(t *testing.T) {
 			t.Errorf("/diagnostics %s = %q, want %q", key, got, want)
 		}
 	}
+	// Reported once per kind: three corrupt CDR samples, one log line.
+	if got := strings.Count(node.out.String(), "kind=cdr"); got != 1 {
+		t.Errorf("the node logged corrupt CDR %d times, want once", got)
+	}
 	runPeer(t, 60*time.Second, "cyclone-peer", "pub-images", "--reliable", "--first", "16", dir, "1")
 	poses(n)
 	waitDiag(t, l, "frames_processed", strconv.Itoa(n), 10*time.Second)
