@@ -259,6 +259,8 @@ static int cmd_pub_bad(dds_entity_t pp, int argc, char **argv) {
   dds_entity_t wr = dds_create_writer(pp, tp, make_qos(1, 0, 5), NULL);
   if (wr < 0) die("create_writer", wr);
   if (!wait_writer_matched(wr, 30, 1)) { printf("{\"event\":\"matched\",\"topic\":\"%s\",\"ok\":false}\n", topic); return 1; }
+  // As in pub-images: the reader may not be ready for a best-effort sample yet.
+  dds_sleepfor(DDS_MSECS(300));
   sensor_msgs_msg_dds__Image_ m;
   memset(&m, 0, sizeof m);
   m.header_.frame_id_ = "camera_optical";
