@@ -14,6 +14,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,6 +31,10 @@ import (
 // (Cyclone DDS C with idlc types, Fast DDS, @foxglove/rtps), all inside
 // netns-run.sh. Every pose is compared with the engine run in-process on the
 // same frames.
+
+// poseStampedHash is geometry_msgs/msg/PoseStamped's REP 2011 type hash
+// (ros2-notes.md).
+const poseStampedHash = "RIHS01_10f3786d7d40fd2b54367835614bff85d4ad3b5dab62bf8bca0cc232d73b4cd8"
 
 // baseToCamera is the node's base_to_camera setting in the tests: a camera
 // looking along base x (config/lingbotmap.yaml).
@@ -281,10 +286,21 @@ func TestROS2NodeEndToEnd(t *testing.T) {
 		"-p", "base_frame:=base_link",
 		"-p", "base_to_camera:=0 0 0 -0.5 0.5 -0.5 0.5",
 		"-p", "save_dir:="+saveDir)...)
+	var poseWriter peerEndpoint
 	for _, topic := range []string{"/mapper/pose", "/mapper/cloud", "/mapper/depth", "/diagnostics"} {
-		l.waitFor(t, "the node's writer of "+topic, 1, 30*time.Second, func(e peerEvent) bool {
+		m := l.waitFor(t, "the node's writer of "+topic, 1, 30*time.Second, func(e peerEvent) bool {
 			return e.Event == "matched" && e.Topic == topic && e.Writers == 1
 		})
+		if topic == "/mapper/pose" && len(m[0].Endpoints) == 1 {
+			poseWriter = m[0].Endpoints[0]
+		}
+	}
+	// REP 2011: the writer's USER_DATA carries its type hash (the value in
+	// ros2-notes.md), the participant's the enclave.
+	if poseWriter.Type != "geometry_msgs::msg::dds_::PoseStamped_" ||
+		!strings.Contains(poseWriter.UserData, "typehash="+poseStampedHash+";") ||
+		poseWriter.ParticipantUserData == nil || !strings.Contains(*poseWriter.ParticipantUserData, "enclave=/;") {
+		t.Errorf("the pose writer as Cyclone sees it: %+v (participant USER_DATA %v)", poseWriter, poseWriter.ParticipantUserData)
 	}
 	for _, p := range []*peer{foxPose, foxCloud} {
 		p.waitFor(t, "foxglove to discover the node", 1, 20*time.Second, func(e peerEvent) bool {
@@ -452,13 +468,13 @@ func TestROS2NodeEndToEnd(t *testing.T) {
 	found := false
 	for _, e := range l.msgs("ros_discovery_info") {
 		for _, nd := range e.Nodes {
-			if nd.Name == "mapper" && nd.Namespace == "/" && len(nd.Writers) >= 6 && len(nd.Readers) >= 1 {
+			if nd.Name == "mapper" && nd.Namespace == "/" && len(nd.Readers) >= 1 && slices.Contains(nd.Writers, poseWriter.GUID) {
 				found = true
 			}
 		}
 	}
 	if !found {
-		t.Fatalf("no ros_discovery_info names the node /mapper with its readers and writers: %+v", l.msgs("ros_discovery_info"))
+		t.Fatalf("no ros_discovery_info names the node /mapper with its readers and its pose writer %s: %+v", poseWriter.GUID, l.msgs("ros_discovery_info"))
 	}
 }
 

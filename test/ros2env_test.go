@@ -167,6 +167,7 @@ type peerEvent struct {
 	GID          string           `json:"gid"`
 	Nodes        []peerNodeEntity `json:"nodes"`
 	Writers      int              `json:"writers"`
+	Endpoints    []peerEndpoint   `json:"endpoints"`
 	OK           bool             `json:"ok"`
 	Success      bool             `json:"success"`
 	Message      string           `json:"message"`
@@ -175,6 +176,14 @@ type peerEvent struct {
 	Count        int              `json:"count"`
 	What         string           `json:"what"`
 	Counts       map[string]int   `json:"counts"`
+}
+
+// peerEndpoint is a writer matched with a Cyclone listener's reader.
+type peerEndpoint struct {
+	GUID                string  `json:"guid"`
+	Type                string  `json:"type"`
+	UserData            string  `json:"userdata"`
+	ParticipantUserData *string `json:"participant_userdata"`
 }
 
 type peerStamp struct {

@@ -52,6 +52,10 @@ func TestROS2PeersAgree(t *testing.T) {
 	}
 
 	runPeer(t, 60*time.Second, "cyclone-peer", "pub-pose", "--readers", "3", "/peer/pose", "3")
+	m := l.waitFor(t, "the pose writer", 1, 10*time.Second, func(e peerEvent) bool { return e.Event == "matched" && e.Topic == "/peer/pose" && e.Writers == 1 })
+	if ep := m[0].Endpoints; len(ep) != 1 || ep[0].Type != "geometry_msgs::msg::dds_::PoseStamped_" || len(ep[0].GUID) != 32 || ep[0].ParticipantUserData == nil {
+		t.Fatalf("the matched pose writer: %+v", ep)
+	}
 	fast.wait(t, 30*time.Second)
 	foxPose.wait(t, 30*time.Second)
 	for name, p := range map[string]*peer{"cyclone": l, "fastdds": fast, "foxglove": foxPose} {

@@ -24,7 +24,9 @@
 //       is reliable, which a best-effort writer does not match). With
 //       --dump, bulk data (cloud points, image pixels) goes to
 //       DIR/s<i>-<kind>-<n>.bin (i: the entry's position). Also prints a
-//       "matched" line whenever a reader's matched-writer count changes.
+//       "matched" line whenever a reader's matched-writer count changes, with
+//       each matched writer's GUID, type name, USER_DATA (the REP 2011
+//       typehash) and its participant's USER_DATA (the enclave).
 //       Runs for S seconds (default 60) or until SIGINT/SIGTERM.
 //   pub-pose [--readers R] TOPIC N, pub-cloud [--readers R] TOPIC POINTS
 //       reference messages for checking the other peers: N PoseStamped with
@@ -504,6 +506,65 @@ static void print_sample(const struct sub *s, const void *sample) {
   fflush(stdout);
 }
 
+static void print_guid(const dds_guid_t *g) {
+  putchar('"');
+  for (int i = 0; i < 16; i++) printf("%02x", g->v[i]);
+  putchar('"');
+}
+
+// print_userdata prints a QoS's USER_DATA as a JSON string ("" if none).
+static void print_userdata(const dds_qos_t *q) {
+  void *ud = NULL;
+  size_t sz = 0;
+  char *s = NULL;
+  if (q && dds_qget_userdata(q, &ud, &sz) && ud) {
+    s = calloc(sz + 1, 1);
+    memcpy(s, ud, sz);
+  }
+  json_str(s ? s : "");
+  free(s);
+  dds_free(ud);
+}
+
+// print_matched_writers prints the writers matched with rd: their GUIDs,
+// type names and USER_DATA (REP 2011's typehash), and their participants'
+// USER_DATA (ROS 2's enclave), from the DCPSParticipant built-in topic.
+static void print_matched_writers(dds_entity_t pp, dds_entity_t rd) {
+  dds_instance_handle_t hs[16];
+  dds_return_t n = dds_get_matched_publications(rd, hs, 16);
+  int printed = 0;
+  putchar('[');
+  for (int i = 0; i < n && i < 16; i++) {
+    dds_builtintopic_endpoint_t *ep = dds_get_matched_publication_data(rd, hs[i]);
+    if (!ep) continue;
+    printf("%s{\"guid\":", printed++ ? "," : "");
+    print_guid(&ep->key);
+    printf(",\"type\":");
+    json_str(ep->type_name);
+    printf(",\"userdata\":");
+    print_userdata(ep->qos);
+    printf(",\"participant_userdata\":");
+    dds_entity_t prd = dds_create_reader(pp, DDS_BUILTIN_TOPIC_DCPSPARTICIPANT, NULL, NULL);
+    void *samples[64] = {NULL};
+    dds_sample_info_t si[64];
+    int k = prd < 0 ? 0 : dds_read(prd, samples, si, 64, 64);
+    int found = 0;
+    for (int j = 0; j < k && !found; j++) {
+      const dds_builtintopic_participant_t *p = samples[j];
+      if (si[j].valid_data && !memcmp(&p->key, &ep->participant_key, sizeof p->key)) {
+        print_userdata(p->qos);
+        found = 1;
+      }
+    }
+    if (!found) printf("null");
+    if (k > 0) dds_return_loan(prd, samples, k);
+    if (prd >= 0) dds_delete(prd);
+    putchar('}');
+    dds_builtintopic_free_endpoint(ep);
+  }
+  putchar(']');
+}
+
 static int cmd_listen(dds_entity_t pp, int argc, char **argv) {
   int secs = 60;
   int a = 0;
@@ -556,7 +617,9 @@ static int cmd_listen(dds_entity_t pp, int argc, char **argv) {
         s->matched = st.current_count;
         printf("{\"event\":\"matched\",\"kind\":\"%s\",\"topic\":", kind_names[s->kind]);
         json_str(s->ros_topic);
-        printf(",\"writers\":%u}\n", st.current_count);
+        printf(",\"writers\":%u,\"endpoints\":", st.current_count);
+        print_matched_writers(pp, s->rd);
+        printf("}\n");
         fflush(stdout);
       }
       void *samples[1] = {NULL};
