@@ -382,9 +382,14 @@ static void dump(const struct sub *s, const uint8_t *b, size_t n) {
   free(path);
 }
 
+// print_gid prints the GUID in a Gid's first 16 bytes, and the padding
+// after it only if that is not zero (so that it no longer equals the GUID).
 static void print_gid(const rmw_dds_common_msg_dds__Gid_ *g) {
+  const size_t n = sizeof g->data_;
+  int padded = 0;
+  for (size_t i = 16; i < n; i++) padded |= g->data_[i];
   putchar('"');
-  for (int i = 0; i < 16; i++) printf("%02x", g->data_[i]);
+  for (size_t i = 0; i < (padded ? n : 16); i++) printf("%02x", g->data_[i]);
   putchar('"');
 }
 
