@@ -31,8 +31,8 @@ const (
 	envNetns = "LINGBOTMAP_TEST_NETNS"
 	// envPeers names the peers' build directory (test/ros2peers/build.sh).
 	envPeers = "LINGBOTMAP_ROS2PEERS"
-	// envBin names a lingbotmap binary built with -tags ros2 to use instead
-	// of building one.
+	// envBin names the lingbotmap binary built with -tags ros2 (set it to
+	// use a binary built elsewhere).
 	envBin = "LINGBOTMAP_ROS2_BIN"
 	// cycloneURI keeps Cyclone DDS on loopback and lists 127.0.0.1 as a peer,
 	// so that the Fast DDS peer (unicast only) and Cyclone find each other.
@@ -78,14 +78,15 @@ func inNetns(t *testing.T) bool {
 		t.Fatal("the DDS tests need root: netns-run.sh makes a private network namespace (unshare --net)")
 	}
 	// The peers' npm packages may need the network, so they are built out
-	// here; the binary is built inside, by the test that needs it.
+	// here, and the binary once for every test of this process.
 	peers := ros2Peers(t)
+	bin := ros2Binary(t)
 	args := []string{os.Args[0], "-test.run", "^" + t.Name() + "$", "-test.count=1", "-test.v"}
 	if dl, ok := t.Deadline(); ok {
 		args = append(args, "-test.timeout", time.Until(dl).Round(time.Second).String())
 	}
 	cmd := exec.Command(script, args...)
-	cmd.Env = append(os.Environ(), envNetns+"=1", envPeers+"="+peers, "CYCLONEDDS_URI="+cycloneURI)
+	cmd.Env = append(os.Environ(), envNetns+"=1", envPeers+"="+peers, envBin+"="+bin, "CYCLONEDDS_URI="+cycloneURI)
 	out, err := cmd.CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte("--- PASS: "+t.Name())) {
 		t.Fatalf("%s inside netns-run.sh: %v\n%s", t.Name(), err, out)
@@ -111,19 +112,21 @@ func ros2Peers(t *testing.T) string {
 	return lines[len(lines)-1]
 }
 
-// ros2Binary builds ./cmd/lingbotmap with -tags ros2 once per test process.
+// ros2Binary builds ./cmd/lingbotmap with -tags ros2 once per test process,
+// into the user's cache directory beside the peers (outside the checkout;
+// each run replaces it).
 func ros2Binary(t *testing.T) string {
 	t.Helper()
 	if b := os.Getenv(envBin); b != "" {
 		return b
 	}
 	ros2BuildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "lingbotmap-ros2-")
+		dir, err := os.UserCacheDir()
 		if err != nil {
 			ros2BuildErr = err
 			return
 		}
-		ros2Bin = filepath.Join(dir, "lingbotmap")
+		ros2Bin = filepath.Join(dir, "lingbotmap", "ros2bin", "lingbotmap")
 		out, err := exec.Command("go", "build", "-tags", "ros2", "-o", ros2Bin, "../cmd/lingbotmap").CombinedOutput()
 		if err != nil {
 			ros2BuildErr = fmt.Errorf("%v\n%s", err, out)
