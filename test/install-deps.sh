@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need on a Debian 12 machine (run as root,
 # or with sudo): Debian's ROS 1 tools (roscore, rostopic, rosbag, roslaunch),
-# rviz under Xvfb for the screenshot test, ImageMagick for screenshots, and
-# ffmpeg for video input. Go itself is expected at /usr/local/go or on PATH.
+# rviz under Xvfb for the screenshot test, ImageMagick for screenshots, ffmpeg
+# for video input, and for the ROS 2 tests the DDS stacks of the independent
+# peers (test/ros2peers: Cyclone DDS with idlc, Fast DDS, libpng, g++) and the
+# network namespace tools of ../shared/tools/netns-run.sh. Go itself is
+# expected at /usr/local/go or on PATH; Node.js >= 18 with npm (the machine
+# image has Node.js 20) is checked, not installed: Debian's is older.
 set -euo pipefail
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
@@ -13,17 +17,44 @@ done
 for mod in rospy rosbag sensor_msgs.msg nav_msgs.msg tf2_msgs.msg; do
   /usr/bin/python3 -c "import $mod" >/dev/null 2>&1 || need=1
 done
-if [ "$need" = 0 ]; then
-  echo "install-deps: everything is already installed"
-  exit 0
+need2=0
+for cmd in idlc gcc g++ ip unshare; do
+  command -v "$cmd" >/dev/null 2>&1 || need2=1
+done
+for header in dds/dds.h fastdds/dds/domain/DomainParticipant.hpp png.h; do
+  [ -e "/usr/include/$header" ] || need2=1
+done
+
+if [ "$need" = 1 ] || [ "$need2" = 1 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
 fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-# headless ROS 1 tools and the Python message classes rostopic/rosbag need
-$SUDO apt-get install -y -q --no-install-recommends \
-  python3-roslaunch python3-rostopic python3-rosbag python3-rosparam python3-rosnode python3-rosservice \
-  python3-std-msgs python3-std-srvs python3-sensor-msgs python3-geometry-msgs python3-nav-msgs \
-  python3-tf2-msgs python3-pil
-# rviz under a virtual X server, screenshots, video decoding
-$SUDO apt-get install -y -q --no-install-recommends \
-  rviz xvfb xauth x11-apps imagemagick libgl1-mesa-dri ffmpeg
+if [ "$need" = 1 ]; then
+  # headless ROS 1 tools and the Python message classes rostopic/rosbag need
+  $SUDO apt-get install -y -q --no-install-recommends \
+    python3-roslaunch python3-rostopic python3-rosbag python3-rosparam python3-rosnode python3-rosservice \
+    python3-std-msgs python3-std-srvs python3-sensor-msgs python3-geometry-msgs python3-nav-msgs \
+    python3-tf2-msgs python3-pil
+  # rviz under a virtual X server, screenshots, video decoding
+  $SUDO apt-get install -y -q --no-install-recommends \
+    rviz xvfb xauth x11-apps imagemagick libgl1-mesa-dri ffmpeg
+fi
+
+# ---- ROS 2 tests (test/ros2*_test.go, -tags ros2) ----
+if [ "$need2" = 1 ]; then
+  # the peers' DDS stacks and compilers; iproute2 and util-linux for netns-run.sh
+  $SUDO apt-get install -y -q --no-install-recommends \
+    cyclonedds-dev cyclonedds-tools libfastrtps-dev libpng-dev gcc g++ iproute2 util-linux
+fi
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "install-deps: the ROS 2 peers need Node.js >= 18 with npm (install Node.js 20, as on the CI image)" >&2
+  exit 1
+fi
+node_major=$(node -p 'process.versions.node.split(".")[0]')
+if [ "$node_major" -lt 18 ]; then
+  echo "install-deps: Node.js $(node --version) is too old for the ROS 2 peers; install Node.js 20" >&2
+  exit 1
+fi
+if [ "$need" = 0 ] && [ "$need2" = 0 ]; then
+  echo "install-deps: everything is already installed"
+fi
