@@ -239,8 +239,8 @@ func TestBinaryReplaysBagAndStopsOnSIGINT(t *testing.T) {
 	if !strings.Contains(out, "sensor_msgs/Image") || !strings.Contains(out, "16 msgs") {
 		t.Fatalf("rosbag info does not show 16 images:\n%s", out)
 	}
-	p := startNode(t, m, "--replay", golden(t), "--queue_policy=all", "--image_transport=both",
-		"--diagnostics_rate=10", "image:=/camera/image_raw", "__name:=mapper")
+	p := startNode(t, m, "--replay", golden(t), "--queue-policy=all", "--image-transport=both",
+		"--diagnostics-rate=10", "image:=/camera/image_raw", "__name:=mapper")
 	waitFor(t, "the node to register", 20*time.Second, func() bool { return m.Knows("/mapper") })
 	l := listen(t, m, "/mapper")
 	m.WaitSubscribed(t, "/camera/image_raw", "/mapper", 10*time.Second)
@@ -308,7 +308,7 @@ func TestBinaryEndsOnRosnodeKill(t *testing.T) {
 // start with a message naming the setting, from a flag and from a ROS parameter.
 func TestBinaryRejectsBadSettings(t *testing.T) {
 	m := rostest.StartMaster(t)
-	p := startNode(t, m, "--queue_policy=sometimes")
+	p := startNode(t, m, "--queue-policy=sometimes")
 	err := p.wait(t, 20*time.Second)
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(p.out.String(), "'queue_policy'") {
@@ -329,7 +329,7 @@ func TestBinaryFlushesOnSIGTERM(t *testing.T) {
 	m := rostest.StartMaster(t)
 	path := filepath.Join(t.TempDir(), "two.bag")
 	rostest.WriteBag(t, path, rostest.FrameMsgs("/camera/image_raw", rostest.Frames(t, 2)))
-	p := startNode(t, m, "--replay", golden(t), "--queue_policy=all", "--diagnostics_rate=20", "image:=/camera/image_raw")
+	p := startNode(t, m, "--replay", golden(t), "--queue-policy=all", "--diagnostics-rate=20", "image:=/camera/image_raw")
 	waitFor(t, "the node to register", 20*time.Second, func() bool { return m.Knows("/lingbotmap") })
 	l := listen(t, m, "/lingbotmap")
 	m.WaitSubscribed(t, "/lingbotmap/pose", "/e2e_listener", 15*time.Second)

@@ -29,9 +29,9 @@ func TestBinaryRunsTheRealEngine(t *testing.T) {
 	bag := filepath.Join(t.TempDir(), "frames.bag")
 	rostest.WriteBag(t, bag, rostest.FrameMsgs("/camera/image_raw", frames))
 
-	p := startNode(t, m, "--queue_policy=all", "--engine.model_size=tiny", "--engine.seed=7",
-		"--engine.image_width=140", "--engine.scale_frames=3", "--engine.sliding_window=4",
-		"--engine.threads=2", "image:=/camera/image_raw", "__name:=realmapper")
+	p := startNode(t, m, "--queue-policy=all", "--model-size=tiny", "--seed=7",
+		"--image-width=140", "--scale-frames=3", "--sliding-window=4",
+		"--threads=2", "image:=/camera/image_raw", "__name:=realmapper")
 	waitFor(t, "the node to register", 30*time.Second, func() bool { return m.Knows("/realmapper") })
 	l := listen(t, m, "/realmapper")
 	m.WaitSubscribed(t, "/camera/image_raw", "/realmapper", 20*time.Second)
@@ -42,9 +42,6 @@ func TestBinaryRunsTheRealEngine(t *testing.T) {
 	// the same frames through the engine directly
 	cfg := engine.DefaultConfig()
 	cfg.ModelSize, cfg.Seed, cfg.ImageWidth, cfg.ScaleFrames, cfg.SlidingWindow, cfg.Threads = "tiny", 7, 140, 3, 4, 2
-	cpuBackend := func(cfg engine.Config) (backend.Backend, error) {
-		return cpu.New(cpu.Config{Threads: cfg.Threads}), nil
-	}
 	st, err := engine.New(context.Background(), cfg, cpuBackend, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -95,4 +92,9 @@ func poseOf(t *testing.T, m geom.Mat4) geometry_msgs.Pose {
 		t.Fatal(err)
 	}
 	return msgs.Pose(tr, q)
+}
+
+// cpuBackend is the engine's backend in these tests: the float32 CPU one.
+func cpuBackend(cfg engine.Config) (backend.Backend, error) {
+	return cpu.New(cpu.Config{Threads: cfg.Threads}), nil
 }

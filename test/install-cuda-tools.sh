@@ -13,6 +13,8 @@
 # 2.8 GB, the NVIDIA driver library among them, and nothing here needs them.
 # Run as root or with sudo; it waits for a running apt instead of failing.
 set -euo pipefail
+# shellcheck source=test/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
 dest="${LINGBOTMAP_CUDA_TOOLS:-/opt/lingbotmap/cuda}"
 say() { echo "install-cuda-tools: $*" >&2; }
 have() {
@@ -27,7 +29,6 @@ fi
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
-apt_opts=(-q -o DPkg::Lock::Timeout=900)
 if ! apt-cache policy nvidia-cuda-dev 2>/dev/null | grep -q 'Candidate: [0-9]'; then
   say "enabling Debian's contrib and non-free components (nvidia-cuda-dev lives there)"
   $SUDO tee /etc/apt/sources.list.d/lingbotmap-cuda.sources >/dev/null <<'EOF'
@@ -37,17 +38,14 @@ Suites: bookworm bookworm-updates
 Components: contrib non-free
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
-  say "apt-get update (waits while another apt holds the lock)"
-  until $SUDO apt-get "${apt_opts[@]}" update >&2; do
-    say "apt-get update failed (another apt running?); trying again in 10 s"
-    sleep 10
-  done
+  say "apt-get update"
+  apt_get update
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 chmod 0777 "$work" # apt-get download runs as _apt
 say "downloading nvidia-cuda-dev (about 770 MB, for its headers), libnvrtc11.2 and libnvrtc-builtins11.8"
-(cd "$work" && apt-get "${apt_opts[@]}" download nvidia-cuda-dev libnvrtc11.2 libnvrtc-builtins11.8 >&2)
+(cd "$work" && apt_get download nvidia-cuda-dev libnvrtc11.2 libnvrtc-builtins11.8)
 mkdir -p "$work/x"
 dpkg-deb --fsys-tarfile "$work"/nvidia-cuda-dev_*.deb | tar -x -C "$work/x" ./usr/include
 dpkg-deb -x "$work"/libnvrtc11.2_*.deb "$work/x"

@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need on a Debian 12 machine (run as root,
-# or with sudo): Debian's ROS 1 tools (roscore, rostopic, rosbag, roslaunch),
+# or with sudo): Debian's ROS 1 tools (roscore, rostopic, rosservice, rosbag,
+# roslaunch) with the Python message classes of every type the node speaks,
 # rviz under Xvfb for the screenshot test, ImageMagick for screenshots, ffmpeg
-# for video input, and for the ROS 2 tests the DDS stacks of the independent
-# peers (test/ros2peers: Cyclone DDS with idlc, Fast DDS, libpng, g++) and the
-# network namespace tools of ../shared/tools/netns-run.sh. Go itself is
-# expected at /usr/local/go or on PATH; Node.js >= 18 with npm (the machine
-# image has Node.js 20) is checked, not installed: Debian's is older.
+# for video input, Cyclone DDS (the ROS 2 transport links it) and, for the
+# independent ROS 2 peers (test/ros2peers), Fast DDS, libpng and g++, and the
+# network namespace tools (iproute2, util-linux). Go itself is expected at
+# /usr/local/go or on PATH; Node.js >= 18 with npm (the machine image has
+# Node.js 20) is checked, not installed: Debian's is older. A running apt (a
+# fresh machine's automatic updates) is waited for (test/apt.sh).
 set -euo pipefail
-SUDO=""
-[ "$(id -u)" = 0 ] || SUDO="sudo"
+# shellcheck source=test/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
 need=0
-for cmd in rosmaster rostopic rosbag roslaunch rviz xvfb-run import ffmpeg; do
+for cmd in rosmaster rostopic rosservice rosbag roslaunch rviz xvfb-run import ffmpeg; do
   command -v "$cmd" >/dev/null 2>&1 || need=1
 done
-for mod in rospy rosbag sensor_msgs.msg nav_msgs.msg tf2_msgs.msg; do
+for mod in rospy rosbag sensor_msgs.msg nav_msgs.msg tf2_msgs.msg diagnostic_msgs.msg std_srvs.srv; do
   /usr/bin/python3 -c "import $mod" >/dev/null 2>&1 || need=1
 done
 need2=0
@@ -26,24 +28,23 @@ for header in dds/dds.h fastdds/dds/domain/DomainParticipant.hpp png.h; do
 done
 
 if [ "$need" = 1 ] || [ "$need2" = 1 ]; then
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -q
+  apt_get update
 fi
 if [ "$need" = 1 ]; then
-  # headless ROS 1 tools and the Python message classes rostopic/rosbag need
-  $SUDO apt-get install -y -q --no-install-recommends \
+  # headless ROS 1 tools and the Python message classes rostopic, rosservice
+  # and rosbag need to show every message the node publishes
+  apt_get install -y --no-install-recommends \
     python3-roslaunch python3-rostopic python3-rosbag python3-rosparam python3-rosnode python3-rosservice \
     python3-std-msgs python3-std-srvs python3-sensor-msgs python3-geometry-msgs python3-nav-msgs \
-    python3-tf2-msgs python3-pil
+    python3-tf2-msgs python3-diagnostic-msgs python3-pil
   # rviz under a virtual X server, screenshots, video decoding
-  $SUDO apt-get install -y -q --no-install-recommends \
+  apt_get install -y --no-install-recommends \
     rviz xvfb xauth x11-apps imagemagick libgl1-mesa-dri ffmpeg
 fi
-
-# ---- ROS 2 tests (test/ros2*_test.go, -tags ros2) ----
 if [ "$need2" = 1 ]; then
-  # the peers' DDS stacks and compilers; iproute2 and util-linux for netns-run.sh
-  $SUDO apt-get install -y -q --no-install-recommends \
+  # Cyclone DDS for the ROS 2 transport; the peers' DDS stacks and compilers;
+  # iproute2 and util-linux for the private network namespaces of DDS tests
+  apt_get install -y --no-install-recommends \
     cyclonedds-dev cyclonedds-tools libfastrtps-dev libpng-dev gcc g++ iproute2 util-linux
 fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then

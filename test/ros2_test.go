@@ -49,11 +49,11 @@ func ros2NodeArgs(t *testing.T, name string, width int, extra ...string) []strin
 		t.Fatal(err)
 	}
 	args := []string{"-r", "__node:=" + name, "-r", "image:=/camera/image_raw",
-		"-p", "engine.weights:=" + w,
-		"-p", fmt.Sprintf("engine.image_width:=%d", width),
-		"-p", "engine.scale_frames:=3",
-		"-p", "engine.sliding_window:=4",
-		"-p", "engine.threads:=2",
+		"-p", "weights:=" + w,
+		"-p", fmt.Sprintf("image_width:=%d", width),
+		"-p", "scale_frames:=3",
+		"-p", "sliding_window:=4",
+		"-p", "threads:=2",
 		"-p", "queue_policy:=all",
 		"-p", "diagnostics_rate:=10.0",
 	}
@@ -70,7 +70,7 @@ func engineResults(t *testing.T, frames []*image.RGBA, width int) []engine.Resul
 	cfg := engine.DefaultConfig()
 	cfg.Weights, cfg.ImageWidth, cfg.ScaleFrames, cfg.SlidingWindow, cfg.Threads = w, width, 3, 4, 2
 	ctx := context.Background()
-	st, err := engine.New(ctx, cfg, nil)
+	st, err := engine.New(ctx, cfg, cpuBackend, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -230,6 +230,10 @@ func (a *Args) expand(name string) string {
 		return a.FullName()
 	case strings.HasPrefix(name, "~/"):
 		return a.FullName() + name[1:]
+	case strings.HasPrefix(name, "~"):
+		// ROS 1's spelling of a private name ("~pose"), which the node core
+		// uses for both transports.
+		return a.FullName() + "/" + name[1:]
 	case strings.HasPrefix(name, "/"):
 		return name
 	case a.Namespace == "/":

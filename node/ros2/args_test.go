@@ -29,6 +29,7 @@ func TestParseArgsNamesAndRemaps(t *testing.T) {
 		"image":        "/camera/color/image_raw",
 		"~/pose":       "/robot/mapper/pose", // the rule for node "other" does not apply
 		"~/cloud":      "/robot/points",
+		"~cloud":       "/robot/points", // ROS 1 spelling, as the node core writes private names
 		"/tf":          "/tf",
 		"depth":        "/robot/depth",
 		"~":            "/robot/mapper",
