@@ -95,7 +95,7 @@ DEMO_BIN=$bin DEMO_OUT=$out DEMO_PEER=$peers/cyclone-peer DEMO_N=$n DEMO_WEIGHTS
   set -u
   o=$DEMO_OUT/ros2
   "$DEMO_BIN" node --ros 2 --queue-policy=all --weights="$DEMO_WEIGHTS" --model-size=tiny \
-    --ros-args -r __node:=lingbotmap -p save_dir:="$o" >"$o/node.log" 2>&1 &
+    --ros-args -r __node:=lingbotmap -r image:=/camera/image_raw -p save_dir:="$o" >"$o/node.log" 2>&1 &
   node=$!
   "$DEMO_PEER" listen --secs 300 pose:/lingbotmap/pose >"$o/peer.log" 2>&1 &
   peer=$!
