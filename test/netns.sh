@@ -7,6 +7,12 @@
 #   test/netns.sh CMD [ARGS...]
 set -euo pipefail
 [ $# -gt 0 ] || { echo "usage: $0 CMD [ARGS...]" >&2; exit 2; }
+# Where the checkout sits beside the shared tools (CI, the project's
+# machines), their netns-run.sh is the one every DDS test uses: take it.
+shared_tool="$(dirname "${BASH_SOURCE[0]}")/../../shared/tools/netns-run.sh"
+if [ -x "$shared_tool" ]; then
+  exec "$shared_tool" "$@"
+fi
 for tool in unshare ip; do
   command -v "$tool" >/dev/null || { echo "netns.sh: $tool is missing (apt-get install util-linux iproute2)" >&2; exit 2; }
 done
