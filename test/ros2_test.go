@@ -302,11 +302,17 @@ func TestROS2NodeEndToEnd(t *testing.T) {
 		poseWriter.ParticipantUserData == nil || !strings.Contains(*poseWriter.ParticipantUserData, "enclave=/;") {
 		t.Errorf("the pose writer as Cyclone sees it: %+v (participant USER_DATA %v)", poseWriter, poseWriter.ParticipantUserData)
 	}
-	for _, p := range []*peer{foxPose, foxCloud} {
-		p.waitFor(t, "foxglove to discover the node", 1, 20*time.Second, func(e peerEvent) bool {
-			return e.Event == "publication" && strings.HasPrefix(e.Topic, "rt/mapper/")
+	// The writers are volatile: every subscriber must have found the node
+	// before the first frame.
+	fast.waitFor(t, "Fast DDS to match the node's pose writer", 1, 30*time.Second, func(e peerEvent) bool {
+		return e.Event == "matched" && e.Writers == 1
+	})
+	for topic, p := range map[string]*peer{"rt/mapper/pose": foxPose, "rt/mapper/cloud": foxCloud} {
+		p.waitFor(t, "foxglove to discover "+topic, 1, 30*time.Second, func(e peerEvent) bool {
+			return e.Event == "publication" && e.Topic == topic
 		})
 	}
+	time.Sleep(500 * time.Millisecond) // the writer's side of the match
 
 	// Four publishers in turn: each is a new participant the node discovers.
 	poses := func(k int) {

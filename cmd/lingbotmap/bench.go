@@ -125,7 +125,7 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 	fmt.Fprintf(out, "model load: %.2f s\n", load.Seconds())
 
 	// A few random images made up front and taken in turn: making a fresh one
-	// for every frame (~2 ms) would leave the GPU idle between frames for a
+	// for every frame would leave the GPU idle between frames for a
 	// reason no real input has. The engine only reads Pixels.
 	r := rand.New(rand.NewPCG(7, 11))
 	images := make([][]float32, 8)

@@ -17,8 +17,8 @@ package cpu
 //
 // The kernels (gemm_amd64.s) are 8×32 for AVX-512 (16 ZMM accumulators, 2 B
 // loads and 8 broadcasts of A per k step, kc 384) and 6×16 for AVX2+FMA (12
-// YMM accumulators, kc 256). On one core of the 2-core EPYC (Zen 5) they
-// reach about 250 and 130 GFLOP/s on L1-resident strips (BenchmarkGemmKernel).
+// YMM accumulators, kc 256). Their rates and the choices below are recorded
+// with their measurements in NOTES.md (BenchmarkGemmKernel, BenchmarkSgemm).
 //
 // Packing absorbs the transposes and strides, and pads partial strips with
 // zeros, so a kernel always computes a full tile; tiles that overhang the
@@ -31,17 +31,6 @@ package cpu
 // and take (row block, column range) items from a counter (see parallel).
 // Small products stay on the caller's goroutine: attention calls sgemm from
 // tasks that are already parallel.
-//
-// Measured on the 2-core Zen 5 development machine, in CPU time (profiles; wall
-// time there is shared with other jobs): about 230 GFLOP/s per core on the Linear
-// shapes, 90% of the kernel's ceiling; gonum's Sgemm gave 7-17 GFLOP/s on 2
-// cores. Verdicts kept: kc 384 beat 192, 256, 320 and 512 for the AVX-512
-// kernel; prefetching the c tile at kernel entry gained ~10%; one half of c
-// per core with private panels lost to the shared panel (A packed twice, no
-// load balance); scalar Go packing cost 30-40% of the time of the 64-query
-// attention products, the AVX transposes about 15%; an AVX copy loop for the
-// untransposed strips gained nothing over copy, on attention's v and on the
-// im2col matrix alike (that packing waits on memory, not on instructions).
 
 import (
 	"fmt"

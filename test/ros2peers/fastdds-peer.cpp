@@ -4,7 +4,8 @@
 // by hand, independently of the project's Go encoder.
 //
 //   fastdds-peer sub-pose TOPIC N [SECS] prints N PoseStamped from TOPIC as JSON
-//       lines; fails after SECS seconds (default 60)
+//       lines (and a "matched" line when its matched writers change); fails
+//       after SECS seconds (default 60)
 //   fastdds-peer pub-corrupt TOPIC KIND publishes one broken sensor_msgs/msg/Image:
 //       truncated   the payload ends inside the header's frame_id
 //       overlength  the data sequence claims more bytes than follow
@@ -106,7 +107,14 @@ static int sub_pose(const std::string &topic, int want, int secs) {
   fflush(stdout);
   int got = 0;
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(secs);
+  int matched = 0;
   while (got < want && std::chrono::steady_clock::now() < end) {
+    SubscriptionMatchedStatus ms;
+    if (rd->get_subscription_matched_status(ms) == ReturnCode_t::RETCODE_OK && ms.current_count != matched) {
+      matched = ms.current_count;
+      printf("{\"event\":\"matched\",\"topic\":\"%s\",\"writers\":%d}\n", topic.c_str(), matched);
+      fflush(stdout);
+    }
     Raw r;
     SampleInfo si;
     while (got < want && rd->take_next_sample(&r, &si) == ReturnCode_t::RETCODE_OK) {
