@@ -241,13 +241,13 @@ func ApplyParams(c Config, p ParamSource) (Config, []string, error) {
 		case reflect.Bool:
 			b, err := p.Bool(key)
 			if err != nil {
-				return c, taken, fmt.Errorf("parameter %s must be a bool: %w", name, err)
+				return c, taken, fmt.Errorf("%w: parameter %s must be a bool: %w", ErrSettings, name, err)
 			}
 			f.Value.SetBool(b)
 		case reflect.Int, reflect.Int64:
 			i, err := p.Int(key)
 			if err != nil {
-				return c, taken, fmt.Errorf("parameter %s must be an integer: %w", name, err)
+				return c, taken, fmt.Errorf("%w: parameter %s must be an integer: %w", ErrSettings, name, err)
 			}
 			f.Value.SetInt(int64(i))
 		case reflect.Float64:
@@ -255,7 +255,7 @@ func ApplyParams(c Config, p ParamSource) (Config, []string, error) {
 			if err != nil {
 				i, ierr := p.Int(key)
 				if ierr != nil {
-					return c, taken, fmt.Errorf("parameter %s must be a number: %w", name, err)
+					return c, taken, fmt.Errorf("%w: parameter %s must be a number: %w", ErrSettings, name, err)
 				}
 				x = float64(i)
 			}
@@ -263,7 +263,7 @@ func ApplyParams(c Config, p ParamSource) (Config, []string, error) {
 		case reflect.String:
 			s, err := p.String(key)
 			if err != nil {
-				return c, taken, fmt.Errorf("parameter %s must be a string: %w", name, err)
+				return c, taken, fmt.Errorf("%w: parameter %s must be a string: %w", ErrSettings, name, err)
 			}
 			f.Value.SetString(s)
 		case reflect.Slice:
@@ -271,11 +271,11 @@ func ApplyParams(c Config, p ParamSource) (Config, []string, error) {
 			// goroslib), so lists come as strings such as "4 11 17 23".
 			s, err := p.String(key)
 			if err != nil {
-				return c, taken, fmt.Errorf("parameter %s must be a string of integers like \"4 11 17 23\": %w", name, err)
+				return c, taken, fmt.Errorf("%w: parameter %s must be a string of integers like \"4 11 17 23\": %w", ErrSettings, name, err)
 			}
 			ints, err := parseInts(s)
 			if err != nil || f.Value.Type() != reflect.TypeOf(ints) {
-				return c, taken, fmt.Errorf("parameter %s must be a string of integers like \"4 11 17 23\", not %q", name, s)
+				return c, taken, fmt.Errorf("%w: parameter %s must be a string of integers like \"4 11 17 23\", not %q", ErrSettings, name, s)
 			}
 			f.Value.Set(reflect.ValueOf(ints))
 		default:
@@ -284,7 +284,12 @@ func ApplyParams(c Config, p ParamSource) (Config, []string, error) {
 		taken = append(taken, f.Key)
 	}
 	if err := c.Validate(); err != nil {
-		return c, taken, fmt.Errorf("after applying the parameters: %w", err)
+		return c, taken, fmt.Errorf("%w: after applying the parameters: %w", ErrSettings, err)
 	}
 	return c, taken, nil
 }
+
+// ErrSettings marks an error in the settings themselves (a parameter of the
+// wrong type, a value out of range), which the program reports as a usage
+// error rather than a failure of the run.
+var ErrSettings = errors.New("bad settings")

@@ -7,6 +7,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/source"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
+	"github.com/lingbotmap/lingbotmap/node"
 )
 
 // exitCode is the exit code for an error that ended a command: the code an
@@ -28,7 +29,7 @@ func exitCode(err error) int {
 		return exitPartial
 	case errors.As(err, &mismatch), errors.As(err, &nonFinite), errors.Is(err, traj.ErrDegenerate):
 		return exitBadInput
-	case errors.Is(err, engine.ErrInputSize):
+	case errors.Is(err, engine.ErrInputSize), errors.Is(err, node.ErrSettings):
 		return exitUsage
 	}
 	return exitError

@@ -23,6 +23,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/weights"
 	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 	"github.com/lingbotmap/lingbotmap/msgs/bag"
+	"github.com/lingbotmap/lingbotmap/node"
 )
 
 // runCLI runs the binary's main path (parse, execute, map the error to an
@@ -56,6 +57,23 @@ func TestBenchHugeSizeFailsFast(t *testing.T) {
 	code, msg = runCLI(t, "bench", "--model-size", "tiny", "--width", "1274", "--height", "1274")
 	if code != exitUsage || !strings.Contains(msg, "8281 patches a frame, more than the 8192 allowed") {
 		t.Errorf("1274×1274: exit %d, stderr %q", code, msg)
+	}
+}
+
+// Usage errors exit 2 wherever they are found: an unknown flag, a flag value
+// out of range, and a ROS parameter with a bad value (node.ErrSettings).
+func TestUsageErrorsExit2(t *testing.T) {
+	for _, args := range [][]string{
+		{"run", "--queue-policy", "all", "in"},        // a node setting run does not take
+		{"run", "--conf-threshold", "NaN", "in"},      // a NaN setting
+		{"node", "--ros", "1", "--queue-policy", "x"}, // a bad value
+	} {
+		if code, msg := runCLI(t, args...); code != exitUsage {
+			t.Errorf("%q: exit %d, want %d (stderr %q)", args, code, exitUsage, msg)
+		}
+	}
+	if code := exitCode(fmt.Errorf("node: %w", fmt.Errorf("%w: parameter ~queue_size must be an integer", node.ErrSettings))); code != exitUsage {
+		t.Errorf("a bad ROS parameter: exit %d, want %d", code, exitUsage)
 	}
 }
 

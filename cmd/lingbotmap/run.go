@@ -64,7 +64,7 @@ func defaultRunOptions() *runOptions {
 		saveDepth:     true,
 		depthScale:    render.DepthScale,
 		confScale:     100,
-		version:       version,
+		version:       versionString(),
 		newStream:     newEngineStream,
 		openSource:    source.Open,
 	}
