@@ -35,19 +35,26 @@ type Options struct {
 	Transport Transport
 	// NewStream builds the engine; the node closes the stream when it ends.
 	NewStream StreamFactory
+	// Resume, when set, is a save_dir whose saved session (~save_session)
+	// the node starts from, with ResumeStream building the engine from it.
+	Resume       string
+	ResumeStream ResumeFactory
 	// Log defaults to slog.Default().
 	Log *slog.Logger
 }
 
 // Node is one running lingbotmap node.
 type Node struct {
-	cfg       Config
-	tr        Transport
-	log       *slog.Logger
-	newStream StreamFactory
+	cfg          Config
+	tr           Transport
+	log          *slog.Logger
+	newStream    StreamFactory
+	resume       string
+	resumeStream ResumeFactory
 
 	stream    engine.Stream
 	engineMu  sync.Mutex // serialises calls into stream
+	stepMu    sync.Mutex // held from a frame's Push to its published results (a saved session sees whole steps)
 	queue     *frameQueue
 	baseToCam *[4][4]float64 // camera pose in base_frame, nil without base_frame
 	paused    atomic.Bool
@@ -85,11 +92,13 @@ func New(opts Options) (*Node, error) {
 		log = slog.Default()
 	}
 	nd := &Node{
-		cfg:       opts.Config,
-		tr:        opts.Transport,
-		log:       log.With("node", opts.Transport.FullName()),
-		newStream: opts.NewStream,
-		frameIDs:  map[uint64]string{},
+		cfg:          opts.Config,
+		tr:           opts.Transport,
+		log:          log.With("node", opts.Transport.FullName()),
+		newStream:    opts.NewStream,
+		frameIDs:     map[uint64]string{},
+		resume:       opts.Resume,
+		resumeStream: opts.ResumeStream,
 	}
 	nd.stats.init()
 	return nd, nil
@@ -197,7 +206,12 @@ func (n *Node) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	st, err := n.newStream(ctx, n.cfg)
+	var st engine.Stream
+	if n.resume != "" {
+		st, err = n.resumeSession(ctx, n.resume)
+	} else {
+		st, err = n.newStream(ctx, n.cfg)
+	}
 	if err != nil {
 		return fmt.Errorf("node: starting the engine: %w", err)
 	}
@@ -253,6 +267,8 @@ func (n *Node) engineLoop(ctx context.Context) {
 
 // process runs one frame through the engine and publishes what comes out.
 func (n *Node) process(ctx context.Context, qf queuedFrame) {
+	n.stepMu.Lock()
+	defer n.stepMu.Unlock()
 	n.mu.Lock()
 	n.frameIDs[qf.frame.Seq] = qf.frameID
 	n.mu.Unlock()
