@@ -167,6 +167,10 @@ func (s *stream) SaveState(w io.Writer) error {
 	if err := s.m.SaveState(bw); err != nil {
 		return fmt.Errorf("engine: saving state: %w", err)
 	}
+	// a GPU's copies to the host report failures only here
+	if err := s.deviceErr(); err != nil {
+		return fmt.Errorf("engine: saving state: %w", err)
+	}
 	s.saveStream(bw)
 	bw.U32(sum.Sum32())
 	if err := bw.Err(); err != nil {
