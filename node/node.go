@@ -52,15 +52,17 @@ type Node struct {
 	resume       string
 	resumeStream ResumeFactory
 
-	stream    engine.Stream
-	engineMu  sync.Mutex // serialises calls into stream
-	stepMu    sync.Mutex // held from a frame's Push to its published results (a saved session sees whole steps)
-	queue     *frameQueue
-	baseToCam *[4][4]float64 // camera pose in base_frame, nil without base_frame
-	paused    atomic.Bool
-	nextSeq   atomic.Uint64
-	notices   sync.Map // kinds of lossy input already reported (noticeOnce)
-	out       outputs  // opened once in Run before any loop starts
+	stream   engine.Stream
+	engineMu sync.Mutex // serialises calls into stream
+	stepMu   sync.Mutex // held from a frame's Push to its published results (a saved session sees whole steps)
+	// stepsSinceSave counts processed frames for session_save_every (stepMu).
+	stepsSinceSave int
+	queue          *frameQueue
+	baseToCam      *[4][4]float64 // camera pose in base_frame, nil without base_frame
+	paused         atomic.Bool
+	nextSeq        atomic.Uint64
+	notices        sync.Map // kinds of lossy input already reported (noticeOnce)
+	out            outputs  // opened once in Run before any loop starts
 
 	mu        sync.Mutex // guards the map state and the counters below
 	m         *mapio.Map // the trajectory and the voxel map
@@ -303,4 +305,5 @@ func (n *Node) process(ctx context.Context, qf queuedFrame) {
 	for _, r := range res {
 		n.publishResult(r)
 	}
+	n.afterStep()
 }

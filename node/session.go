@@ -52,6 +52,29 @@ type sessionMeta struct {
 // saveSession writes the session into save_dir/session. Frames wait while
 // it is written, so that the engine and the map agree.
 func (n *Node) saveSession() (string, error) {
+	n.stepMu.Lock()
+	defer n.stepMu.Unlock()
+	return n.writeSession()
+}
+
+// afterStep saves the session every session_save_every processed frames
+// (stepMu held).
+func (n *Node) afterStep() {
+	if n.cfg.SessionSaveEvery <= 0 {
+		return
+	}
+	n.stepsSinceSave++
+	if n.stepsSinceSave < n.cfg.SessionSaveEvery {
+		return
+	}
+	n.stepsSinceSave = 0
+	if _, err := n.writeSession(); err != nil {
+		n.log.Warn("periodic session save failed", "err", err)
+	}
+}
+
+// writeSession is saveSession with stepMu held.
+func (n *Node) writeSession() (string, error) {
 	dir, err := n.saveDir()
 	if err != nil {
 		return "", err
@@ -64,8 +87,6 @@ func (n *Node) saveSession() (string, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return "", fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
 	}
-	n.stepMu.Lock()
-	defer n.stepMu.Unlock()
 	n.engineMu.Lock()
 	defer n.engineMu.Unlock()
 	n.mu.Lock()

@@ -82,30 +82,53 @@ func runEngineNode(t *testing.T, cfg node.Config, resume string, from, to, want 
 }
 
 // TestNodeSaveSessionAndResume: a node saves its session with
-// ~save_session after 7 frames and stops; a new node started from it maps
-// the remaining frames: its poses equal an uninterrupted node's (1e-6
-// relative) and its path holds the whole trajectory.
+// ~save_session after 7 frames (or by itself every 5 frames, with
+// session_save_every) and stops; a new node started from it maps the
+// remaining frames: its poses equal an uninterrupted node's (1e-6 relative)
+// and its path holds the whole trajectory.
 func TestNodeSaveSessionAndResume(t *testing.T) {
-	const total, cut = 12, 7
 	cfg := goldenNodeConfig(t)
+	const total = 12
 	full, stopFull := runEngineNode(t, cfg, "", 0, total, total)
 	want := full.Messages("/lbm/pose")
 	if err := stopFull(); err != nil {
 		t.Fatal(err)
 	}
+	t.Run("save_session", func(t *testing.T) {
+		cfg := cfg
+		cfg.SaveDir = t.TempDir()
+		// 7 frames: 3 scale frames and 4 streamed, the last one a keyframe
+		first, stop := runEngineNode(t, cfg, "", 0, 7, 7)
+		if _, err := first.Call("/lbm/save_session"); err != nil {
+			t.Fatal(err)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		checkResumed(t, cfg, 7, want)
+	})
+	t.Run("session_save_every", func(t *testing.T) {
+		cfg := cfg
+		cfg.SaveDir = t.TempDir()
+		cfg.SessionSaveEvery = 5
+		// saved after frame 4; frames 5 and 6 are mapped but not saved
+		_, stop := runEngineNode(t, cfg, "", 0, 7, 7)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		cfg.SessionSaveEvery = 0
+		checkResumed(t, cfg, 5, want)
+	})
+}
 
-	// 7 frames: 3 scale frames and 4 streamed, the last one a keyframe
-	first, stopFirst := runEngineNode(t, cfg, "", 0, cut, cut)
-	if _, err := first.Call("/lbm/save_session"); err != nil {
-		t.Fatal(err)
-	}
-	if err := stopFirst(); err != nil {
-		t.Fatal(err)
-	}
+// checkResumed starts a node from cfg.SaveDir's session, which holds the
+// first cut frames, feeds it the rest and compares its poses with want.
+func checkResumed(t *testing.T, cfg node.Config, cut int, want []any) {
+	t.Helper()
+	total := len(want)
 	if _, err := os.Stat(filepath.Join(cfg.SaveDir, node.SessionDir, node.SessionFile)); err != nil {
 		t.Fatal(err)
 	}
-
 	second, stopSecond := runEngineNode(t, cfg, cfg.SaveDir, cut, total, total)
 	got := second.Messages("/lbm/pose")
 	if err := stopSecond(); err != nil {
