@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -108,6 +109,8 @@ func TestResumeEqualsUninterrupted(t *testing.T) {
 		// keep; 16 and 20 in window 1 (unaligned, then aligned with results
 		// held); 27 in window 2
 		{"windowed", "windowed_kf2", func(c *Config) { c.Windowed = true; c.KeyframeInterval = 2 }, []int{13, 16, 20, 27}},
+		// flow windows close after 6 keyframes: cuts across two windows
+		{"windowed flow", "stream_flow", func(c *Config) { c.Windowed = true; c.FlowThreshold = 14 }, []int{8, 14, 21}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -120,41 +123,51 @@ func TestResumeEqualsUninterrupted(t *testing.T) {
 					frames = append(frames, f)
 				}
 			}
+			// The uninterrupted stream saves its state at every cut as it
+			// goes (which must not disturb it); each saved state is then
+			// resumed in a new stream and fed the rest.
 			ref, err := New(context.Background(), cfg, cpuBackend, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer ref.Close()
-			want := runFrames(t, ref, frames, true)
+			states := map[int][]byte{}
+			before := map[int]int{} // results out before the cut
+			stats := map[int]CacheStats{}
+			var want []Result
+			for i, f := range frames {
+				if slices.Contains(tc.cuts, i) {
+					var buf bytes.Buffer
+					if err := ref.(Snapshotter).SaveState(&buf); err != nil {
+						t.Fatal(err)
+					}
+					states[i], before[i], stats[i] = buf.Bytes(), len(want), ref.Stats()
+				}
+				want = append(want, runFrames(t, ref, []Frame{f}, false)...)
+			}
+			want = append(want, runFrames(t, ref, nil, true)...)
 			if len(want) != len(frames) {
 				t.Fatalf("uninterrupted run: %d results for %d frames", len(want), len(frames))
 			}
+			if w := want[len(want)-1].Window; cfg.Windowed && w < 2 {
+				t.Fatalf("windowed run ended in window %d: the cuts do not span windows", w)
+			}
 			for _, k := range tc.cuts {
-				first, err := New(context.Background(), cfg, cpuBackend, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got := runFrames(t, first, frames[:k], false)
-				var buf bytes.Buffer
-				if err := first.(Snapshotter).SaveState(&buf); err != nil {
-					t.Fatal(err)
-				}
-				statsBefore := first.Stats()
-				first.Close()
-				resumed, err := Resume(context.Background(), cfg, cpuBackend, &buf, nil)
+				resumed, err := Resume(context.Background(), cfg, cpuBackend, bytes.NewReader(states[k]), nil)
 				if err != nil {
 					t.Fatalf("resume after %d frames: %v", k, err)
 				}
-				if st := resumed.Stats(); st != statsBefore {
-					t.Errorf("cut %d: cache after resume %+v, before saving %+v", k, st, statsBefore)
+				if st := resumed.Stats(); st != stats[k] {
+					t.Errorf("cut %d: cache after resume %+v, before saving %+v", k, st, stats[k])
 				}
-				got = append(got, runFrames(t, resumed, frames[k:], true)...)
+				got := runFrames(t, resumed, frames[k:], true)
 				resumed.Close()
-				if len(got) != len(want) {
-					t.Fatalf("cut %d: %d results, uninterrupted %d", k, len(got), len(want))
+				rest := want[before[k]:]
+				if len(got) != len(rest) {
+					t.Fatalf("cut %d: %d results after resume, uninterrupted %d", k, len(got), len(rest))
 				}
-				for i := range want {
-					g, w := got[i], want[i]
+				for i := range rest {
+					g, w := got[i], rest[i]
 					if g.Seq != w.Seq || g.Kind != w.Kind || g.Window != w.Window {
 						t.Fatalf("cut %d, result %d: seq %d kind %v window %d, uninterrupted seq %d kind %v window %d", k, i, g.Seq, g.Kind, g.Window, w.Seq, w.Kind, w.Window)
 					}
