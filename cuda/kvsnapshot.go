@@ -111,7 +111,7 @@ func (s *kvStore) ImportKV(layer int, pages []int32, k, v []float32) error {
 // a value that came from bf16 comes back unchanged.
 func bf16Bits(x float32) uint16 {
 	b := math.Float32bits(x)
-	if x != x {
+	if math.IsNaN(float64(x)) {
 		return uint16(b>>16) | 0x40 // keep a NaN a (quiet) NaN
 	}
 	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
