@@ -69,6 +69,10 @@ type Fingerprint struct {
 	Weights string `json:"weights"`
 	// Settings are the configuration values that change results, by key.
 	Settings map[string]string `json:"settings"`
+	// InputWidth and InputHeight are the model resolution the stream runs
+	// at (0 before its first frame); the state's caches are sized for it.
+	InputWidth  int `json:"input_width"`
+	InputHeight int `json:"input_height"`
 }
 
 // resultSettings lists the settings that change results or the cache layout.
@@ -122,6 +126,8 @@ func (s *stream) fingerprint() Fingerprint {
 		Sizes:     s.m.Sizes(),
 		Weights:   s.weightsID,
 		Settings:  resultSettings(s.cfg),
+		// the model's resolution, which phase 1 may fix before the stream's
+		InputWidth: s.m.Width(), InputHeight: s.m.Height(),
 	}
 }
 
@@ -206,6 +212,11 @@ func ReadStateHeader(r io.Reader) (Fingerprint, error) {
 	if err := dec.Decode(&f); err != nil {
 		return Fingerprint{}, fmt.Errorf("engine: state header: %w", err)
 	}
+	if f.InputWidth != 0 || f.InputHeight != 0 {
+		if err := CheckInputSize(f.InputWidth, f.InputHeight); err != nil {
+			return Fingerprint{}, fmt.Errorf("engine: state header: %w", err)
+		}
+	}
 	return f, nil
 }
 
@@ -225,17 +236,26 @@ func Resume(ctx context.Context, cfg Config, newBackend BackendFactory, r io.Rea
 		s.Close()
 		return nil, err
 	}
-	if err := s.loadBody(r); err != nil {
+	if err := s.loadBody(r, saved); err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *stream) loadBody(r io.Reader) error {
+// loadBody restores the model and stream state that follows a header.
+func (s *stream) loadBody(r io.Reader, saved Fingerprint) error {
 	sum := crc32.New(crc32.MakeTable(crc32.Castagnoli))
 	br := binstate.NewReader(io.TeeReader(r, sum))
-	if err := s.m.LoadState(br); err != nil {
+	// the caches are sized before anything else is read: only for the
+	// resolution the header names, which was checked against the bounds
+	sized := func(h, w int) error {
+		if w != saved.InputWidth || h != saved.InputHeight {
+			return fmt.Errorf("%w: the caches are for %d×%d, the header says %d×%d", binstate.ErrCorrupt, w, h, saved.InputWidth, saved.InputHeight)
+		}
+		return nil
+	}
+	if err := s.m.LoadState(br, sized); err != nil {
 		return fmt.Errorf("engine: restoring state: %w", err)
 	}
 	s.loadStream(br)

@@ -77,19 +77,21 @@ func (m *Model) SaveState(w *binstate.Writer) error {
 }
 
 // LoadState replaces the model's caches with a state SaveState wrote for the
-// same weights and options. On error the model is reset (empty caches).
-func (m *Model) LoadState(r *binstate.Reader) error {
+// same weights and options. allow, when set, vets the saved resolution
+// before the caches are sized for it. On error the model is reset (empty
+// caches).
+func (m *Model) LoadState(r *binstate.Reader, allow func(h, w int) error) error {
 	if m.closed {
 		return errors.New("model: LoadState after Close")
 	}
-	if err := m.loadState(r); err != nil {
+	if err := m.loadState(r, allow); err != nil {
 		m.Reset()
 		return fmt.Errorf("model: restoring the caches: %w", err)
 	}
 	return nil
 }
 
-func (m *Model) loadState(r *binstate.Reader) error {
+func (m *Model) loadState(r *binstate.Reader, allow func(h, w int) error) error {
 	m.Reset()
 	if !r.Bool("cache present") {
 		return r.Err()
@@ -103,6 +105,11 @@ func (m *Model) loadState(r *binstate.Reader) error {
 	ps := m.sizes.PatchSize
 	if h%ps != 0 || w%ps != 0 {
 		return fmt.Errorf("%w: resolution %d×%d is not a multiple of the patch size %d", binstate.ErrCorrupt, w, h, ps)
+	}
+	if allow != nil {
+		if err := allow(h, w); err != nil {
+			return err
+		}
 	}
 	if err := m.ensureCache(h, w, (h/ps)*(w/ps)); err != nil {
 		return err
