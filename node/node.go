@@ -45,24 +45,28 @@ type Options struct {
 
 // Node is one running lingbotmap node.
 type Node struct {
-	cfg          Config
-	tr           Transport
-	log          *slog.Logger
-	newStream    StreamFactory
+	cfg       Config
+	tr        Transport
+	log       *slog.Logger
+	newStream StreamFactory
+
+	stream    engine.Stream
+	engineMu  sync.Mutex // serialises calls into stream
+	queue     *frameQueue
+	baseToCam *[4][4]float64 // camera pose in base_frame, nil without base_frame
+	paused    atomic.Bool
+	nextSeq   atomic.Uint64
+	notices   sync.Map // kinds of lossy input already reported (noticeOnce)
+	out       outputs  // opened once in Run before any loop starts
+
+	// saved sessions (session.go)
 	resume       string
 	resumeStream ResumeFactory
-
-	stream   engine.Stream
-	engineMu sync.Mutex // serialises calls into stream
-	stepMu   sync.Mutex // held from a frame's Push to its published results (a saved session sees whole steps)
-	// stepsSinceSave counts processed frames for session_save_every (stepMu).
+	// stepMu is held from a frame's Push to its published results, so that
+	// a saved session sees whole steps; stepsSinceSave counts the frames
+	// for session_save_every under it.
+	stepMu         sync.Mutex
 	stepsSinceSave int
-	queue          *frameQueue
-	baseToCam      *[4][4]float64 // camera pose in base_frame, nil without base_frame
-	paused         atomic.Bool
-	nextSeq        atomic.Uint64
-	notices        sync.Map // kinds of lossy input already reported (noticeOnce)
-	out            outputs  // opened once in Run before any loop starts
 
 	mu        sync.Mutex // guards the map state and the counters below
 	m         *mapio.Map // the trajectory and the voxel map
@@ -94,14 +98,13 @@ func New(opts Options) (*Node, error) {
 		log = slog.Default()
 	}
 	nd := &Node{
-		cfg:          opts.Config,
-		tr:           opts.Transport,
-		log:          log.With("node", opts.Transport.FullName()),
-		newStream:    opts.NewStream,
-		frameIDs:     map[uint64]string{},
-		resume:       opts.Resume,
-		resumeStream: opts.ResumeStream,
+		cfg:       opts.Config,
+		tr:        opts.Transport,
+		log:       log.With("node", opts.Transport.FullName()),
+		newStream: opts.NewStream,
+		frameIDs:  map[uint64]string{},
 	}
+	nd.resume, nd.resumeStream = opts.Resume, opts.ResumeStream
 	nd.stats.init()
 	return nd, nil
 }
