@@ -66,8 +66,18 @@ func New(ctx context.Context, cfg Config, newBackend BackendFactory, log *slog.L
 		}
 		return nil, fmt.Errorf("engine: %w", err)
 	}
+	id, err := weightsFingerprint(cfg, store)
+	if err != nil {
+		m.Close()
+		if c, ok := be.(io.Closer); ok {
+			c.Close()
+		}
+		return nil, err
+	}
 	log.Info("model ready", "backend", be.Name(), "capabilities", backend.Capabilities(be, nil), "weights", weightsName(cfg))
-	return newStream(cfg, log, be, m), nil
+	s := newStream(cfg, log, be, m)
+	s.weightsID = id
+	return s, nil
 }
 
 func weightsName(cfg Config) string {
@@ -151,6 +161,8 @@ type stream struct {
 	log *slog.Logger
 	be  backend.Backend
 	m   *model.Model
+
+	weightsID string // the checkpoint's fingerprint, for session state files
 
 	h, w     int // model resolution, fixed by the first frame
 	pre      preprocess.Preprocessor

@@ -63,6 +63,9 @@ type Config struct {
 	DiagnosticsRate float64 `mapstructure:"diagnostics_rate"`
 	// SaveDir is where ~save_map writes when the ~save_dir parameter is unset.
 	SaveDir string `mapstructure:"save_dir"`
+	// SessionSaveEvery, when positive, saves the session into save_dir as
+	// ~save_session does every that many processed frames (0 = never).
+	SessionSaveEvery int `mapstructure:"session_save_every"`
 	// MasterCheckInterval is how often (seconds) the node checks that the
 	// ROS master still knows it, to re-register after a master restart.
 	MasterCheckInterval float64 `mapstructure:"master_check_interval"`
@@ -105,6 +108,9 @@ func (c Config) Validate() error {
 	case "raw", "compressed", "both":
 	default:
 		bad("image_transport", "must be raw, compressed or both, not %q", c.ImageTransport)
+	}
+	if c.SessionSaveEvery < 0 {
+		bad("session_save_every", "must be ≥ 0 (0 = never), not %d", c.SessionSaveEvery)
 	}
 	if c.QueueSize < 1 {
 		bad("queue_size", "must be ≥ 1, not %d", c.QueueSize)

@@ -35,6 +35,10 @@ type Options struct {
 	Transport Transport
 	// NewStream builds the engine; the node closes the stream when it ends.
 	NewStream StreamFactory
+	// Resume, when set, is a save_dir whose saved session (~save_session)
+	// the node starts from, with ResumeStream building the engine from it.
+	Resume       string
+	ResumeStream ResumeFactory
 	// Log defaults to slog.Default().
 	Log *slog.Logger
 }
@@ -54,6 +58,15 @@ type Node struct {
 	nextSeq   atomic.Uint64
 	notices   sync.Map // kinds of lossy input already reported (noticeOnce)
 	out       outputs  // opened once in Run before any loop starts
+
+	// saved sessions (session.go)
+	resume       string
+	resumeStream ResumeFactory
+	// stepMu is held from a frame's Push to its published results, so that
+	// a saved session sees whole steps; stepsSinceSave counts the frames
+	// for session_save_every under it.
+	stepMu         sync.Mutex
+	stepsSinceSave int
 
 	mu        sync.Mutex // guards the map state and the counters below
 	m         *mapio.Map // the trajectory and the voxel map
@@ -91,6 +104,7 @@ func New(opts Options) (*Node, error) {
 		newStream: opts.NewStream,
 		frameIDs:  map[uint64]string{},
 	}
+	nd.resume, nd.resumeStream = opts.Resume, opts.ResumeStream
 	nd.stats.init()
 	return nd, nil
 }
@@ -197,7 +211,12 @@ func (n *Node) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	st, err := n.newStream(ctx, n.cfg)
+	var st engine.Stream
+	if n.resume != "" {
+		st, err = n.resumeSession(ctx, n.resume)
+	} else {
+		st, err = n.newStream(ctx, n.cfg)
+	}
 	if err != nil {
 		return fmt.Errorf("node: starting the engine: %w", err)
 	}
@@ -253,6 +272,8 @@ func (n *Node) engineLoop(ctx context.Context) {
 
 // process runs one frame through the engine and publishes what comes out.
 func (n *Node) process(ctx context.Context, qf queuedFrame) {
+	n.stepMu.Lock()
+	defer n.stepMu.Unlock()
 	n.mu.Lock()
 	n.frameIDs[qf.frame.Seq] = qf.frameID
 	n.mu.Unlock()
@@ -287,4 +308,5 @@ func (n *Node) process(ctx context.Context, qf queuedFrame) {
 	for _, r := range res {
 		n.publishResult(r)
 	}
+	n.afterStep()
 }

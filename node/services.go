@@ -22,6 +22,7 @@ func (n *Node) serve() ([]io.Closer, error) {
 		}},
 		{"~resume", func(context.Context) (string, error) { n.paused.Store(false); return "resumed", nil }},
 		{"~save_map", func(context.Context) (string, error) { return n.saveMap() }},
+		{"~save_session", func(context.Context) (string, error) { return n.saveSession() }},
 	} {
 		name, handle := n.tr.Resolve(sv.name), sv.handle
 		c, err := n.tr.ServeTrigger(name, func(ctx context.Context) (string, error) {
@@ -65,8 +66,27 @@ func (n *Node) reset() error {
 
 // saveMap writes map.ply and trajectory.tum into the directory named by the
 // save_dir parameter at the time of the call (ROS 1: rosparam set
-// ~save_dir), or the save_dir setting.
+// ~save_dir), or the save_dir setting. ~save_session (session.go) writes
+// the whole session there.
 func (n *Node) saveMap() (string, error) {
+	dir, err := n.saveDir()
+	if err != nil {
+		return "", err
+	}
+	// The map is not safe for concurrent use: publishing waits for the files.
+	n.mu.Lock()
+	saved, err := n.m.Save(dir, "lingbotmap map, frame "+n.cfg.MapFrame)
+	n.mu.Unlock()
+	if err != nil {
+		return "", fmt.Errorf("saving the map: %w", err)
+	}
+	n.log.Info("map saved", "ply", saved.MapPath, "points", saved.Points, "tum", saved.TrajectoryPath, "poses", saved.Poses)
+	return fmt.Sprintf("wrote %d points to %s and %d poses to %s", saved.Points, saved.MapPath, saved.Poses, saved.TrajectoryPath), nil
+}
+
+// saveDir is the save_dir parameter at the time of the call, or the
+// save_dir setting, created if missing.
+func (n *Node) saveDir() (string, error) {
 	dir := n.cfg.SaveDir
 	params := n.tr.Params()
 	name := paramName(params, "save_dir")
@@ -87,13 +107,5 @@ func (n *Node) saveMap() (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("creating %s: %w", dir, err)
 	}
-	// The map is not safe for concurrent use: publishing waits for the files.
-	n.mu.Lock()
-	saved, err := n.m.Save(dir, "lingbotmap map, frame "+n.cfg.MapFrame)
-	n.mu.Unlock()
-	if err != nil {
-		return "", fmt.Errorf("saving the map: %w", err)
-	}
-	n.log.Info("map saved", "ply", saved.MapPath, "points", saved.Points, "tum", saved.TrajectoryPath, "poses", saved.Poses)
-	return fmt.Sprintf("wrote %d points to %s and %d poses to %s", saved.Points, saved.MapPath, saved.Poses, saved.TrajectoryPath), nil
+	return dir, nil
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -23,6 +25,7 @@ type nodeOptions struct {
 	settings *config.Binding
 	logLevel string
 	ros      string // "1" (goroslib) or "2" (DDS); "" follows ROS_VERSION, else 2
+	resume   string // a save_dir holding a session saved by ~save_session
 }
 
 func newNodeCmd() *cobra.Command {
@@ -32,7 +35,8 @@ func newNodeCmd() *cobra.Command {
 		Short: "Run the ROS mapping node (ROS 2 or ROS 1)",
 		Long: `Run the LingBot-Map ROS node: subscribe to images, publish poses, path,
 odometry, clouds, the map, depth, TF and /diagnostics; services reset, pause,
-resume, save_map in the node's private namespace.
+resume, save_map and save_session in the node's private namespace.
+--resume DIR starts from the session save_session wrote into DIR.
 
 --ros picks the middleware: 2 is ROS 2 over DDS (Cyclone DDS; needs a binary
 built with -tags ros2), 1 is ROS 1 (goroslib). Without --ros the node follows
@@ -51,6 +55,7 @@ ROS_NAMESPACE and roslaunch's __name:=, __ns:=, __log:= and from:=to.`,
 		Args: cobra.ArbitraryArgs,
 	}
 	cmd.Flags().StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	cmd.Flags().StringVar(&opts.resume, "resume", "", "start from the session that ~save_session saved into this save_dir (DIR/session/node.state)")
 	cmd.Flags().StringVar(&opts.ros, "ros", "", "ROS version to speak: 2 (DDS) or 1 (goroslib); default: $ROS_VERSION, else 2")
 	var bindErr error
 	opts.settings, bindErr = node.BindFlags(cmd.Flags())
@@ -78,7 +83,8 @@ func runNode(ctx context.Context, opts *nodeOptions, args []string) error {
 	if err != nil {
 		return &exitCodeError{code: exitUsage, err: err}
 	}
-	n, err := node.New(node.Options{Config: cfg, Transport: tr, Log: log, NewStream: newNodeStream(log)})
+	n, err := node.New(node.Options{Config: cfg, Transport: tr, Log: log, NewStream: newNodeStream(log),
+		Resume: opts.resume, ResumeStream: resumeNodeStream(log)})
 	if err != nil {
 		return &exitCodeError{code: exitUsage, err: err}
 	}
@@ -133,5 +139,15 @@ func newNodeStream(log *slog.Logger) node.StreamFactory {
 			return replay.New(cfg.Replay)
 		}
 		return newEngineStream(ctx, cfg.Engine, log)
+	}
+}
+
+// resumeNodeStream starts the real engine from a saved session's engine state.
+func resumeNodeStream(log *slog.Logger) node.ResumeFactory {
+	return func(ctx context.Context, cfg node.Config, state io.Reader) (engine.Stream, error) {
+		if cfg.Replay != "" {
+			return nil, errors.New("a golden replay cannot resume a saved session")
+		}
+		return engine.Resume(ctx, cfg.Engine, backendFactory(log), state, log)
 	}
 }

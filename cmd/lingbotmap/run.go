@@ -46,6 +46,8 @@ type runOptions struct {
 	confScale     float64
 	noProgress    bool
 	quiet         bool
+	// session: --checkpoint-every and --resume (session.go)
+	session sessionOptions
 
 	version    string
 	newStream  func(context.Context, engine.Config, *slog.Logger) (engine.Stream, error)
@@ -67,6 +69,7 @@ func defaultRunOptions() *runOptions {
 		version:       versionString(),
 		newStream:     newEngineStream,
 		openSource:    source.Open,
+		session:       defaultSessionOptions(),
 	}
 }
 
@@ -117,13 +120,22 @@ frames takes one keyframe in ⌈N/320⌉ frames, as the reference does.
 INPUT is a folder of .png/.jpg/.JPG images (sorted by name), a ROS 1 .bag file
 or a ROS 2 .mcap bag (--topic, Image or CompressedImage) or a video (decoded
 by ffmpeg).
-Ctrl-C stops the run and writes what was computed so far.`,
-		Args: cobra.ExactArgs(1),
+Ctrl-C stops the run and writes what was computed so far.
+
+With --checkpoint-every N the whole session (engine state, map, trajectory,
+input position) is saved atomically into OUT/session/ every N frames;
+"run --resume OUT" continues a stopped or killed run from there with its
+saved settings, and ends with the trajectory an uninterrupted run gives.`,
+		Args: cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if bindErr != nil {
 				return bindErr
 			}
-			o.input = args[0]
+			if len(args) == 1 {
+				o.input = args[0]
+			} else if o.session.resume == "" {
+				return &exitCodeError{code: exitUsage, err: errors.New("run needs an INPUT (or --resume DIR)")}
+			}
 			o.stderr = cmd.ErrOrStderr()
 			var all node.Config
 			src, err := o.settings.Load(&all)
@@ -152,6 +164,8 @@ Ctrl-C stops the run and writes what was computed so far.`,
 	f.BoolVar(&o.saveConf, "save-conf", false, "write per-frame confidence PNGs")
 	f.Float64Var(&o.depthScale, "depth-scale", o.depthScale, "depth PNG units per model unit (1000 = millimetres)")
 	f.Float64Var(&o.confScale, "conf-scale", o.confScale, "confidence PNG units per confidence unit")
+	f.IntVar(&o.session.every, "checkpoint-every", 0, "save the whole session (engine state, map, input position) into OUT/session/ every N frames, for --resume (0 = never)")
+	f.StringVar(&o.session.resume, "resume", "", "continue the run whose output folder DIR holds a saved session (its settings are used)")
 	f.BoolVar(&o.noProgress, "no-progress", false, "no progress bar, even on a terminal")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "log warnings and errors only")
 	return cmd
@@ -178,6 +192,7 @@ func (o *runOptions) validate() error {
 	if !(o.confScale > 0) || math.IsInf(o.confScale, 0) {
 		errs = append(errs, fmt.Errorf("'conf-scale' must be positive, not %g", o.confScale))
 	}
+	errs = append(errs, o.session.validate())
 	return errors.Join(errs...)
 }
 
@@ -255,6 +270,12 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		level = slog.LevelWarn
 	}
 	log := slog.New(slog.NewTextHandler(o.stderr, &slog.HandlerOptions{Level: level}))
+	if o.session.resume != "" {
+		if err := o.session.load(o); err != nil {
+			return err
+		}
+		autoKF = false // the saved settings already hold the chosen interval
+	}
 	if err := errors.Join(o.validate(), o.src.Validate()); err != nil {
 		return &exitCodeError{code: exitUsage, err: err}
 	}
@@ -264,6 +285,10 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		return err
 	}
 	defer src.Close()
+	skipped, err := o.session.skipInput(ctx, src)
+	if err != nil {
+		return err
+	}
 	if n := src.Len(); autoKF && n > 320 {
 		o.cfg.KeyframeInterval = (n + 319) / 320
 		log.Info("long input: one keyframe every few frames, as the reference", "frames", n, "keyframe_interval", o.cfg.KeyframeInterval)
@@ -281,11 +306,12 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		Input:   runInput{Path: o.input, Description: src.Describe(), Options: o.src},
 		Engine:  engineRecord(o.cfg),
 		Config:  o.sources,
+		Frames:  runFrames{Read: skipped},
 	}
 	log.Info("run", "input", src.Describe(), "out", o.out, "device", o.cfg.Device)
 
 	t0 := time.Now()
-	stream, err := o.newStream(ctx, o.cfg, log)
+	stream, err := o.session.startStream(ctx, o, w, log)
 	if err != nil {
 		return fmt.Errorf("start the engine: %w", err)
 	}
@@ -315,6 +341,10 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 			break
 		}
 		if err := w.add(res); err != nil {
+			runErr = err
+			break
+		}
+		if err := o.session.afterFrame(o, stream, w, rec.Frames.Read); err != nil {
 			runErr = err
 			break
 		}

@@ -51,6 +51,18 @@ type KVSizer interface {
 	Bytes() int64
 }
 
+// KVSnapshotter is a KVStore whose pages can be copied out and back in, for
+// saving and resuming a session. The host side is always float32; a store
+// that keeps bf16 converts exactly both ways (bf16 → float32 → bf16).
+type KVSnapshotter interface {
+	// ExportKV copies the K and V rows of the given pages of one layer into
+	// k and v, each len(pages)·PageSize·Heads·HeadDim values, pages in order.
+	ExportKV(layer int, pages []int32, k, v []float32) error
+	// ImportKV writes k and v (laid out as ExportKV gives them) into the
+	// given pages of one layer.
+	ImportKV(layer int, pages []int32, k, v []float32) error
+}
+
 // The capability names Capabilities reports, in this order.
 const (
 	CapErrors  = "errors"
@@ -61,11 +73,13 @@ const (
 	CapRelease = "kv-release"
 	CapKVSize  = "kv-size"
 	CapKVClose = "kv-close"
+	CapKVSnap  = "kv-snapshot"
 )
 
 // Capabilities names the optional interfaces b implements (ErrorReporter,
 // Trimmer, MemoryReporter, Profiler, io.Closer); when store is not nil, the
-// ones store implements follow (KVReleaser, KVSizer, io.Closer).
+// ones store implements follow (KVReleaser, KVSizer, io.Closer,
+// KVSnapshotter).
 func Capabilities(b Backend, store KVStore) []string {
 	var caps []string
 	add := func(ok bool, name string) {
@@ -90,6 +104,8 @@ func Capabilities(b Backend, store KVStore) []string {
 		add(ok, CapKVSize)
 		_, ok = store.(io.Closer)
 		add(ok, CapKVClose)
+		_, ok = store.(KVSnapshotter)
+		add(ok, CapKVSnap)
 	}
 	return caps
 }

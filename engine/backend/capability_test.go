@@ -21,9 +21,11 @@ func (deviceDouble) Close() error                   { return nil }
 
 type storeDouble struct{ backend.KVStore }
 
-func (storeDouble) Release() error { return nil }
-func (storeDouble) Bytes() int64   { return 0 }
-func (storeDouble) Close() error   { return nil }
+func (storeDouble) Release() error                                    { return nil }
+func (storeDouble) Bytes() int64                                      { return 0 }
+func (storeDouble) Close() error                                      { return nil }
+func (storeDouble) ExportKV(int, []int32, []float32, []float32) error { return nil }
+func (storeDouble) ImportKV(int, []int32, []float32, []float32) error { return nil }
 
 // halfDouble has MemoryUsage without ResetMemoryPeak: not a MemoryReporter.
 type halfDouble struct{ backend.Backend }
@@ -33,7 +35,7 @@ func (halfDouble) Trim()                          {}
 
 // TestCapabilities: each named capability is found exactly when its whole
 // method set is there, and the CPU backend (the reference, which caches
-// nothing on a device) declares none of them.
+// nothing on a device) declares only its store's snapshot.
 func TestCapabilities(t *testing.T) {
 	c := cpu.New(cpu.Config{Threads: 1})
 	store, err := c.NewKVStore(backend.KVSpec{Layers: 1, Pages: 2, PageSize: 3, Heads: 1, HeadDim: 4})
@@ -41,17 +43,17 @@ func TestCapabilities(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := []string{backend.CapErrors, backend.CapTrim, backend.CapMemory, backend.CapProfile, backend.CapClose,
-		backend.CapRelease, backend.CapKVSize, backend.CapKVClose}
+		backend.CapRelease, backend.CapKVSize, backend.CapKVClose, backend.CapKVSnap}
 	cases := []struct {
 		name  string
 		be    backend.Backend
 		store backend.KVStore
 		want  []string
 	}{
-		{"cpu", c, store, nil},
+		{"cpu", c, store, []string{backend.CapKVSnap}},
 		{"device", deviceDouble{c}, storeDouble{store}, all},
 		{"device without a store", deviceDouble{c}, nil, all[:5]},
-		{"partial", halfDouble{c}, store, []string{backend.CapTrim}},
+		{"partial", halfDouble{c}, store, []string{backend.CapTrim, backend.CapKVSnap}},
 	}
 	for _, tc := range cases {
 		if got := backend.Capabilities(tc.be, tc.store); !slices.Equal(got, tc.want) {

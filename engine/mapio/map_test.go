@@ -2,16 +2,19 @@ package mapio
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lingbotmap/lingbotmap/engine/binstate"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 )
 
@@ -183,5 +186,59 @@ func TestWriteFileAtomic(t *testing.T) {
 	}
 	if err := WriteFileAtomic(filepath.Join(dir, "missing", "x"), func(io.Writer) error { return nil }); err == nil {
 		t.Error("a file in a missing folder was written")
+	}
+}
+
+// TestMapStateRoundTrip: a map restored from its saved state holds the same
+// trajectory and points, and goes on exactly as the original when more
+// frames come; a state from another voxel size or a cut one is refused.
+func TestMapStateRoundTrip(t *testing.T) {
+	cfg := MapConfig{VoxelSize: 0.05, Filter: geom.PointFilter{Stride: 1}}
+	a, _ := NewMap(cfg)
+	frame := func(i int) geom.DepthFrame {
+		w, h := 6, 4
+		d := make([]float32, w*h)
+		for k := range d {
+			d[k] = 1 + 0.1*float32(k%5) + 0.03*float32(i)
+		}
+		pose := geom.Mat4{{1, 0, 0, 0.1 * float64(i)}, {0, 1, 0, 0}, {0, 0, 1, 0.02 * float64(i)}, {0, 0, 0, 1}}
+		return geom.DepthFrame{Width: w, Height: h, Depth: d, Intrinsics: [4]float64{5, 5, 3, 2}, CamToWorld: pose}
+	}
+	add := func(m *Map, i int) {
+		f := frame(i)
+		if err := m.AddPose(uint64(i), time.Unix(100+int64(i), 5), f.CamToWorld); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.AddPoints(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		add(a, i)
+	}
+	var buf bytes.Buffer
+	if err := a.SaveState(binstate.NewWriter(&buf)); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := NewMap(cfg)
+	if err := b.LoadState(binstate.NewReader(bytes.NewReader(buf.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	for i := 3; i < 5; i++ {
+		add(a, i)
+		add(b, i)
+	}
+	if a.Stats() != b.Stats() || a.Stats().Voxels == 0 {
+		t.Fatalf("restored map %+v, original %+v", b.Stats(), a.Stats())
+	}
+	if !reflect.DeepEqual(a.Points(), b.Points()) || !reflect.DeepEqual(a.Trajectory(), b.Trajectory()) {
+		t.Fatal("restored map's points or trajectory differ from the original's")
+	}
+	other, _ := NewMap(MapConfig{VoxelSize: 0.1, Filter: cfg.Filter})
+	if err := other.LoadState(binstate.NewReader(bytes.NewReader(buf.Bytes()))); err == nil || !strings.Contains(err.Error(), "voxel size") {
+		t.Fatalf("another voxel size: %v", err)
+	}
+	if err := b.LoadState(binstate.NewReader(bytes.NewReader(buf.Bytes()[:buf.Len()-9]))); err == nil || b.Stats().Poses != 0 {
+		t.Fatalf("a cut state: %v, %+v", err, b.Stats())
 	}
 }

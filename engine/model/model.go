@@ -503,6 +503,11 @@ func (m *Model) Stats() kvcache.Stats {
 	return m.cache.Stats()
 }
 
+// Width and Height are the resolution the caches are sized for (0 before
+// the first call).
+func (m *Model) Width() int  { return m.w }
+func (m *Model) Height() int { return m.h }
+
 // CameraFrames is the number of frames in the camera head's cache.
 func (m *Model) CameraFrames() int { return m.camera.frames }
 

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/binstate"
+	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"github.com/lingbotmap/lingbotmap/engine/render"
+	"github.com/lingbotmap/lingbotmap/engine/source"
+)
+
+// Resumable runs. With --checkpoint-every N, run saves its whole session
+// every N input frames into OUT/session/run.state, atomically: its
+// settings and input position, what the output writer has counted, the
+// trajectory and map so far (mapio.Map state) and the engine's state
+// (engine.Snapshotter). `run --resume OUT` continues from the last one with
+// the saved settings; the trajectory it ends with equals the one an
+// uninterrupted run gives.
+//
+// run.state: magic "LBMRUN\x00\x01", a uint32 JSON length and the JSON
+// sessionMeta, then the depth ranges and the map state with a CRC-32C, then
+// the engine's state file (which carries its own header and checksum).
+
+const (
+	sessionDirName  = "session"
+	sessionFileName = "run.state"
+	// maxSessionMeta bounds the JSON part a session file may declare.
+	maxSessionMeta = 1 << 20
+)
+
+var sessionMagic = [8]byte{'L', 'B', 'M', 'R', 'U', 'N', 0, 1}
+
+// sessionOptions are run's flags for sessions and what a resume restored.
+type sessionOptions struct {
+	every  int    // --checkpoint-every: save the session every N frames read (0 = never)
+	resume string // --resume: the output folder of the run to continue
+	// resumeStream starts the engine from a saved state (tests replace it).
+	resumeStream func(ctx context.Context, cfg engine.Config, state io.Reader, log *slog.Logger) (engine.Stream, error)
+
+	saved     *sessionMeta // the session being resumed
+	rest      []byte       // its map and engine state, read with it
+	lastSaved int          // frames read at the last save
+}
+
+func defaultSessionOptions() sessionOptions {
+	return sessionOptions{resumeStream: resumeEngineStream}
+}
+
+func resumeEngineStream(ctx context.Context, cfg engine.Config, state io.Reader, log *slog.Logger) (engine.Stream, error) {
+	return engine.Resume(ctx, cfg, backendFactory(log), state, log)
+}
+
+// sessionMeta is the JSON part of run.state.
+type sessionMeta struct {
+	Input      string         `json:"input"`
+	Source     source.Options `json:"source"`
+	Engine     engine.Config  `json:"engine"`
+	Run        sessionRun     `json:"run"`
+	FramesRead int            `json:"frames_read"`
+	Frames     runFrames      `json:"frames"`
+	Depth      runDepth       `json:"depth"`
+	Window     int            `json:"window"`
+}
+
+// sessionRun are run's own settings that shape its outputs.
+type sessionRun struct {
+	ConfThreshold float64 `json:"conf_threshold"`
+	Voxel         float64 `json:"map_voxel"`
+	PixelStride   int     `json:"cloud_stride"`
+	SaveDepth     bool    `json:"save_depth"`
+	SaveConf      bool    `json:"save_conf"`
+	DepthScale    float64 `json:"depth_scale"`
+	ConfScale     float64 `json:"conf_scale"`
+	Every         int     `json:"checkpoint_every"`
+}
+
+// loadSession reads OUT/session/run.state of --resume OUT and puts its
+// settings into o: the input, the source options, the engine settings and
+// run's output settings all come from the session; an INPUT given on the
+// command line must be the saved one.
+func (s *sessionOptions) load(o *runOptions) error {
+	path := filepath.Join(s.resume, sessionDirName, sessionFileName)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return &exitCodeError{code: exitUsage, err: fmt.Errorf("--resume: no saved session (run with --checkpoint-every N saves one): %w", err)}
+	}
+	meta, rest, err := parseSessionHeader(data)
+	if err != nil {
+		return &exitCodeError{code: exitBadInput, err: fmt.Errorf("--resume %s: %w", path, err)}
+	}
+	if o.input != "" && o.input != meta.Input {
+		return &exitCodeError{code: exitUsage, err: fmt.Errorf("--resume: the session in %s maps %s, not %s", s.resume, meta.Input, o.input)}
+	}
+	o.input, o.src, o.cfg, o.out = meta.Input, meta.Source, meta.Engine, s.resume
+	r := meta.Run
+	o.confThreshold, o.voxel, o.pixelStride = r.ConfThreshold, r.Voxel, r.PixelStride
+	o.saveDepth, o.saveConf, o.depthScale, o.confScale = r.SaveDepth, r.SaveConf, r.DepthScale, r.ConfScale
+	if s.every == 0 {
+		s.every = r.Every
+	}
+	s.saved, s.rest, s.lastSaved = meta, rest, meta.FramesRead
+	return nil
+}
+
+func parseSessionHeader(data []byte) (*sessionMeta, []byte, error) {
+	if len(data) < 12 || !bytes.Equal(data[:8], sessionMagic[:]) {
+		return nil, nil, errors.New("not a lingbotmap run session file (or another version of it)")
+	}
+	n := binary.LittleEndian.Uint32(data[8:12])
+	if n > maxSessionMeta || int(n) > len(data)-12 {
+		return nil, nil, fmt.Errorf("%w: session header of %d bytes in a file of %d", binstate.ErrCorrupt, n, len(data))
+	}
+	meta := &sessionMeta{}
+	dec := json.NewDecoder(bytes.NewReader(data[12 : 12+n]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(meta); err != nil {
+		return nil, nil, fmt.Errorf("%w: session header: %w", binstate.ErrCorrupt, err)
+	}
+	if meta.FramesRead < 0 || meta.Frames.Results < 0 {
+		return nil, nil, fmt.Errorf("%w: session header counts %d frames read", binstate.ErrCorrupt, meta.FramesRead)
+	}
+	return meta, data[12+n:], nil
+}
+
+// startStream starts the engine: afresh, or from the resumed session's
+// state after restoring the writer's (the ranges and the map).
+func (s *sessionOptions) startStream(ctx context.Context, o *runOptions, w *runWriter, log *slog.Logger) (engine.Stream, error) {
+	if s.saved == nil {
+		return o.newStream(ctx, o.cfg, log)
+	}
+	r := bytes.NewReader(s.rest)
+	if err := restoreWriter(r, w, s.saved); err != nil {
+		return nil, &exitCodeError{code: exitBadInput, err: fmt.Errorf("--resume: %w", err)}
+	}
+	st, err := s.resumeStream(ctx, o.cfg, r, log)
+	if err != nil {
+		var ec *exitCodeError
+		if errors.Is(err, engine.ErrStateMismatch) || errors.Is(err, binstate.ErrCorrupt) || errors.Is(err, io.ErrUnexpectedEOF) {
+			err = &exitCodeError{code: exitBadInput, err: err}
+		} else if errors.As(err, &ec) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("--resume: %w", err)
+	}
+	s.rest = nil
+	log.Info("resumed", "session", filepath.Join(o.out, sessionDirName, sessionFileName), "frames_read", s.saved.FramesRead, "results", s.saved.Frames.Results)
+	return st, nil
+}
+
+// skipInput passes over the frames the resumed session has already read.
+func (s *sessionOptions) skipInput(ctx context.Context, src source.Source) (int, error) {
+	if s.saved == nil {
+		return 0, nil
+	}
+	for i := 0; i < s.saved.FramesRead; i++ {
+		if _, err := src.Next(ctx); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = fmt.Errorf("the input has only %d frames, the session had read %d", i, s.saved.FramesRead)
+			}
+			return i, fmt.Errorf("--resume: skipping the frames already mapped: %w", err)
+		}
+	}
+	return s.saved.FramesRead, nil
+}
+
+// afterFrame saves the session when --checkpoint-every frames have been read
+// since the last save.
+func (s *sessionOptions) afterFrame(o *runOptions, stream engine.Stream, w *runWriter, read int) error {
+	if s.every <= 0 || read-s.lastSaved < s.every {
+		return nil
+	}
+	if err := saveSession(o, stream, w, read); err != nil {
+		return fmt.Errorf("saving the session: %w", err)
+	}
+	s.lastSaved = read
+	return nil
+}
+
+// saveSession writes OUT/session/run.state atomically.
+func saveSession(o *runOptions, stream engine.Stream, w *runWriter, read int) error {
+	snap, ok := stream.(engine.Snapshotter)
+	if !ok {
+		return errors.New("this engine cannot save its state")
+	}
+	meta := sessionMeta{
+		Input: o.input, Source: o.src, Engine: o.cfg, FramesRead: read,
+		Frames: w.frames, Depth: w.depth, Window: w.window,
+		Run: sessionRun{ConfThreshold: o.confThreshold, Voxel: o.voxel, PixelStride: o.pixelStride,
+			SaveDepth: o.saveDepth, SaveConf: o.saveConf, DepthScale: o.depthScale, ConfScale: o.confScale,
+			Every: o.session.every},
+	}
+	js, err := json.Marshal(meta)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(o.out, sessionDirName)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return mapio.WriteFileAtomic(filepath.Join(dir, sessionFileName), func(f io.Writer) error {
+		var hdr [12]byte
+		copy(hdr[:8], sessionMagic[:])
+		binary.LittleEndian.PutUint32(hdr[8:], uint32(len(js)))
+		if _, err := f.Write(hdr[:]); err != nil {
+			return err
+		}
+		if _, err := f.Write(js); err != nil {
+			return err
+		}
+		sum := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+		bw := binstate.NewWriter(io.MultiWriter(f, sum))
+		bw.Int(len(w.ranges))
+		for _, r := range w.ranges {
+			bw.I64(int64(r.seq))
+			bw.F64(r.r.Near)
+			bw.F64(r.r.Far)
+		}
+		if err := w.m.SaveState(bw); err != nil {
+			return err
+		}
+		bw.U32(sum.Sum32())
+		if err := bw.Err(); err != nil {
+			return err
+		}
+		return snap.SaveState(f)
+	})
+}
+
+// restoreWriter puts the saved counters, depth ranges and map into w.
+func restoreWriter(r io.Reader, w *runWriter, meta *sessionMeta) error {
+	sum := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	br := binstate.NewReader(io.TeeReader(r, sum))
+	n := br.Int("depth ranges", 0, max(meta.Frames.Results, 0))
+	var ranges []depthRange
+	for i := 0; i < n && br.Err() == nil; i++ {
+		d := depthRange{seq: uint64(br.I64())}
+		d.r = render.DepthRange{Near: br.F64(), Far: br.F64()}
+		ranges = append(ranges, d)
+	}
+	if err := br.Err(); err != nil {
+		return err
+	}
+	if err := w.m.LoadState(br); err != nil {
+		return err
+	}
+	want := sum.Sum32()
+	var tail [4]byte
+	if _, err := io.ReadFull(r, tail[:]); err != nil {
+		return fmt.Errorf("session file ends early: %w", err)
+	}
+	if got := binary.LittleEndian.Uint32(tail[:]); got != want {
+		return fmt.Errorf("%w: the session's map has checksum %08x, its content gives %08x", binstate.ErrCorrupt, got, want)
+	}
+	w.ranges = ranges
+	w.frames, w.depth, w.window = meta.Frames, meta.Depth, meta.Window
+	return nil
+}
+
+// validate checks the session flags.
+func (s *sessionOptions) validate() error {
+	if s.every < 0 {
+		return fmt.Errorf("'checkpoint-every' must be ≥ 0, not %d", s.every)
+	}
+	return nil
+}

@@ -1,0 +1,55 @@
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+)
+
+// The CPU store can be saved and restored with a session.
+var _ backend.KVSnapshotter = (*kvStore)(nil)
+
+// ExportKV copies the rows of the listed pages of one layer into k and v.
+func (s *kvStore) ExportKV(layer int, pages []int32, k, v []float32) error {
+	page, err := s.checkPages(layer, pages, len(k), len(v))
+	if err != nil {
+		return err
+	}
+	for i, p := range pages {
+		src := int(p) * page
+		copy(k[i*page:(i+1)*page], s.k[layer][src:src+page])
+		copy(v[i*page:(i+1)*page], s.v[layer][src:src+page])
+	}
+	return nil
+}
+
+// ImportKV writes k and v into the listed pages of one layer.
+func (s *kvStore) ImportKV(layer int, pages []int32, k, v []float32) error {
+	page, err := s.checkPages(layer, pages, len(k), len(v))
+	if err != nil {
+		return err
+	}
+	for i, p := range pages {
+		dst := int(p) * page
+		copy(s.k[layer][dst:dst+page], k[i*page:(i+1)*page])
+		copy(s.v[layer][dst:dst+page], v[i*page:(i+1)*page])
+	}
+	return nil
+}
+
+// checkPages validates an export or import and returns a page's values.
+func (s *kvStore) checkPages(layer int, pages []int32, nk, nv int) (int, error) {
+	page := s.spec.PageSize * s.spec.Heads * s.spec.HeadDim
+	if layer < 0 || layer >= s.spec.Layers {
+		return 0, fmt.Errorf("cpu: KV layer %d of %d", layer, s.spec.Layers)
+	}
+	if nk != len(pages)*page || nv != nk {
+		return 0, fmt.Errorf("cpu: KV copy of %d pages needs %d values for K and V, got %d and %d", len(pages), len(pages)*page, nk, nv)
+	}
+	for _, p := range pages {
+		if p < 0 || int(p) >= s.spec.Pages {
+			return 0, fmt.Errorf("cpu: KV page %d of %d", p, s.spec.Pages)
+		}
+	}
+	return page, nil
+}

@@ -1,0 +1,176 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/binstate"
+	"github.com/lingbotmap/lingbotmap/engine/mapio"
+)
+
+// Saved sessions. ~save_session writes SAVE_DIR/session/node.state
+// atomically: the node's own counters, the trajectory and map (mapio.Map
+// state) and the engine's state (engine.Snapshotter); `node --resume DIR`
+// (Options.Resume) starts from DIR/session/node.state and maps on as if the
+// node had never stopped.
+//
+// node.state: magic "LBMNODE\x01", a uint32 JSON length and the JSON
+// sessionMeta, the map state with a CRC-32C, then the engine's state file.
+
+const (
+	// SessionDir is the folder under save_dir that holds a saved session.
+	SessionDir = "session"
+	// SessionFile is the node's session file in SessionDir.
+	SessionFile = "node.state"
+	// maxSessionMeta bounds the JSON part a session file may declare.
+	maxSessionMeta = 1 << 24
+)
+
+var sessionMagic = [8]byte{'L', 'B', 'M', 'N', 'O', 'D', 'E', 1}
+
+// ResumeFactory builds the engine from a saved engine state (engine.Resume).
+type ResumeFactory func(ctx context.Context, cfg Config, state io.Reader) (engine.Stream, error)
+
+// sessionMeta is the JSON part of node.state.
+type sessionMeta struct {
+	NextSeq   uint64            `json:"next_seq"`
+	Size      [2]int            `json:"size"`
+	LastStamp time.Time         `json:"last_stamp"`
+	FrameIDs  map[uint64]string `json:"frame_ids"`
+}
+
+// saveSession writes the session into save_dir/session. Frames wait while
+// it is written, so that the engine and the map agree.
+func (n *Node) saveSession() (string, error) {
+	n.stepMu.Lock()
+	defer n.stepMu.Unlock()
+	return n.writeSession()
+}
+
+// afterStep saves the session every session_save_every processed frames
+// (stepMu held).
+func (n *Node) afterStep() {
+	if n.cfg.SessionSaveEvery <= 0 {
+		return
+	}
+	n.stepsSinceSave++
+	if n.stepsSinceSave < n.cfg.SessionSaveEvery {
+		return
+	}
+	n.stepsSinceSave = 0
+	if _, err := n.writeSession(); err != nil {
+		n.log.Warn("periodic session save failed", "err", err)
+	}
+}
+
+// writeSession is saveSession with stepMu held.
+func (n *Node) writeSession() (string, error) {
+	dir, err := n.saveDir()
+	if err != nil {
+		return "", err
+	}
+	snap, ok := n.stream.(engine.Snapshotter)
+	if !ok {
+		return "", errors.New("this engine cannot save its state (a replay, or a backend without KV snapshots)")
+	}
+	path := filepath.Join(dir, SessionDir, SessionFile)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
+	}
+	n.engineMu.Lock()
+	defer n.engineMu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	meta := sessionMeta{NextSeq: n.nextSeq.Load(), Size: n.size, LastStamp: n.lastStamp, FrameIDs: n.frameIDs}
+	js, err := json.Marshal(meta)
+	if err != nil {
+		return "", err
+	}
+	err = mapio.WriteFileAtomic(path, func(f io.Writer) error {
+		var hdr [12]byte
+		copy(hdr[:8], sessionMagic[:])
+		binary.LittleEndian.PutUint32(hdr[8:], uint32(len(js)))
+		if _, err := f.Write(hdr[:]); err != nil {
+			return err
+		}
+		if _, err := f.Write(js); err != nil {
+			return err
+		}
+		sum := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+		bw := binstate.NewWriter(io.MultiWriter(f, sum))
+		if err := n.m.SaveState(bw); err != nil {
+			return err
+		}
+		bw.U32(sum.Sum32())
+		if err := bw.Err(); err != nil {
+			return err
+		}
+		return snap.SaveState(f)
+	})
+	if err != nil {
+		return "", fmt.Errorf("saving the session: %w", err)
+	}
+	st := n.m.Stats()
+	n.log.Info("session saved", "file", path, "poses", st.Poses)
+	return fmt.Sprintf("wrote the session (%d poses, %d map points, the engine state) to %s", st.Poses, st.Voxels, path), nil
+}
+
+// resumeSession restores the node's counters and map from dir's session and
+// starts the engine from its state.
+func (n *Node) resumeSession(ctx context.Context, dir string) (engine.Stream, error) {
+	if n.resumeStream == nil {
+		return nil, errors.New("node: --resume needs an engine that can resume (no ResumeStream)")
+	}
+	path := filepath.Join(dir, SessionDir, SessionFile)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("node: resume: %w", err)
+	}
+	defer f.Close()
+	var hdr [12]byte
+	if _, err := io.ReadFull(f, hdr[:]); err != nil || !bytes.Equal(hdr[:8], sessionMagic[:]) {
+		return nil, fmt.Errorf("node: resume: %s is not a lingbotmap node session (or another version of one)", path)
+	}
+	size := binary.LittleEndian.Uint32(hdr[8:])
+	if size > maxSessionMeta {
+		return nil, fmt.Errorf("node: resume: %w: session header of %d bytes", binstate.ErrCorrupt, size)
+	}
+	js := make([]byte, size)
+	if _, err := io.ReadFull(f, js); err != nil {
+		return nil, fmt.Errorf("node: resume: %s ends early: %w", path, err)
+	}
+	var meta sessionMeta
+	if err := json.Unmarshal(js, &meta); err != nil {
+		return nil, fmt.Errorf("node: resume: %w: session header: %w", binstate.ErrCorrupt, err)
+	}
+	sum := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	if err := n.m.LoadState(binstate.NewReader(io.TeeReader(f, sum))); err != nil {
+		return nil, fmt.Errorf("node: resume: %w", err)
+	}
+	want := sum.Sum32()
+	var tail [4]byte
+	if _, err := io.ReadFull(f, tail[:]); err != nil || binary.LittleEndian.Uint32(tail[:]) != want {
+		return nil, fmt.Errorf("node: resume: %w: the session's map does not match its checksum", binstate.ErrCorrupt)
+	}
+	st, err := n.resumeStream(ctx, n.cfg, f)
+	if err != nil {
+		return nil, fmt.Errorf("node: resume: %w", err)
+	}
+	n.nextSeq.Store(meta.NextSeq)
+	n.size, n.lastStamp, n.mapDirty = meta.Size, meta.LastStamp, true
+	if meta.FrameIDs != nil {
+		n.frameIDs = meta.FrameIDs
+	}
+	n.log.Info("resumed the saved session", "file", path, "poses", n.m.Stats().Poses, "next_seq", meta.NextSeq)
+	return st, nil
+}

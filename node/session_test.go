@@ -1,0 +1,202 @@
+package node_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/geometry_msgs"
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/nav_msgs"
+
+	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+	"github.com/lingbotmap/lingbotmap/engine/cpu"
+	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
+	"github.com/lingbotmap/lingbotmap/node"
+	"github.com/lingbotmap/lingbotmap/node/nodetest"
+)
+
+func cpuFactory(cfg engine.Config) (backend.Backend, error) {
+	return cpu.New(cpu.Config{Threads: cfg.Threads}), nil
+}
+
+// goldenNodeConfig runs the golden tiny checkpoint with the golden cache
+// settings on 70×42 images, every second frame a keyframe.
+func goldenNodeConfig(t *testing.T) node.Config {
+	cfg := fastConfig(t)
+	e := &cfg.Engine
+	e.Weights = sharedtest.Path(t, "golden", "weights.safetensors")
+	e.ImageWidth, e.ScaleFrames, e.SlidingWindow, e.MaxFrames = 70, 3, 4, 256
+	e.KeyframeInterval, e.Threads = 2, 2
+	return cfg
+}
+
+// runEngineNode runs a node on the real engine (from a saved session when
+// resume is set), delivers frames from..to−1 and returns the node's
+// transport once the path holds want poses; stop ends it.
+func runEngineNode(t *testing.T, cfg node.Config, resume string, from, to, want int) (*nodetest.Transport, func() error) {
+	t.Helper()
+	tr := nodetest.New("/lbm", nil)
+	n, err := node.New(node.Options{Config: cfg, Transport: tr, Log: slog.New(slog.DiscardHandler),
+		NewStream: func(ctx context.Context, c node.Config) (engine.Stream, error) {
+			return engine.New(ctx, c.Engine, cpuFactory, nil)
+		},
+		Resume: resume,
+		ResumeStream: func(ctx context.Context, c node.Config, r io.Reader) (engine.Stream, error) {
+			return engine.Resume(ctx, c.Engine, cpuFactory, r, nil)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- n.Run(ctx) }()
+	var once sync.Once
+	var stopErr error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			stopErr = <-runErr
+		})
+		return stopErr
+	}
+	t.Cleanup(func() { stop() })
+	waitFor(t, "the node to subscribe", 20*time.Second, func() bool { return tr.Subscribed("/image") })
+	for i := from; i < to; i++ {
+		if err := tr.Deliver("/image", frame(i, 70, 42, "cam"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the path to hold every pose", 30*time.Second, func() bool {
+		p, _ := tr.Last("/lbm/path").(*nav_msgs.Path)
+		return p != nil && len(p.Poses) == want
+	})
+	return tr, stop
+}
+
+// TestNodeSaveSessionAndResume: a node saves its session with
+// ~save_session after 7 frames (or by itself every 5 frames, with
+// session_save_every) and stops; a new node started from it maps the
+// remaining frames: its poses equal an uninterrupted node's (1e-6 relative)
+// and its path holds the whole trajectory.
+func TestNodeSaveSessionAndResume(t *testing.T) {
+	cfg := goldenNodeConfig(t)
+	const total = 12
+	full, stopFull := runEngineNode(t, cfg, "", 0, total, total)
+	want := full.Messages("/lbm/pose")
+	if err := stopFull(); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("save_session", func(t *testing.T) {
+		cfg := cfg
+		cfg.SaveDir = t.TempDir()
+		// 7 frames: 3 scale frames and 4 streamed, the last one a keyframe
+		first, stop := runEngineNode(t, cfg, "", 0, 7, 7)
+		if _, err := first.Call("/lbm/save_session"); err != nil {
+			t.Fatal(err)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		checkResumed(t, cfg, 7, want)
+	})
+	t.Run("session_save_every", func(t *testing.T) {
+		cfg := cfg
+		cfg.SaveDir = t.TempDir()
+		cfg.SessionSaveEvery = 5
+		// saved after frame 4; frames 5 and 6 are mapped but not saved
+		_, stop := runEngineNode(t, cfg, "", 0, 7, 7)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		cfg.SessionSaveEvery = 0
+		checkResumed(t, cfg, 5, want)
+	})
+}
+
+// checkResumed starts a node from cfg.SaveDir's session, which holds the
+// first cut frames, feeds it the rest and compares its poses with want.
+func checkResumed(t *testing.T, cfg node.Config, cut int, want []any) {
+	t.Helper()
+	total := len(want)
+	if _, err := os.Stat(filepath.Join(cfg.SaveDir, node.SessionDir, node.SessionFile)); err != nil {
+		t.Fatal(err)
+	}
+	second, stopSecond := runEngineNode(t, cfg, cfg.SaveDir, cut, total, total)
+	got := second.Messages("/lbm/pose")
+	if err := stopSecond(); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != total-cut {
+		t.Fatalf("the resumed node published %d poses for %d frames", len(got), total-cut)
+	}
+	for i, m := range got {
+		g, w := m.(*geometry_msgs.PoseStamped), want[cut+i].(*geometry_msgs.PoseStamped)
+		if !g.Header.Stamp.Equal(w.Header.Stamp) {
+			t.Fatalf("pose %d stamped %v, uninterrupted %v", cut+i, g.Header.Stamp, w.Header.Stamp)
+		}
+		gp, wp := g.Pose, w.Pose
+		for _, d := range [][2]float64{
+			{gp.Position.X, wp.Position.X}, {gp.Position.Y, wp.Position.Y}, {gp.Position.Z, wp.Position.Z},
+			{gp.Orientation.X, wp.Orientation.X}, {gp.Orientation.Y, wp.Orientation.Y},
+			{gp.Orientation.Z, wp.Orientation.Z}, {gp.Orientation.W, wp.Orientation.W},
+		} {
+			if math.Abs(d[0]-d[1]) > 1e-6*math.Max(math.Abs(d[1]), 1e-3) {
+				t.Fatalf("pose %d after resume %+v, uninterrupted %+v", cut+i, gp, wp)
+			}
+		}
+	}
+	path := second.Last("/lbm/path").(*nav_msgs.Path)
+	if path.Poses[0].Pose != want[0].(*geometry_msgs.PoseStamped).Pose {
+		t.Fatal("the resumed path does not start with the saved trajectory")
+	}
+}
+
+// TestNodeResumeRefusals: --resume from a folder without a session, or from
+// a session of other engine settings, fails before the node runs.
+func TestNodeResumeRefusals(t *testing.T) {
+	cfg := goldenNodeConfig(t)
+	first, stop := runEngineNode(t, cfg, "", 0, 4, 4)
+	if _, err := first.Call("/lbm/save_session"); err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, dir string
+		set       func(*node.Config)
+		want      string
+	}{
+		{"no session", t.TempDir(), nil, "no such file"},
+		{"other sliding window", cfg.SaveDir, func(c *node.Config) { c.Engine.SlidingWindow = 5 }, "sliding_window"},
+		{"other voxel size", cfg.SaveDir, func(c *node.Config) { c.MapVoxel *= 2 }, "voxel size"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cfg
+			if tc.set != nil {
+				tc.set(&c)
+			}
+			n, err := node.New(node.Options{Config: c, Transport: nodetest.New("/lbm", nil), Log: slog.New(slog.DiscardHandler),
+				NewStream: func(context.Context, node.Config) (engine.Stream, error) { t.Fatal("started afresh"); return nil, nil },
+				Resume:    tc.dir,
+				ResumeStream: func(ctx context.Context, c node.Config, r io.Reader) (engine.Stream, error) {
+					return engine.Resume(ctx, c.Engine, cpuFactory, r, nil)
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = n.Run(context.Background())
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Run: %v, want an error saying %q", err, tc.want)
+			}
+		})
+	}
+}
