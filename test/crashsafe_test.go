@@ -8,18 +8,20 @@ import (
 	"fmt"
 	"image/png"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
+	"github.com/lingbotmap/lingbotmap/test/rostest"
 )
 
 // crashRunArgs is `run` on the golden tiny model over the 24 courthouse
@@ -286,5 +288,57 @@ func TestRunStopsCleanlyOnSignals(t *testing.T) {
 		if rs.Status != "interrupted" || rs.Frames.Results == 0 || rs.Frames.Results >= 24 {
 			t.Fatalf("%v: run.json %+v", sig, rs)
 		}
+	}
+}
+
+// TestNodeReportsBadWeightsWithoutMaster: the node loads its weights before
+// it waits for a ROS master, so a weights path that does not exist ends it
+// at once with the reason, with no master running.
+func TestNodeReportsBadWeightsWithoutMaster(t *testing.T) {
+	bin := binary(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close() // nothing answers there: no master
+	missing := filepath.Join(t.TempDir(), "no-such-weights.safetensors")
+	cmd := exec.Command(bin, "node", "--ros", "1", "--weights", missing)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("ROS_MASTER_URI=http://127.0.0.1:%d/", port), "ROS_HOSTNAME=localhost", "ROS_HOME="+t.TempDir())
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || !strings.Contains(buf.String(), missing) {
+			t.Fatalf("exit %v, want a failure naming %s:\n%s", err, missing, buf.String())
+		}
+		if strings.Contains(buf.String(), "cannot register") {
+			t.Errorf("the node waited for the master first:\n%s", buf.String())
+		}
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("the node did not report its bad weights without a master:\n%s", buf.String())
+	}
+}
+
+// TestNodeParamsRestartTheEngine: a ROS parameter that changes an engine
+// setting still applies: the engine built from the flags is replaced by
+// one built with the parameter (here a weights path that does not exist,
+// so the node fails naming it).
+func TestNodeParamsRestartTheEngine(t *testing.T) {
+	m := rostest.StartMaster(t)
+	missing := filepath.Join(t.TempDir(), "param-weights.safetensors")
+	m.Run(t, 20*time.Second, "rosparam", "set", "/restart/weights", missing)
+	p := startNode(t, m, "--model-size=tiny", "--seed=7", "--image-width=140", "--threads=2", "__name:=restart")
+	err := p.wait(t, 30*time.Second)
+	if err == nil || !strings.Contains(p.out.String(), missing) || !strings.Contains(p.out.String(), "restarting") {
+		t.Fatalf("exit %v, want the engine restarted with the parameter's weights:\n%s", err, p.out.String())
 	}
 }
