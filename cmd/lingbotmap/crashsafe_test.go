@@ -202,3 +202,37 @@ func TestRunRejectsNonFiniteFlags(t *testing.T) {
 		}
 	}
 }
+
+// `bag` writes its file whole or not at all: a failure part way (here an
+// undecodable image) leaves nothing at --out, in both formats, and no
+// temporary file.
+func TestBagFailureLeavesNoFile(t *testing.T) {
+	src, err := shared.Path("data", "courthouse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := t.TempDir()
+	for i := range 3 {
+		b, err := os.ReadFile(filepath.Join(src, fmt.Sprintf("%06d.png", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 2 {
+			b = b[:100]
+		}
+		if err := os.WriteFile(filepath.Join(images, fmt.Sprintf("%06d.png", i)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, format := range []string{"bag", "mcap"} {
+		out := t.TempDir()
+		o := defaultBagOptions()
+		o.images, o.format, o.out = images, format, filepath.Join(out, "frames."+format)
+		if err := runBag(context.Background(), o, io.Discard); err == nil {
+			t.Fatalf("%s: a bag with an undecodable image was written", format)
+		}
+		if ents, _ := os.ReadDir(out); len(ents) != 0 {
+			t.Errorf("%s: left %v", format, ents)
+		}
+	}
+}
