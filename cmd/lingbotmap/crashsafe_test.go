@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
@@ -236,3 +237,69 @@ func TestBagFailureLeavesNoFile(t *testing.T) {
 		}
 	}
 }
+
+// A writer restored from a session's map (run --resume) writes the
+// restored rows again and continues after them: the trajectory holds every
+// pose once, as an uninterrupted run's does.
+func TestRunWriterRestore(t *testing.T) {
+	fs := &fakeStream{scale: 1}
+	o := testRunOptions(t, fs)
+	o.saveDepth = false
+	o.openSource = func(context.Context, string, source.Options) (source.Source, error) {
+		return &stampedSource{n: 10}, nil
+	}
+	if err := runRun(context.Background(), o, true); err != nil {
+		t.Fatal(err)
+	}
+	whole, err := os.ReadFile(filepath.Join(o.out, mapio.TrajectoryFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// the same ten results, split across a "killed" writer and a restored one
+	var res []engine.Result
+	for i := range 10 {
+		res = append(res, fs.result(engine.Frame{Seq: uint64(i), Stamp: stampedAt(i)}, engine.Keyframe))
+	}
+	o2 := testRunOptions(t, fs)
+	o2.saveDepth = false
+	first, err := newRunWriter(o2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.add(res[:4]); err != nil {
+		t.Fatal(err)
+	}
+	first.close()
+	second, err := newRunWriter(o2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.restore(first.m, first.frames); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.add(res[4:]); err != nil {
+		t.Fatal(err)
+	}
+	second.close()
+	got, _ := os.ReadFile(filepath.Join(o2.out, mapio.TrajectoryFile))
+	if string(got) != string(whole) || second.frames.Results != 10 {
+		t.Errorf("restored trajectory (%d results):\n%s\nuninterrupted:\n%s", second.frames.Results, got, whole)
+	}
+}
+
+// stampedSource is n tiny frames, frame i stamped stampedAt(i).
+type stampedSource struct{ n, i int }
+
+func stampedAt(i int) time.Time { return time.Unix(1700000000+int64(i), 250_000_000) }
+
+func (s *stampedSource) Next(context.Context) (engine.Frame, error) {
+	if s.i >= s.n {
+		return engine.Frame{}, io.EOF
+	}
+	s.i++
+	return engine.Frame{Seq: uint64(s.i - 1), Stamp: stampedAt(s.i - 1), Image: image.NewRGBA(image.Rect(0, 0, 2, 2)), Width: 2, Height: 2}, nil
+}
+func (s *stampedSource) Len() int         { return s.n }
+func (s *stampedSource) Describe() string { return "stamped frames" }
+func (s *stampedSource) Close() error     { return nil }

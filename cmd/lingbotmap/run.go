@@ -573,6 +573,15 @@ func newRunWriter(o *runOptions) (*runWriter, error) {
 	}, nil
 }
 
+// restore makes the writer continue a resumed session: the restored map
+// and counts replace the empty ones, and the trajectory file, which
+// newRunWriter started empty, gets the map's poses again, so that it holds
+// every row once.
+func (w *runWriter) restore(m *mapio.Map, frames runFrames) error {
+	w.m, w.frames, w.lastCheckpoint = m, frames, frames.Results
+	return w.tum.Append(m.Trajectory()...)
+}
+
 // close releases the trajectory file (finish has synced it).
 func (w *runWriter) close() {
 	if w.tum != nil {
