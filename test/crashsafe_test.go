@@ -179,7 +179,7 @@ func TestRunSurvivesKillsAndFullDisks(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("uninterrupted run %v; kill seed %d", base, seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
-	deadline := time.Now().Add(12 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	statuses := map[string]int{}
 	for i := 0; i < 12 && time.Now().Before(deadline); i++ {
 		out := filepath.Join(root, fmt.Sprintf("kill%02d", i))
@@ -200,6 +200,49 @@ func TestRunSurvivesKillsAndFullDisks(t *testing.T) {
 		statuses[rs.Status]++
 	}
 	t.Logf("run.json status after the kills: %v", statuses)
+
+	// Kills aimed inside a checkpoint: the moment a temporary file of
+	// map.ply, run.json or preview.png appears, the process is killed.
+	during := 0
+	for i := range 3 {
+		out := filepath.Join(root, fmt.Sprintf("inwrite%d", i))
+		cmd := exec.Command(bin, crashRunArgs(t, out)...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		skip := i // let the first checkpoints pass, to land in later ones
+	poll:
+		for {
+			select {
+			case <-done:
+				break poll
+			default:
+			}
+			ents, _ := os.ReadDir(out)
+			for _, e := range ents {
+				n := e.Name()
+				if strings.HasPrefix(n, ".map.ply.") || strings.HasPrefix(n, ".run.json.") || strings.HasPrefix(n, ".preview.png.") {
+					if skip > 0 {
+						skip--
+						time.Sleep(20 * time.Millisecond)
+						continue poll
+					}
+					_ = cmd.Process.Kill()
+					during++
+					break poll
+				}
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		<-done
+		checkOutputs(t, out, true)
+	}
+	if during == 0 {
+		t.Fatal("no kill landed while a checkpoint file was being written")
+	}
+	t.Logf("%d of 3 kills landed while a checkpoint file was being written", during)
 
 	// Full disks: the run fails with the reason, and what it wrote parses.
 	for _, size := range []string{"40k", "500k", "1200k"} {

@@ -347,6 +347,9 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	stream, err := o.newStream(ctx, o.cfg, log)
 	if err != nil {
 		rec.Status, rec.Error = statusFailed, err.Error()
+		if ctx.Err() != nil {
+			rec.Status, rec.Interrupted = statusInterrupted, true
+		}
 		return errors.Join(fmt.Errorf("start the engine: %w", err), w.writeRecord(rec, start))
 	}
 	defer stream.Close()
