@@ -198,6 +198,8 @@ func TestRunSurvivesKillsAndFullDisks(t *testing.T) {
 		_ = cmd.Wait()
 		rs := checkOutputs(t, out, true)
 		statuses[rs.Status]++
+		// Resumable sessions (--resume) check here that a resumed run
+		// ends with the uninterrupted trajectory of full.
 	}
 	t.Logf("run.json status after the kills: %v", statuses)
 
