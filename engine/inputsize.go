@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 	"fmt"
+
+	"github.com/lingbotmap/lingbotmap/engine/preprocess"
 )
 
 // Bounds of the model input size (the preprocessed frame, width × height in
@@ -47,4 +49,15 @@ func CheckInputSize(width, height int) error {
 			ErrInputSize, width, height, p, MaxPatches, float64(24*2*(p+6)*1024*4)/1e9)
 	}
 	return nil
+}
+
+// CheckFrameSize is CheckInputSize for the model input that a camera frame
+// of frameW×frameH pixels becomes at model width imageWidth: resized to
+// that width keeping the aspect ratio, portrait frames cropped square.
+func CheckFrameSize(frameW, frameH, imageWidth int) error {
+	w, h, err := preprocess.TargetSize(frameW, frameH, imageWidth, inputPatch)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInputSize, err)
+	}
+	return CheckInputSize(w, min(h, w))
 }

@@ -89,6 +89,13 @@ func (n *Node) onInput(ctx context.Context, img *image.RGBA, err error, h std_ms
 	w, hgt := img.Bounds().Dx(), img.Bounds().Dy()
 	n.mu.Lock()
 	if n.size == [2]int{} {
+		// The first frame of a map fixes its size: one the model cannot
+		// take is refused here, before it reaches the engine.
+		if err := engine.CheckFrameSize(w, hgt, n.cfg.Engine.ImageWidth); err != nil {
+			n.mu.Unlock()
+			n.skip("size", err)
+			return
+		}
 		n.size = [2]int{w, hgt}
 	}
 	start := n.size

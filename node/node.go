@@ -13,7 +13,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,12 +112,36 @@ func New(opts Options) (*Node, error) {
 	return nd, nil
 }
 
-// Run connects the transport (waiting for the ROS graph if needed), applies
-// its parameters, starts the engine and serves until ctx ends or the
-// middleware asks the node to shut down (rosnode kill). It then processes
-// what is queued, flushes the engine, publishes the final map and closes the
-// transport. Run is called once per Node.
+// Run starts the engine, connects the transport (waiting for the ROS graph
+// if needed), applies its parameters (restarting the engine if they change
+// its settings) and serves until ctx ends or the middleware asks the node to
+// shut down (rosnode kill). It then processes what is queued, flushes the
+// engine, publishes the final map and closes the transport. Run is called
+// once per Node.
 func (n *Node) Run(ctx context.Context) error {
+	// The engine starts before the node waits for the ROS graph, so a bad
+	// weights file or setting is reported at once, not once a master answers.
+	if err := engine.CheckInputSize(n.cfg.Engine.ImageWidth, minInputSide); err != nil {
+		return fmt.Errorf("node: 'image_width': %w", err)
+	}
+	built := n.cfg
+	if n.resume == "" {
+		st, err := n.newStream(ctx, built)
+		if err != nil {
+			return fmt.Errorf("node: starting the engine: %w", err)
+		}
+		n.stream = st
+	} else if _, err := os.Stat(filepath.Join(n.resume, SessionDir, SessionFile)); err != nil {
+		return fmt.Errorf("node: resume: %w", err)
+	}
+	defer func() {
+		if n.stream == nil {
+			return
+		}
+		if err := n.stream.Close(); err != nil {
+			n.log.Warn("closing the engine", "err", err)
+		}
+	}()
 	if err := n.tr.Connect(ctx); err != nil {
 		if ctx.Err() != nil {
 			n.log.Info("stopped before the ROS graph answered")
@@ -138,11 +165,19 @@ func (n *Node) Run(ctx context.Context) error {
 	if err := n.setup(ctx); err != nil {
 		return err
 	}
-	defer func() {
-		if err := n.stream.Close(); err != nil {
+	if n.resume == "" && !sameEngine(built, cfg) {
+		n.log.Info("parameters change the engine's settings: restarting it")
+		old := n.stream
+		n.stream = nil
+		if err := old.Close(); err != nil {
 			n.log.Warn("closing the engine", "err", err)
 		}
-	}()
+		st, err := n.newStream(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("node: starting the engine: %w", err)
+		}
+		n.stream = st
+	}
 
 	// Callbacks may block on a full queue (policy all): runCtx releases
 	// them when the node stops.
@@ -211,17 +246,24 @@ func (n *Node) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	var st engine.Stream
 	if n.resume != "" {
-		st, err = n.resumeSession(ctx, n.resume)
-	} else {
-		st, err = n.newStream(ctx, n.cfg)
+		// A resumed engine needs the map (restored with it), so it starts here.
+		st, err := n.resumeSession(ctx, n.resume)
+		if err != nil {
+			return fmt.Errorf("node: starting the engine: %w", err)
+		}
+		n.stream = st
 	}
-	if err != nil {
-		return fmt.Errorf("node: starting the engine: %w", err)
-	}
-	n.stream = st
 	return nil
+}
+
+// minInputSide is the smallest model input side: one patch.
+const minInputSide = 14
+
+// sameEngine says whether a and b build the same engine: the engine's
+// settings and the replay case, which are all a StreamFactory reads.
+func sameEngine(a, b Config) bool {
+	return reflect.DeepEqual(a.Engine, b.Engine) && a.Replay == b.Replay
 }
 
 // finish runs after the loops stopped: the frames still queued go through

@@ -160,10 +160,16 @@ func runBag(ctx context.Context, o *bagOptions, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	// The bag appears at its path only when complete: an error or an
+	// interruption discards it.
 	defer func() {
-		if cerr := w.Close(); err == nil && cerr != nil {
-			err = cerr
+		if err != nil {
+			if aerr := w.Abort(); aerr != nil {
+				err = errors.Join(err, fmt.Errorf("discarding the unfinished bag: %w", aerr))
+			}
+			return
 		}
+		err = w.Close()
 	}()
 	start := time.Unix(0, 0).Add(time.Duration(math.Round(o.start * 1e9)))
 	var last time.Time
@@ -199,10 +205,12 @@ func runBag(ctx context.Context, o *bagOptions, out io.Writer) (err error) {
 	return nil
 }
 
-// bagWriter is what both bag formats offer.
+// bagWriter is what both bag formats offer: Close puts the finished file
+// at its path, Abort discards it.
 type bagWriter interface {
 	Write(topic string, t time.Time, msg any) error
 	Close() error
+	Abort() error
 }
 
 func createBag(format, path string) (bagWriter, error) {

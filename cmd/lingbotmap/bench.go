@@ -2,11 +2,13 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"sort"
@@ -19,6 +21,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/backend"
+	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/node"
 )
 
@@ -96,7 +99,7 @@ the default). model_size defaults to full here.`,
 	return cmd
 }
 
-func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
+func runBench(ctx context.Context, o *benchOptions, out io.Writer) (err error) {
 	if o.width%14 != 0 || o.height%14 != 0 || o.width <= 0 || o.height <= 0 {
 		return fmt.Errorf("--width and --height must be positive multiples of 14, not %d×%d", o.width, o.height)
 	}
@@ -165,15 +168,23 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "phase 1 (%d frames together): %.1f ms; %s\n", cfg.ScaleFrames, phase1.Seconds()*1e3, memoryLine(st))
 	if o.cpuProfile != "" {
-		pf, err := os.Create(o.cpuProfile)
-		if err != nil {
+		// The profile is gathered in memory and written whole at the end.
+		if err := mapio.ProbeDir(filepath.Dir(o.cpuProfile)); err != nil {
 			return err
 		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
+		var prof bytes.Buffer
+		if err := pprof.StartCPUProfile(&prof); err != nil {
 			return err
 		}
-		defer pprof.StopCPUProfile()
+		defer func() {
+			pprof.StopCPUProfile()
+			if werr := mapio.WriteFileAtomic(o.cpuProfile, func(w io.Writer) error {
+				_, err := w.Write(prof.Bytes())
+				return err
+			}); err == nil {
+				err = werr
+			}
+		}()
 	}
 	times := make([]float64, 0, o.frames)
 	full := -1 // the first timed frame that ran with a full cache

@@ -1,18 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"image"
 	"image/png"
 	"io"
-	"os"
-	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/render"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
 )
@@ -94,7 +92,7 @@ func runEval(o *evalOptions, stdout io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("eval: %w", err)
 		}
-		err = writeFileAtomic(o.jsonOut, func(w io.Writer) error {
+		err = mapio.WriteFileAtomic(o.jsonOut, func(w io.Writer) error {
 			_, err := w.Write(append(b, '\n'))
 			return err
 		})
@@ -140,51 +138,8 @@ func printEval(w io.Writer, o *evalOptions, rep *traj.Report) {
 
 // writePNGFile encodes img to path, whole or not at all.
 func writePNGFile(path string, img image.Image) error {
-	if err := writeFileAtomic(path, func(w io.Writer) error { return png.Encode(w, img) }); err != nil {
+	if err := mapio.WriteFileAtomic(path, func(w io.Writer) error { return png.Encode(w, img) }); err != nil {
 		return fmt.Errorf("write PNG: %w", err)
 	}
-	return nil
-}
-
-// writeFileAtomic writes a file whole or not at all: into a temporary file
-// beside path, synced to disk, then renamed over path (and the directory
-// synced, so the rename survives a crash). A failed or interrupted write
-// leaves path as it was.
-func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err := tmp.Chmod(0o644); err != nil {
-		return err
-	}
-	bw := bufio.NewWriterSize(tmp, 1<<20)
-	if err := write(bw); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return nil // the file is in place; only its durability is unconfirmed
-	}
-	defer d.Close()
-	_ = d.Sync()
 	return nil
 }

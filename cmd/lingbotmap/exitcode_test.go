@@ -19,6 +19,7 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 
+	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
 	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
@@ -191,7 +192,7 @@ func TestWriteFileAtomic(t *testing.T) {
 	if err := os.WriteFile(path, []byte("old"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err := writeFileAtomic(path, func(w io.Writer) error {
+	err := mapio.WriteFileAtomic(path, func(w io.Writer) error {
 		if _, err := w.Write(bytes.Repeat([]byte("x"), 3<<20)); err != nil {
 			return err
 		}

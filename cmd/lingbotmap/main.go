@@ -29,8 +29,12 @@ type exitCodeError struct {
 func (e *exitCodeError) Error() string { return e.err.Error() }
 func (e *exitCodeError) Unwrap() error { return e.err }
 
+// stopSignals all end a command the same clean way: Ctrl-C, a service
+// manager's SIGTERM, and the SIGHUP of a closed terminal or SSH session.
+func stopSignals() []os.Signal { return []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP} }
+
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals()...)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:]))
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image/png"
 	"io"
 	"log/slog"
 	"math"
@@ -46,8 +47,19 @@ type runOptions struct {
 	confScale     float64
 	noProgress    bool
 	quiet         bool
-	// session: --checkpoint-every and --resume (session.go)
-	session sessionOptions
+	// checkpointEvery is the cadence, in results, of the output checkpoints
+	// (map.ply, run.json, and onCheckpoint); 0 writes them only at the end.
+	checkpointEvery int
+	// force lets a run reuse a folder that holds a previous run's outputs,
+	// removing them first.
+	force bool
+	// onCheckpoint, when set, runs at every output checkpoint and at the
+	// end, after the outputs are written.
+	onCheckpoint func(ctx context.Context, cp runCheckpoint) error
+	// saveSessions adds the whole session (engine state, map, input
+	// position) to the checkpoints, for --resume (session.go).
+	saveSessions bool
+	session      sessionOptions
 
 	version    string
 	newStream  func(context.Context, engine.Config, *slog.Logger) (engine.Stream, error)
@@ -57,19 +69,20 @@ type runOptions struct {
 
 func defaultRunOptions() *runOptions {
 	return &runOptions{
-		out:           "lingbotmap-run",
-		src:           source.DefaultOptions(),
-		cfg:           engine.DefaultConfig(),
-		confThreshold: runDefaults().ConfThreshold,
-		voxel:         runDefaults().MapVoxel,
-		pixelStride:   runDefaults().CloudStride,
-		saveDepth:     true,
-		depthScale:    render.DepthScale,
-		confScale:     100,
-		version:       versionString(),
-		newStream:     newEngineStream,
-		openSource:    source.Open,
-		session:       defaultSessionOptions(),
+		out:             "lingbotmap-run",
+		src:             source.DefaultOptions(),
+		cfg:             engine.DefaultConfig(),
+		confThreshold:   runDefaults().ConfThreshold,
+		voxel:           runDefaults().MapVoxel,
+		pixelStride:     runDefaults().CloudStride,
+		saveDepth:       true,
+		depthScale:      render.DepthScale,
+		confScale:       100,
+		checkpointEvery: 20,
+		version:         versionString(),
+		newStream:       newEngineStream,
+		openSource:      source.Open,
+		session:         defaultSessionOptions(),
 	}
 }
 
@@ -120,12 +133,17 @@ frames takes one keyframe in ⌈N/320⌉ frames, as the reference does.
 INPUT is a folder of .png/.jpg/.JPG images (sorted by name), a ROS 1 .bag file
 or a ROS 2 .mcap bag (--topic, Image or CompressedImage) or a video (decoded
 by ffmpeg).
-Ctrl-C stops the run and writes what was computed so far.
+Outputs are written as the run goes: a trajectory row as each frame finishes,
+map.ply and run.json every --checkpoint-every frames, each file whole or not at
+all, so a crash or a kill leaves readable files; run.json's "status" says
+whether the run is in_progress, completed, interrupted, partial_input or
+failed. Ctrl-C, SIGTERM and SIGHUP stop the run and write what was computed
+so far. A folder holding a previous run's outputs is refused unless --force.
 
-With --checkpoint-every N the whole session (engine state, map, trajectory,
-input position) is saved atomically into OUT/session/ every N frames;
-"run --resume OUT" continues a stopped or killed run from there with its
-saved settings, and ends with the trajectory an uninterrupted run gives.`,
+With --session every checkpoint also saves the whole session (engine state,
+map, trajectory, input position) atomically into OUT/session/ (large: the KV
+cache); "run --resume OUT" continues a stopped or killed run from there with
+its saved settings, and ends with the trajectory an uninterrupted run gives.`,
 		Args: cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if bindErr != nil {
@@ -164,8 +182,10 @@ saved settings, and ends with the trajectory an uninterrupted run gives.`,
 	f.BoolVar(&o.saveConf, "save-conf", false, "write per-frame confidence PNGs")
 	f.Float64Var(&o.depthScale, "depth-scale", o.depthScale, "depth PNG units per model unit (1000 = millimetres)")
 	f.Float64Var(&o.confScale, "conf-scale", o.confScale, "confidence PNG units per confidence unit")
-	f.IntVar(&o.session.every, "checkpoint-every", 0, "save the whole session (engine state, map, input position) into OUT/session/ every N frames, for --resume (0 = never)")
+	f.IntVar(&o.checkpointEvery, "checkpoint-every", o.checkpointEvery, "write map.ply and run.json (and the session, with --session) every N frames (0 = only at the end); trajectory rows and depth images are written as frames finish")
+	f.BoolVar(&o.saveSessions, "session", false, "save the whole session into OUT/session/ at every checkpoint, so that --resume can continue the run")
 	f.StringVar(&o.session.resume, "resume", "", "continue the run whose output folder DIR holds a saved session (its settings are used)")
+	f.BoolVar(&o.force, "force", false, "reuse an output folder that holds a previous run: remove its outputs first")
 	f.BoolVar(&o.noProgress, "no-progress", false, "no progress bar, even on a terminal")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "log warnings and errors only")
 	return cmd
@@ -192,13 +212,16 @@ func (o *runOptions) validate() error {
 	if !(o.confScale > 0) || math.IsInf(o.confScale, 0) {
 		errs = append(errs, fmt.Errorf("'conf-scale' must be positive, not %g", o.confScale))
 	}
-	errs = append(errs, o.session.validate())
+	if o.checkpointEvery < 0 {
+		errs = append(errs, fmt.Errorf("'checkpoint-every' must be ≥ 0, not %d", o.checkpointEvery))
+	}
 	return errors.Join(errs...)
 }
 
 // runRecord is run.json.
 type runRecord struct {
 	Version     string             `json:"version"`
+	Status      string             `json:"status"` // one of the run status values below
 	Started     time.Time          `json:"started"`
 	Finished    time.Time          `json:"finished"`
 	Interrupted bool               `json:"interrupted"`
@@ -212,6 +235,25 @@ type runRecord struct {
 	Timings     runTimings         `json:"timings"`
 	Cache       *engine.CacheStats `json:"cache,omitempty"`
 	Outputs     map[string]string  `json:"outputs"`
+}
+
+// The values of run.json's "status".
+const (
+	statusInProgress   = "in_progress"   // a checkpoint of a run still going (or killed)
+	statusCompleted    = "completed"     // the whole input was mapped
+	statusInterrupted  = "interrupted"   // stopped by a signal: the outputs cover the frames done
+	statusPartialInput = "partial_input" // the input was truncated or partly corrupt
+	statusFailed       = "failed"        // an error ended the run: see "error"
+)
+
+// runCheckpoint is what an onCheckpoint hook is given.
+type runCheckpoint struct {
+	Out     string        // the output folder
+	Stream  engine.Stream // the engine, between two frames
+	Map     *mapio.Map    // the trajectory and map so far
+	Results int           // results written so far
+	Final   bool          // the end of the run
+	Status  string        // run.json's status as just written
 }
 
 type runInput struct {
@@ -276,6 +318,10 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		}
 		autoKF = false // the saved settings already hold the chosen interval
 	}
+	if o.saveSessions || o.session.resume != "" {
+		// A resumed run keeps saving its session, so it can be resumed again.
+		o.session.every = o.checkpointEvery
+	}
 	if err := errors.Join(o.validate(), o.src.Validate()); err != nil {
 		return &exitCodeError{code: exitUsage, err: err}
 	}
@@ -296,48 +342,68 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	if err := o.cfg.Validate(); err != nil {
 		return &exitCodeError{code: exitUsage, err: err}
 	}
+	if o.session.resume == "" { // a resumed run continues in its own folder
+		if err := prepareOut(o.out, o.force, log); err != nil {
+			return err
+		}
+	}
+	// The first frame is read before the engine starts so that a frame
+	// size the model cannot take is refused before the weights load.
+	fr := newFrameReader(src, log)
+	first, firstErr := fr.next(ctx)
+	if firstErr == nil {
+		if err := engine.CheckFrameSize(first.Width, first.Height, o.cfg.ImageWidth); err != nil {
+			return fmt.Errorf("frame %d (%d×%d): %w", first.Seq, first.Width, first.Height, err)
+		}
+	}
 	w, err := newRunWriter(o)
 	if err != nil {
 		return err
 	}
+	defer w.close()
 	rec := &runRecord{
 		Version: o.version,
+		Status:  statusInProgress,
 		Started: start.UTC(),
 		Input:   runInput{Path: o.input, Description: src.Describe(), Options: o.src},
 		Engine:  engineRecord(o.cfg),
 		Config:  o.sources,
 		Frames:  runFrames{Read: skipped},
 	}
+	if err := w.writeRecord(rec, start); err != nil {
+		return err
+	}
 	log.Info("run", "input", src.Describe(), "out", o.out, "device", o.cfg.Device)
 
 	t0 := time.Now()
 	stream, err := o.session.startStream(ctx, o, w, log)
 	if err != nil {
-		return fmt.Errorf("start the engine: %w", err)
+		rec.Status, rec.Error = statusFailed, err.Error()
+		if ctx.Err() != nil {
+			rec.Status, rec.Interrupted = statusInterrupted, true
+		}
+		return errors.Join(fmt.Errorf("start the engine: %w", err), w.writeRecord(rec, start))
 	}
 	defer stream.Close()
 	rec.Timings.LoadS = time.Since(t0).Seconds()
 
 	prog := newProgress(o, src.Len(), log)
-	var decode, model time.Duration
-	var runErr error
-	for {
-		t := time.Now()
-		fr, err := src.Next(ctx)
-		decode += time.Since(t)
-		if errors.Is(err, io.EOF) {
+	var model time.Duration
+	var runErr, srcErr error
+	for frame, ferr := first, firstErr; ; frame, ferr = fr.next(ctx) {
+		if errors.Is(ferr, io.EOF) {
 			break
 		}
-		if err != nil {
-			runErr = err
+		if ferr != nil {
+			runErr, srcErr = ferr, ferr
 			break
 		}
 		rec.Frames.Read++
-		t = time.Now()
-		res, err := stream.Push(ctx, fr)
+		t := time.Now()
+		res, err := stream.Push(ctx, frame)
 		model += time.Since(t)
 		if err != nil {
-			runErr = fmt.Errorf("frame %d: %w", fr.Seq, err)
+			runErr = fmt.Errorf("frame %d: %w", frame.Seq, err)
 			break
 		}
 		if err := w.add(res); err != nil {
@@ -348,24 +414,30 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 			runErr = err
 			break
 		}
+		if err := w.maybeCheckpoint(ctx, stream, rec, start); err != nil {
+			runErr = err
+			break
+		}
 		prog.add(1)
 	}
-	if runErr == nil && ctx.Err() == nil {
+	// The end of the input, or a source that failed part way (a cut bag, a
+	// file that cannot be read): the frames waiting for phase 1 are still
+	// mapped.
+	if (runErr == nil || runErr == srcErr) && ctx.Err() == nil {
 		t := time.Now()
 		res, err := stream.Flush(ctx)
 		model += time.Since(t)
 		if err != nil {
-			runErr = fmt.Errorf("flush: %w", err)
+			runErr = errors.Join(runErr, fmt.Errorf("flush: %w", err))
 		} else if err := w.add(res); err != nil {
-			runErr = err
+			runErr = errors.Join(runErr, err)
 		}
 	}
 	prog.finish()
-	if s, ok := src.(skipReporter); ok {
-		if n, err := s.Skipped(); n > 0 && err != nil {
-			rec.Input.Skipped, rec.Input.SkipReason = n, err.Error()
-			log.Warn("skipped frames that did not decode", "count", n, "first", err)
-		}
+	skipped, skipErr := fr.skipped()
+	if skipped > 0 {
+		rec.Input.Skipped, rec.Input.SkipReason = skipped, skipErr.Error()
+		log.Warn("skipped frames that did not decode", "count", skipped, "first", skipErr)
 	}
 	interrupted := ctx.Err() != nil
 	if interrupted {
@@ -374,16 +446,29 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	stats := stream.Stats()
 	rec.Cache = &stats
 	rec.Interrupted = interrupted
+	switch {
+	case interrupted:
+		rec.Status = statusInterrupted
+	case runErr != nil && errors.Is(runErr, source.ErrPartial):
+		rec.Status = statusPartialInput
+	case runErr != nil:
+		rec.Status = statusFailed
+	case skipped > 0:
+		rec.Status = statusPartialInput
+		runErr = fmt.Errorf("%w: %d frames were used; %d did not decode and were skipped, the first %w", source.ErrPartial, w.frames.Results, skipped, skipErr)
+	default:
+		rec.Status = statusCompleted
+	}
 	if runErr != nil && !interrupted {
 		rec.Error = runErr.Error()
 	}
-	rec.Timings.DecodeS = decode.Seconds()
+	rec.Timings.DecodeS = fr.decode.Seconds()
 	rec.Timings.ModelS = model.Seconds()
 
-	if werr := w.finish(rec, start); werr != nil {
+	if werr := w.finish(ctx, stream, rec, start); werr != nil {
 		return errors.Join(runErr, werr)
 	}
-	log.Info("done", "out", o.out, "poses", w.m.Stats().Poses, "points", rec.Map.Points,
+	log.Info("done", "out", o.out, "status", rec.Status, "poses", w.m.Stats().Poses, "points", rec.Map.Points,
 		"frames_per_s", fmt.Sprintf("%.2f", rec.Timings.FramesPerS))
 	switch {
 	case interrupted:
@@ -394,17 +479,96 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	return nil
 }
 
-// runWriter turns results into the output files as they arrive: the poses
-// and the map go into a mapio.Map (the node's accumulator too), bounded by
-// the explored volume; the frames' depth maps are written and dropped.
+// frameReader reads a source's frames for run, timing the decoding and
+// logging what the source notices about its input (16-bit images).
+type frameReader struct {
+	src    source.Source
+	log    *slog.Logger
+	decode time.Duration
+}
+
+func newFrameReader(src source.Source, log *slog.Logger) *frameReader {
+	return &frameReader{src: src, log: log}
+}
+
+func (r *frameReader) next(ctx context.Context) (engine.Frame, error) {
+	t := time.Now()
+	f, err := r.src.Next(ctx)
+	r.decode += time.Since(t)
+	if n, ok := r.src.(noticer); ok {
+		for _, msg := range n.Notices() {
+			r.log.Warn(msg)
+		}
+	}
+	return f, err
+}
+
+// skipped is how many frames the source skipped as undecodable, with the first reason.
+func (r *frameReader) skipped() (int, error) {
+	if s, ok := r.src.(skipReporter); ok {
+		if n, err := s.Skipped(); n > 0 && err != nil {
+			return n, err
+		}
+	}
+	return 0, nil
+}
+
+// runOutputs are the names a run writes into its folder; a folder holding
+// any of them (or a temporary file of one) holds a previous run.
+func runOutputs() []string {
+	return []string{mapio.TrajectoryFile, mapio.MapFile, "run.json", "preview.png", "depth", "depth_color", "conf", sessionDirName}
+}
+
+// prepareOut makes the output folder, refuses one that holds a previous
+// run's outputs unless force (then removes them, so old and new never mix),
+// and checks that it can be written.
+func prepareOut(dir string, force bool, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("output folder: %w", err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("output folder: %w", err)
+	}
+	var used []string
+	for _, e := range ents {
+		for _, name := range runOutputs() {
+			// WriteFileAtomic's temporary files are ".NAME.*"
+			if e.Name() == name || strings.HasPrefix(e.Name(), "."+name+".") {
+				used = append(used, e.Name())
+			}
+		}
+	}
+	if len(used) > 0 && !force {
+		return &exitCodeError{code: exitUsage, err: fmt.Errorf("output folder %s holds a previous run (%s): choose another --out, or add --force to remove these first",
+			dir, strings.Join(used, ", "))}
+	}
+	for _, name := range used {
+		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("output folder: removing the previous run: %w", err)
+		}
+	}
+	if len(used) > 0 {
+		log.Info("removed the previous run's outputs (--force)", "out", dir, "removed", strings.Join(used, ","))
+	}
+	return mapio.ProbeDir(dir)
+}
+
+// runWriter turns results into the output files as they arrive: trajectory
+// rows are appended at once; the poses and the map go into a mapio.Map (the
+// node's accumulator too), bounded by the explored volume, and are saved at
+// checkpoints; the frames' depth maps are written, each whole, and dropped.
 type runWriter struct {
 	o      *runOptions
 	m      *mapio.Map
+	tum    *mapio.TUMAppender
 	frames runFrames
 	depth  runDepth
 	ranges []depthRange
 	output time.Duration
 	window int
+	// lastCheckpoint is frames.Results at the last checkpoint.
+	lastCheckpoint int
 }
 
 // depthRange is one line of depth_color/ranges.tsv.
@@ -434,13 +598,35 @@ func newRunWriter(o *runOptions) (*runWriter, error) {
 			}
 		}
 	}
+	tum, err := mapio.CreateTUM(filepath.Join(o.out, mapio.TrajectoryFile))
+	if err != nil {
+		return nil, err
+	}
 	return &runWriter{
-		o: o,
-		m: m,
+		o:   o,
+		m:   m,
+		tum: tum,
 		depth: runDepth{Saved: o.saveDepth, Scale: o.depthScale, Unit: fmt.Sprintf("1/%g of a model depth unit (metres for metric models)", o.depthScale),
 			ConfSaved: o.saveConf, ConfScale: o.confScale},
 		window: -1,
 	}, nil
+}
+
+// restore makes the writer continue a resumed session: the restored map
+// and counts replace the empty ones, and the trajectory file, which
+// newRunWriter started empty, gets the map's poses again, so that it holds
+// every row once.
+func (w *runWriter) restore(m *mapio.Map, frames runFrames) error {
+	w.m, w.frames, w.lastCheckpoint = m, frames, frames.Results
+	return w.tum.Append(m.Trajectory()...)
+}
+
+// close releases the trajectory file (finish has synced it).
+func (w *runWriter) close() {
+	if w.tum != nil {
+		w.tum.Close()
+		w.tum = nil
+	}
 }
 
 func (w *runWriter) add(results []engine.Result) error {
@@ -460,6 +646,13 @@ func (w *runWriter) addOne(r *engine.Result) error {
 		return fmt.Errorf("frame %d: the engine returned %d depth, %d confidence and %d colour values for a %d×%d image",
 			r.Seq, len(r.Depth), len(r.Conf), len(r.RGB), r.Width, r.Height)
 	}
+	if err := w.m.AddPose(r.Seq, r.Stamp, r.CamToWorld); err != nil {
+		return fmt.Errorf("frame %d: the engine returned an unusable pose: %w", r.Seq, err)
+	}
+	p, _ := w.m.LastPose()
+	if err := w.tum.Append(mapio.StampedPose{Time: mapio.Seconds(p.Stamp), T: p.T, Q: p.Q}); err != nil {
+		return err
+	}
 	w.frames.Results++
 	switch r.Kind {
 	case engine.Scale:
@@ -473,9 +666,6 @@ func (w *runWriter) addOne(r *engine.Result) error {
 		w.window = r.Window
 		w.frames.Windows++
 	}
-	if err := w.m.AddPose(r.Seq, r.Stamp, r.CamToWorld); err != nil {
-		return fmt.Errorf("frame %d: the engine returned an unusable pose: %w", r.Seq, err)
-	}
 
 	name := fmt.Sprintf("%06d.png", r.Seq)
 	if w.o.saveDepth {
@@ -486,7 +676,7 @@ func (w *runWriter) addOne(r *engine.Result) error {
 		w.depth.Clipped += int64(c)
 		img, dr, err := render.DepthPreview(r.Depth, r.Width, r.Height)
 		if err == nil {
-			err = writePNGFile(filepath.Join(w.o.out, "depth_color", name), img)
+			err = mapio.WriteFileWhole(filepath.Join(w.o.out, "depth_color", name), func(f io.Writer) error { return png.Encode(f, img) })
 		}
 		if err != nil {
 			return err
@@ -506,25 +696,98 @@ func (w *runWriter) addOne(r *engine.Result) error {
 	return nil
 }
 
+// writeGray16File writes one 16-bit PNG whole (mapio.WriteFileWhole) and
+// returns how many values were clipped.
 func writeGray16File(path string, vals []float32, width, height int, scale float64) (int, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return 0, fmt.Errorf("write %s: %w", path, err)
-	}
-	c, err := render.WriteGray16(f, vals, width, height, scale)
-	if cerr := f.Close(); err == nil && cerr != nil {
-		err = cerr
-	}
-	if err != nil {
-		return 0, fmt.Errorf("write %s: %w", path, err)
-	}
-	return c, nil
+	var c int
+	err := mapio.WriteFileWhole(path, func(f io.Writer) error {
+		var err error
+		c, err = render.WriteGray16(f, vals, width, height, scale)
+		return err
+	})
+	return c, err
 }
 
-// finish writes the trajectory, the map, the preview, the depth ranges and
-// run.json, each atomically.
-func (w *runWriter) finish(rec *runRecord, start time.Time) error {
+// maybeCheckpoint writes a checkpoint when --checkpoint-every results have
+// come since the last one.
+func (w *runWriter) maybeCheckpoint(ctx context.Context, stream engine.Stream, rec *runRecord, start time.Time) error {
+	if n := w.o.checkpointEvery; n == 0 || w.frames.Results-w.lastCheckpoint < n {
+		return nil
+	}
+	return w.checkpoint(ctx, stream, rec, start, false)
+}
+
+// checkpoint makes what was written so far durable and consistent: the
+// trajectory rows and depth images reach the disk, then map.ply,
+// ranges.tsv and, last, run.json (which counts the frames they cover) are
+// replaced atomically; then the onCheckpoint hook runs.
+func (w *runWriter) checkpoint(ctx context.Context, stream engine.Stream, rec *runRecord, start time.Time, final bool) error {
+	t := time.Now()
 	out := w.o.out
+	errs := []error{w.tum.Sync()}
+	if w.o.saveDepth || w.o.saveConf {
+		errs = append(errs, mapio.SyncFS(out))
+	}
+	errs = append(errs, mapio.WriteFileAtomic(filepath.Join(out, mapio.MapFile), func(f io.Writer) error {
+		return mapio.WritePLY(f, w.m.Points(), append([]string{
+			"lingbotmap " + w.o.version,
+			"source " + rec.Input.Path,
+			fmt.Sprintf("frames %d", w.frames.Results),
+			"frame world = first camera, OpenCV axes (x right, y down, z forward)",
+		}, w.m.FilterComments()...)...)
+	}))
+	if w.o.saveDepth {
+		errs = append(errs, mapio.WriteFileAtomic(filepath.Join(out, "depth_color", "ranges.tsv"), func(f io.Writer) error {
+			fmt.Fprintln(f, "# frame\tnear\tfar (model depth units; depth_color/NNNNNN.png spans near = yellow to far = purple)")
+			for _, r := range w.ranges {
+				if _, err := fmt.Fprintf(f, "%06d\t%.6g\t%.6g\n", r.seq, r.r.Near, r.r.Far); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}
+	if final {
+		errs = append(errs, w.writePreview())
+	}
+	w.output += time.Since(t)
+	// run.json only when the files it describes are whole.
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := w.writeRecord(rec, start); err != nil {
+		return err
+	}
+	w.lastCheckpoint = w.frames.Results
+	if w.o.onCheckpoint != nil {
+		cp := runCheckpoint{Out: out, Stream: stream, Map: w.m, Results: w.frames.Results, Final: final, Status: rec.Status}
+		if err := w.o.onCheckpoint(ctx, cp); err != nil {
+			return fmt.Errorf("checkpoint at %d frames: %w", w.frames.Results, err)
+		}
+	}
+	return nil
+}
+
+// writePreview draws the trajectory over the map's points into preview.png.
+func (w *runWriter) writePreview() error {
+	pts := w.m.Points()
+	path := w.m.Path()
+	positions := make([][3]float64, len(path))
+	for i, p := range path {
+		positions[i] = p.T
+	}
+	img, err := render.TopView(positions, pts, render.TopViewOptions{
+		Title: fmt.Sprintf("%d poses, %d map points (x right, z forward up)", len(path), len(pts)),
+	})
+	if err != nil {
+		return err
+	}
+	return writePNGFile(filepath.Join(w.o.out, "preview.png"), img)
+}
+
+// writeRecord fills run.json's counts and timings from what was written so
+// far and replaces run.json atomically.
+func (w *runWriter) writeRecord(rec *runRecord, start time.Time) error {
 	st := w.m.Stats()
 	rec.Map = runMap{ConfThreshold: w.o.confThreshold, VoxelSize: w.o.voxel, PixelStride: w.o.pixelStride, PointsIn: st.PointsIn, Points: st.Voxels}
 	rec.Depth = w.depth
@@ -539,39 +802,6 @@ func (w *runWriter) finish(rec *runRecord, start time.Time) error {
 	if w.o.saveConf {
 		rec.Outputs["conf"] = "conf/"
 	}
-	var errs []error
-	_, err := w.m.Save(out,
-		"lingbotmap "+w.o.version,
-		"source "+rec.Input.Path,
-		fmt.Sprintf("frames %d", w.frames.Results),
-		"frame world = first camera, OpenCV axes (x right, y down, z forward)",
-	)
-	errs = append(errs, err)
-	pts := w.m.Points()
-	path := w.m.Path()
-	positions := make([][3]float64, len(path))
-	for i, p := range path {
-		positions[i] = p.T
-	}
-	img, err := render.TopView(positions, pts, render.TopViewOptions{
-		Title: fmt.Sprintf("%d poses, %d map points (x right, z forward up)", len(path), len(pts)),
-	})
-	if err == nil {
-		err = writePNGFile(filepath.Join(out, "preview.png"), img)
-	}
-	errs = append(errs, err)
-	if w.o.saveDepth {
-		errs = append(errs, mapio.WriteFileAtomic(filepath.Join(out, "depth_color", "ranges.tsv"), func(f io.Writer) error {
-			fmt.Fprintln(f, "# frame\tnear\tfar (model depth units; depth_color/NNNNNN.png spans near = yellow to far = purple)")
-			for _, r := range w.ranges {
-				if _, err := fmt.Fprintf(f, "%06d\t%.6g\t%.6g\n", r.seq, r.r.Near, r.r.Far); err != nil {
-					return err
-				}
-			}
-			return nil
-		}))
-	}
-
 	rec.Finished = time.Now().UTC()
 	total := time.Since(start)
 	rec.Timings.TotalS = total.Seconds()
@@ -583,12 +813,23 @@ func (w *runWriter) finish(rec *runRecord, start time.Time) error {
 			rec.Timings.ModelFramesPS = float64(n) / rec.Timings.ModelS
 		}
 	}
-	errs = append(errs, mapio.WriteFileAtomic(filepath.Join(out, "run.json"), func(f io.Writer) error {
+	return mapio.WriteFileAtomic(filepath.Join(w.o.out, "run.json"), func(f io.Writer) error {
 		e := json.NewEncoder(f)
 		e.SetIndent("", "  ")
 		return e.Encode(rec)
-	}))
-	return errors.Join(errs...)
+	})
+}
+
+// finish writes the last checkpoint with the run's final status, the
+// preview included, and closes the trajectory.
+func (w *runWriter) finish(ctx context.Context, stream engine.Stream, rec *runRecord, start time.Time) error {
+	// The hook runs even after a cancelled run: it gets a live context.
+	err := w.checkpoint(context.WithoutCancel(ctx), stream, rec, start, true)
+	if w.tum != nil {
+		err = errors.Join(err, w.tum.Close())
+		w.tum = nil
+	}
+	return err
 }
 
 // engineRecord lists the engine settings that ran under their keys: the
@@ -676,4 +917,15 @@ type skipReporter interface {
 	Skipped() (int, error)
 }
 
-var _ skipReporter = (*source.Bag)(nil)
+// noticer is a frame source that reports, once each, lossy conversions of
+// its input (16-bit images reduced to 8 bits).
+type noticer interface {
+	Notices() []string
+}
+
+var (
+	_ skipReporter = (*source.Bag)(nil)
+	_ skipReporter = (*source.Folder)(nil)
+	_ noticer      = (*source.Bag)(nil)
+	_ noticer      = (*source.Folder)(nil)
+)

@@ -143,6 +143,11 @@ func (s *sessionOptions) startStream(ctx context.Context, o *runOptions, w *runW
 	if err := restoreWriter(r, w, s.saved); err != nil {
 		return nil, &exitCodeError{code: exitBadInput, err: fmt.Errorf("--resume: %w", err)}
 	}
+	// The trajectory file may hold rows past the session; it is rewritten
+	// from the restored map, then grows again from there.
+	if err := w.restore(w.m, w.frames); err != nil {
+		return nil, fmt.Errorf("--resume: %w", err)
+	}
 	st, err := s.resumeStream(ctx, o.cfg, r, log)
 	if err != nil {
 		var ec *exitCodeError
@@ -264,13 +269,5 @@ func restoreWriter(r io.Reader, w *runWriter, meta *sessionMeta) error {
 	}
 	w.ranges = ranges
 	w.frames, w.depth, w.window = meta.Frames, meta.Depth, meta.Window
-	return nil
-}
-
-// validate checks the session flags.
-func (s *sessionOptions) validate() error {
-	if s.every < 0 {
-		return fmt.Errorf("'checkpoint-every' must be ≥ 0, not %d", s.every)
-	}
 	return nil
 }

@@ -66,7 +66,7 @@ func TestRunResumeAfterKill(t *testing.T) {
 		t.Fatalf("uninterrupted run: %v\n%s", err, out)
 	}
 
-	cmd := lingbotmapCmd(t, append(goldenRunArgs(t, cut), "--checkpoint-every", "4")...)
+	cmd := lingbotmapCmd(t, append(goldenRunArgs(t, cut), "--checkpoint-every", "4", "--session")...)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
@@ -143,7 +143,7 @@ func TestRunResumeRefusals(t *testing.T) {
 		t.Fatalf("no input: exit %d, want %d", code, exitUsage)
 	}
 	out := filepath.Join(dir, "out")
-	args := append(goldenRunArgs(t, out), "--checkpoint-every", "5")
+	args := append(goldenRunArgs(t, out), "--checkpoint-every", "5", "--session")
 	if code := run(context.Background(), append(args, "--first-k", "6")); code != exitOK {
 		t.Fatalf("a short run with a session: exit %d", code)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/preprocess"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
 	"github.com/lingbotmap/lingbotmap/internal/golden"
@@ -305,7 +306,11 @@ func runVerify(ctx context.Context, o *verifyOptions, out io.Writer) error {
 	printReport(out, rep)
 	if o.jsonOut != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
-		if err := os.WriteFile(o.jsonOut, b, 0o644); err != nil {
+		err := mapio.WriteFileAtomic(o.jsonOut, func(w io.Writer) error {
+			_, err := w.Write(append(b, '\n'))
+			return err
+		})
+		if err != nil {
 			return err
 		}
 	}

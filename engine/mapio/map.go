@@ -120,6 +120,14 @@ func (m *Map) Points() []geom.Point { return m.grid.Points() }
 // Path is a copy of the trajectory, oldest first.
 func (m *Map) Path() []PathPose { return append([]PathPose(nil), m.path...) }
 
+// LastPose is the newest pose of the trajectory; ok is false when it is empty.
+func (m *Map) LastPose() (p PathPose, ok bool) {
+	if len(m.path) == 0 {
+		return PathPose{}, false
+	}
+	return m.path[len(m.path)-1], true
+}
+
 // Trajectory is the trajectory as TUM lines.
 func (m *Map) Trajectory() []StampedPose {
 	out := make([]StampedPose, len(m.path))

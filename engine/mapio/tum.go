@@ -27,9 +27,11 @@ func Seconds(t time.Time) float64 {
 // WriteTUM writes "timestamp tx ty tz qx qy qz qw" lines.
 func WriteTUM(w io.Writer, poses []StampedPose) error {
 	bw := bufio.NewWriter(w)
-	fmt.Fprintln(bw, "# timestamp tx ty tz qx qy qz qw")
+	bw.WriteString(tumHeader)
+	var line []byte
 	for _, p := range poses {
-		fmt.Fprintf(bw, "%.9f %.9g %.9g %.9g %.9g %.9g %.9g %.9g\n", p.Time, p.T[0], p.T[1], p.T[2], p.Q[0], p.Q[1], p.Q[2], p.Q[3])
+		line = AppendTUMLine(line[:0], p)
+		bw.Write(line)
 	}
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("tum: %w", err)

@@ -25,6 +25,10 @@ import (
 // nameStamp: "1305031102.175304.png" as in TUM RGB-D, nanosecond integers as
 // in EuRoC) that is the stamp; otherwise image i of the listing is stamped i/FrameRate.
 // JPEGs are turned upright by their EXIF orientation, as the reference does.
+//
+// An image that does not decode is skipped and counted (Skipped), as the
+// node and the bag sources do, rather than ending the run; 16-bit images
+// reduced to 8 bits are reported once per kind (Notices).
 type Folder struct {
 	dir    string
 	files  []string // selected, in order
@@ -32,6 +36,11 @@ type Folder struct {
 	stamps []float64
 	next   int
 	opt    Options
+
+	skipped  int
+	firstErr error
+	noticed  map[string]bool // kinds of precision loss already reported
+	notices  []string        // not yet taken by Notices
 }
 
 // OpenFolder lists dir. It fails when dir holds no image.
@@ -107,27 +116,56 @@ func nameStamp(stem string) (float64, bool) {
 	return float64(ns) / 1e9, true
 }
 
-// Next decodes the next image.
+// Next decodes the next image that decodes.
 func (f *Folder) Next(ctx context.Context) (engine.Frame, error) {
-	if err := ctx.Err(); err != nil {
-		return engine.Frame{}, err
+	for {
+		if err := ctx.Err(); err != nil {
+			return engine.Frame{}, err
+		}
+		if f.next >= len(f.files) {
+			return engine.Frame{}, io.EOF
+		}
+		i := f.next
+		f.next++
+		path := filepath.Join(f.dir, f.files[i])
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return engine.Frame{}, fmt.Errorf("image folder: %w", err)
+		}
+		// the engine's decoder: PIL's conventions for JPEG colour, alpha and EXIF orientation
+		img, err := preprocess.Decode(bytes.NewReader(data))
+		if err != nil {
+			f.skipped++
+			if f.firstErr == nil {
+				f.firstErr = fmt.Errorf("image %s: %w", path, err)
+			}
+			continue
+		}
+		if loss, ok := preprocess.PrecisionLoss(img); ok {
+			kind := fmt.Sprintf("%T", img)
+			if !f.noticed[kind] {
+				if f.noticed == nil {
+					f.noticed = map[string]bool{}
+				}
+				f.noticed[kind] = true
+				f.notices = append(f.notices, fmt.Sprintf("%s (first in %s)", loss, f.files[i]))
+			}
+		}
+		return f.opt.frame(uint64(f.index[i]), stampTime(f.stamps[i]), img)
 	}
-	if f.next >= len(f.files) {
-		return engine.Frame{}, io.EOF
-	}
-	i := f.next
-	f.next++
-	path := filepath.Join(f.dir, f.files[i])
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return engine.Frame{}, fmt.Errorf("image folder: %w", err)
-	}
-	// the engine's decoder: PIL's conventions for JPEG colour, alpha and EXIF orientation
-	img, err := preprocess.Decode(bytes.NewReader(data))
-	if err != nil {
-		return engine.Frame{}, fmt.Errorf("image %s: %w", path, err)
-	}
-	return f.opt.frame(uint64(f.index[i]), stampTime(f.stamps[i]), img)
+}
+
+// Skipped is the number of selected images that did not decode, and the
+// first of their errors.
+func (f *Folder) Skipped() (int, error) { return f.skipped, f.firstErr }
+
+// Notices returns, once each, what the folder noticed about its images
+// since the last call: 16-bit images reduced to 8 bits. The caller shows
+// them as warnings.
+func (f *Folder) Notices() []string {
+	n := f.notices
+	f.notices = nil
+	return n
 }
 
 // Len is the number of selected images.

@@ -190,8 +190,12 @@ func TestFolderErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := src.Next(context.Background()); err == nil || !strings.Contains(err.Error(), "want PNG or JPEG") {
-		t.Errorf("corrupt image: %v", err)
+	// An undecodable image is skipped and counted, not the end of the input.
+	if _, err := src.Next(context.Background()); !errors.Is(err, io.EOF) {
+		t.Errorf("corrupt image: %v, want it skipped", err)
+	}
+	if n, err := src.Skipped(); n != 1 || err == nil || !strings.Contains(err.Error(), "want PNG or JPEG") {
+		t.Errorf("corrupt image: skipped %d, %v", n, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -470,3 +470,25 @@ func FuzzReadTUM(f *testing.F) {
 		}
 	})
 }
+
+// A row cut short by a crash (no newline, does not parse) is ignored; a cut
+// row in the middle of a file, or a bad row that ends with a newline, is
+// still an error.
+func TestReadTUMIgnoresTornLastLine(t *testing.T) {
+	whole := "# timestamp tx ty tz qx qy qz qw\n1 0 0 0 0 0 0 1\n2 1 0 0 0 0 0 1\n"
+	for _, tail := range []string{"3 2 0", "3 2 0 0 0 0 0.1", "3", "3 2 0 0 0 0 0 1e"} {
+		tr, err := ReadTUM(strings.NewReader(whole + tail))
+		if err != nil || len(tr) != 2 {
+			t.Errorf("tail %q: %d poses, %v", tail, len(tr), err)
+		}
+	}
+	tr, err := ReadTUM(strings.NewReader(whole + "3 2 0 0 0 0 0 1"))
+	if err != nil || len(tr) != 3 {
+		t.Errorf("a whole last line without newline: %d poses, %v", len(tr), err)
+	}
+	for _, bad := range []string{whole + "3 2 0\n", "1 0 0\n" + whole} {
+		if _, err := ReadTUM(strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "expected 8 values") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}

@@ -55,9 +55,19 @@ func ReadTUMFile(path string) (Trajectory, error) {
 // the wrong number of values, values that are not finite numbers, zero
 // quaternions and repeated timestamps, naming the line. Poses are returned
 // sorted by time.
+//
+// A last line without its newline that does not parse is ignored: it is a
+// row cut short by a crash of a writer that appends as it goes (`run`),
+// and the rows before it are whole.
 func ReadTUM(r io.Reader) (Trajectory, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), maxLineLen)
+	unterminated := false // the line just scanned is a last line without newline
+	sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
+		adv, tok, err := bufio.ScanLines(data, atEOF)
+		unterminated = atEOF && tok != nil && adv == len(data) && len(data) > 0 && data[len(data)-1] != '\n'
+		return adv, tok, err
+	})
 	var tr Trajectory
 	lines := map[float64]int{} // timestamp → line, to name both lines of a repeat
 	n := 0
@@ -67,32 +77,15 @@ func ReadTUM(r io.Reader) (Trajectory, error) {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		f := strings.FieldsFunc(line, func(c rune) bool {
-			return c == ' ' || c == '\t' || c == ',' || c == '\r'
-		})
-		if len(f) != 8 {
-			return nil, fmt.Errorf("line %d: expected 8 values (timestamp tx ty tz qx qy qz qw), found %d", n, len(f))
-		}
-		var v [8]float64
-		for i, s := range f {
-			x, err := strconv.ParseFloat(s, 64)
-			if err != nil {
-				return nil, fmt.Errorf("line %d: value %d (%q) is not a number", n, i+1, clip(s))
-			}
-			if math.IsNaN(x) || math.IsInf(x, 0) {
-				return nil, fmt.Errorf("line %d: value %d (%q) is not a finite number", n, i+1, clip(s))
-			}
-			v[i] = x
-		}
-		if prev, ok := lines[v[0]]; ok {
-			return nil, fmt.Errorf("line %d: timestamp %s repeats line %d", n, f[0], prev)
-		}
-		lines[v[0]] = n
-		rot, err := geom.QuatToMat(geom.Quat{v[4], v[5], v[6], v[7]})
+		p, err := parseTUMLine(line, n, lines)
 		if err != nil {
-			return nil, fmt.Errorf("line %d: %w", n, err)
+			if unterminated {
+				break
+			}
+			return nil, err
 		}
-		tr = append(tr, Pose{Time: v[0], T: [3]float64{v[1], v[2], v[3]}, R: rot})
+		lines[p.Time] = n
+		tr = append(tr, p)
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
@@ -113,6 +106,35 @@ func ReadTUM(r io.Reader) (Trajectory, error) {
 		return 0
 	})
 	return tr, nil
+}
+
+// parseTUMLine reads line n; lines maps the timestamps seen to their lines.
+func parseTUMLine(line string, n int, lines map[float64]int) (Pose, error) {
+	f := strings.FieldsFunc(line, func(c rune) bool {
+		return c == ' ' || c == '\t' || c == ',' || c == '\r'
+	})
+	if len(f) != 8 {
+		return Pose{}, fmt.Errorf("line %d: expected 8 values (timestamp tx ty tz qx qy qz qw), found %d", n, len(f))
+	}
+	var v [8]float64
+	for i, s := range f {
+		x, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return Pose{}, fmt.Errorf("line %d: value %d (%q) is not a number", n, i+1, clip(s))
+		}
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return Pose{}, fmt.Errorf("line %d: value %d (%q) is not a finite number", n, i+1, clip(s))
+		}
+		v[i] = x
+	}
+	if prev, ok := lines[v[0]]; ok {
+		return Pose{}, fmt.Errorf("line %d: timestamp %s repeats line %d", n, f[0], prev)
+	}
+	rot, err := geom.QuatToMat(geom.Quat{v[4], v[5], v[6], v[7]})
+	if err != nil {
+		return Pose{}, fmt.Errorf("line %d: %w", n, err)
+	}
+	return Pose{Time: v[0], T: [3]float64{v[1], v[2], v[3]}, R: rot}, nil
 }
 
 // clip shortens a field quoted in an error message.

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/foxglove/mcap/go/mcap"
@@ -49,7 +50,8 @@ const ReliableQoS = `- history: 3
 // Writer writes messages to a new MCAP file, zstd-compressed in chunks and
 // indexed, so readers can seek by topic and time.
 type Writer struct {
-	f        *os.File
+	path     string   // where Close puts the file
+	f        *os.File // the temporary file being written
 	buf      *bufio.Writer
 	w        *mcap.Writer
 	schemas  map[string]uint16 // ROS 2 type name → schema id
@@ -65,9 +67,17 @@ type channel struct {
 	used bool
 }
 
-// Create makes the file at path and writes the MCAP header.
+// Create starts the MCAP file and writes its header. The file is written
+// beside path under a temporary name; Close puts it at path (replacing any
+// file there), Abort discards it, so a bag at path is always complete.
 func Create(path string) (*Writer, error) {
-	f, err := os.Create(path)
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err == nil {
+		if err = f.Chmod(0o644); err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("creating the MCAP bag: %w", err)
 	}
@@ -83,9 +93,10 @@ func Create(path string) (*Writer, error) {
 	}
 	if err != nil {
 		f.Close()
+		os.Remove(f.Name())
 		return nil, fmt.Errorf("starting the MCAP bag %s: %w", path, err)
 	}
-	return &Writer{f: f, buf: buf, w: w, schemas: map[string]uint16{}, channels: map[string]*channel{}}, nil
+	return &Writer{path: path, f: f, buf: buf, w: w, schemas: map[string]uint16{}, channels: map[string]*channel{}}, nil
 }
 
 // SetQoS sets the offered_qos_profiles metadata of topic (YAML as rosbag2
@@ -170,7 +181,8 @@ func (w *Writer) channel(topic string, ty cdr.Type) (*channel, error) {
 	return c, nil
 }
 
-// Close writes the summary (index, statistics) and closes the file.
+// Close writes the summary (index, statistics), syncs the file and renames
+// it to its path. When any step fails, no file appears at the path.
 func (w *Writer) Close() error {
 	if w.closed {
 		return nil
@@ -180,11 +192,33 @@ func (w *Writer) Close() error {
 	if ferr := w.buf.Flush(); err == nil {
 		err = ferr
 	}
+	if err == nil {
+		err = w.f.Sync()
+	}
 	if cerr := w.f.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		err = os.Rename(w.f.Name(), w.path)
+	}
 	if err != nil {
+		os.Remove(w.f.Name())
 		return fmt.Errorf("closing the MCAP bag: %w", err)
 	}
+	// the rename is durable once the directory is
+	if d, err := os.Open(filepath.Dir(w.path)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
 	return nil
+}
+
+// Abort discards the bag: nothing appears at its path. It does nothing
+// after Close.
+func (w *Writer) Abort() error {
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	return errors.Join(w.f.Close(), os.Remove(w.f.Name()))
 }

@@ -14,11 +14,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
 )
 
@@ -59,18 +61,12 @@ func writeRandom(path, archName string, seed int64) error {
 	m := weights.Random(a, seed)
 	slog.Info("generated random weights", "params", a.NumParams(), "took", time.Since(t0).Round(time.Millisecond))
 	t0 = time.Now()
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if strings.HasSuffix(path, ".pt") {
-		err = writePT(f, m)
-	} else {
-		err = weights.WriteSafeTensors(f, m)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	err := mapio.WriteFileAtomic(path, func(f io.Writer) error {
+		if strings.HasSuffix(path, ".pt") {
+			return writePT(f, m)
+		}
+		return weights.WriteSafeTensors(f, m)
+	})
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
