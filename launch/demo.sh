@@ -24,7 +24,7 @@ weights=${WEIGHTS:-}
 
 test/install-deps.sh
 echo "== building bin/lingbotmap (with ROS 2: -tags ros2)"
-go build -tags ros2 -o bin/lingbotmap ./cmd/lingbotmap
+go build -buildvcs=auto -tags ros2 -o bin/lingbotmap ./cmd/lingbotmap
 bin=$root/bin/lingbotmap
 
 echo "== writing $out/frames.bag"
