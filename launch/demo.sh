@@ -127,5 +127,5 @@ Done. Outputs in $out:
   ros2/map.ply      the ROS 2 node's map (~/save_map called by the peer), ros2/trajectory.tum ($have2 poses)
   run/              lingbotmap run: trajectory.tum, map.ply, run.json, preview.png, depth/, depth_color/
   node.log          the node's log
-(A random-weight model gives no meaningful map; see README "Official weights".)
+(A random-weight model gives no meaningful map; see README, "A real map".)
 EOF
