@@ -76,19 +76,23 @@ func TestKVSnapshotRoundTrip(t *testing.T) {
 
 // TestResumeEqualsUninterruptedGPU: the engine on the GPU saved after k
 // frames and resumed into a new backend continues as the uninterrupted
-// stream: poses and depths within the precision's tolerance (the KV pages
-// and camera caches come back bit for bit; GEMM algorithms are fixed so
-// that both streams pick the same ones).
+// stream, in streaming, keyframe-interval, flow-keyframe and windowed modes:
+// poses and depths within the precision's tolerance (the KV pages and camera
+// caches come back bit for bit; GEMM algorithms are fixed so that both
+// streams pick the same ones).
 func TestResumeEqualsUninterruptedGPU(t *testing.T) {
-	in := goldentest.Open(t, "stream_kf2", goldencase.InputsFile)
-	imgs, shape, err := goldencase.Tensor(in, "images")
-	if err != nil {
-		t.Fatal(err)
-	}
-	per := shape[1] * shape[2] * shape[3]
-	var frames []engine.Frame
-	for i := 0; i < shape[0]; i++ {
-		frames = append(frames, engine.Frame{Seq: uint64(i), Pixels: imgs[i*per : (i+1)*per], Width: shape[3], Height: shape[2]})
+	goldenFrames := func(name string) []engine.Frame {
+		in := goldentest.Open(t, name, goldencase.InputsFile)
+		imgs, shape, err := goldencase.Tensor(in, "images")
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := shape[1] * shape[2] * shape[3]
+		var frames []engine.Frame
+		for i := 0; i < shape[0]; i++ {
+			frames = append(frames, engine.Frame{Seq: uint64(i), Pixels: imgs[i*per : (i+1)*per], Width: shape[3], Height: shape[2]})
+		}
+		return frames
 	}
 	factory := func(cfg engine.Config) (backend.Backend, error) {
 		c := DefaultConfig()
@@ -117,56 +121,78 @@ func TestResumeEqualsUninterruptedGPU(t *testing.T) {
 		}
 		return out
 	}
-	for _, prec := range []struct {
-		name string
-		tol  float64
-	}{{"fp32", 1e-5}, {"bf16", tolBF16}} {
-		t.Run(prec.name, func(t *testing.T) {
-			cfg := engine.DefaultConfig()
-			cfg.Device, cfg.Precision = "cuda", prec.name
-			cfg.Weights = sharedtest.Path(t, "golden", "weights.safetensors")
-			cfg.ImageWidth, cfg.ScaleFrames, cfg.SlidingWindow, cfg.MaxFrames = 70, 3, 4, 256
-			cfg.SelectedLayers = []int{0, 2, 3, 4}
-			cfg.KeyframeInterval = 2
-			ref, err := engine.New(context.Background(), cfg, factory, nil)
-			if err != nil {
-				t.Fatal(err)
+	modes := []struct {
+		name   string
+		golden string
+		set    func(*engine.Config)
+		cut    int
+	}{
+		{"streaming", "stream_kf1", func(*engine.Config) {}, 9},
+		{"keyframe interval", "stream_kf2", func(c *engine.Config) { c.KeyframeInterval = 2 }, 9},
+		{"flow keyframes", "stream_flow", func(c *engine.Config) { c.FlowThreshold = 14 }, 7},
+		// the frames played twice: the cut falls in the second window
+		{"windowed", "windowed_kf2", func(c *engine.Config) { c.Windowed = true; c.KeyframeInterval = 2 }, 16},
+	}
+	for _, mode := range modes {
+		frames := goldenFrames(mode.golden)
+		if mode.name == "windowed" {
+			for _, f := range goldenFrames(mode.golden) {
+				f.Seq += uint64(len(frames))
+				frames = append(frames, f)
 			}
-			want := push(ref, frames, true)
-			ref.Close()
-			const k = 9
-			first, err := engine.New(context.Background(), cfg, factory, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := push(first, frames[:k], false)
-			var buf bytes.Buffer
-			if err := first.(engine.Snapshotter).SaveState(&buf); err != nil {
-				t.Fatal(err)
-			}
-			first.Close()
-			resumed, err := engine.Resume(context.Background(), cfg, factory, &buf, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, push(resumed, frames[k:], true)...)
-			resumed.Close()
-			if len(got) != len(want) {
-				t.Fatalf("%d results after resume, %d uninterrupted", len(got), len(want))
-			}
-			var worst float64
-			for i := range want {
-				if got[i].Kind != want[i].Kind {
-					t.Fatalf("frame %d is a %v after resume, a %v uninterrupted", i, got[i].Kind, want[i].Kind)
+		}
+		for _, prec := range []struct {
+			name string
+			tol  float64
+		}{{"fp32", 1e-5}, {"bf16", tolBF16}} {
+			t.Run(mode.name+"/"+prec.name, func(t *testing.T) {
+				cfg := engine.DefaultConfig()
+				cfg.Device, cfg.Precision = "cuda", prec.name
+				cfg.Weights = sharedtest.Path(t, "golden", "weights.safetensors")
+				cfg.ImageWidth, cfg.ScaleFrames, cfg.SlidingWindow, cfg.MaxFrames = 70, 3, 4, 256
+				cfg.SelectedLayers = []int{0, 2, 3, 4}
+				cfg.WindowSize, cfg.OverlapSize = 9, 3
+				mode.set(&cfg)
+				ref, err := engine.New(context.Background(), cfg, factory, nil)
+				if err != nil {
+					t.Fatal(err)
 				}
-				worst = math.Max(worst, relDiff(got[i].PoseEnc[:], want[i].PoseEnc[:]))
-				worst = math.Max(worst, relDiff(got[i].Depth, want[i].Depth))
-			}
-			t.Logf("%s: largest relative difference after resume %.3g", prec.name, worst)
-			if worst > prec.tol {
-				t.Fatalf("resumed results differ by %g relative (tolerance %g)", worst, prec.tol)
-			}
-		})
+				want := push(ref, frames, true)
+				ref.Close()
+				k := mode.cut
+				first, err := engine.New(context.Background(), cfg, factory, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := push(first, frames[:k], false)
+				var buf bytes.Buffer
+				if err := first.(engine.Snapshotter).SaveState(&buf); err != nil {
+					t.Fatal(err)
+				}
+				first.Close()
+				resumed, err := engine.Resume(context.Background(), cfg, factory, &buf, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, push(resumed, frames[k:], true)...)
+				resumed.Close()
+				if len(got) != len(want) {
+					t.Fatalf("%d results after resume, %d uninterrupted", len(got), len(want))
+				}
+				var worst float64
+				for i := range want {
+					if got[i].Kind != want[i].Kind {
+						t.Fatalf("frame %d is a %v after resume, a %v uninterrupted", i, got[i].Kind, want[i].Kind)
+					}
+					worst = math.Max(worst, relDiff(got[i].PoseEnc[:], want[i].PoseEnc[:]))
+					worst = math.Max(worst, relDiff(got[i].Depth, want[i].Depth))
+				}
+				t.Logf("%s %s: %d results, largest relative difference after resume %.3g", mode.name, prec.name, len(want), worst)
+				if worst > prec.tol {
+					t.Fatalf("resumed results differ by %g relative (tolerance %g)", worst, prec.tol)
+				}
+			})
+		}
 	}
 }
 
