@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"image/png"
+	"math"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -118,6 +119,11 @@ func checkOutputs(t *testing.T, out string, tempsAllowed bool) runStatus {
 			if _, err := png.Decode(bytes.NewReader(data)); err != nil {
 				return fmt.Errorf("%s: %w", path, err)
 			}
+		case name == "run.state" && filepath.Base(filepath.Dir(path)) == "session":
+			// read back by --resume, which checks its checksums
+			if len(data) == 0 {
+				return fmt.Errorf("%s: empty", path)
+			}
 		case name == "ranges.tsv":
 			sc := bufio.NewScanner(bytes.NewReader(data))
 			for sc.Scan() {
@@ -181,6 +187,7 @@ func TestRunSurvivesKillsAndFullDisks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	deadline := time.Now().Add(10 * time.Second)
 	statuses := map[string]int{}
+	resumed := 0
 	for i := 0; i < 12 && time.Now().Before(deadline); i++ {
 		out := filepath.Join(root, fmt.Sprintf("kill%02d", i))
 		// Half the kills fall in the last third of the run, where the
@@ -189,7 +196,7 @@ func TestRunSurvivesKillsAndFullDisks(t *testing.T) {
 		if i%2 == 1 {
 			at = base*2/3 + time.Duration(rng.Float64()*float64(base)/3)
 		}
-		cmd := exec.Command(bin, crashRunArgs(t, out)...)
+		cmd := exec.Command(bin, crashRunArgs(t, out, "--session")...)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -198,10 +205,24 @@ func TestRunSurvivesKillsAndFullDisks(t *testing.T) {
 		_ = cmd.Wait()
 		rs := checkOutputs(t, out, true)
 		statuses[rs.Status]++
-		// Resumable sessions (--resume) check here that a resumed run
-		// ends with the uninterrupted trajectory of full.
+		// A run killed after its first session save resumes and ends with
+		// the uninterrupted trajectory.
+		if _, err := os.Stat(filepath.Join(out, "session", "run.state")); err != nil || rs.Status == "completed" {
+			continue
+		}
+		if msg, err := exec.Command(bin, "run", "--resume", out, "--no-progress").CombinedOutput(); err != nil {
+			t.Fatalf("kill %d: --resume: %v\n%s", i, err, msg)
+		}
+		if rs := checkOutputs(t, out, true); rs.Status != "completed" || rs.Frames.Results != 24 {
+			t.Fatalf("kill %d: after --resume run.json says %+v", i, rs)
+		}
+		compareTrajectories(t, filepath.Join(full, mapio.TrajectoryFile), filepath.Join(out, mapio.TrajectoryFile))
+		resumed++
 	}
-	t.Logf("run.json status after the kills: %v", statuses)
+	t.Logf("run.json status after the kills: %v; %d killed runs resumed to the uninterrupted trajectory", statuses, resumed)
+	if resumed == 0 {
+		t.Fatal("no kill landed after a session save, so no resume was checked")
+	}
 
 	// Kills aimed inside a checkpoint: the moment a temporary file of
 	// map.ply, run.json or preview.png appears, the process is killed.
@@ -385,5 +406,39 @@ func TestNodeParamsRestartTheEngine(t *testing.T) {
 	err := p.wait(t, 30*time.Second)
 	if err == nil || !strings.Contains(p.out.String(), missing) || !strings.Contains(p.out.String(), "restarting") {
 		t.Fatalf("exit %v, want the engine restarted with the parameter's weights:\n%s", err, p.out.String())
+	}
+}
+
+// compareTrajectories requires the trajectory in got to equal want's: the
+// same stamps, positions and rotations to 1e-6 relative.
+func compareTrajectories(t *testing.T, want, got string) {
+	t.Helper()
+	a, err := traj.ReadTUMFile(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := traj.ReadTUMFile(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) != len(b) {
+		t.Fatalf("%s has %d poses, %s %d", got, len(b), want, len(a))
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		vals := [][2]float64{{x.Time, y.Time}}
+		for k := range 3 {
+			vals = append(vals, [2]float64{x.T[k], y.T[k]})
+		}
+		for r := range 3 {
+			for c := range 3 {
+				vals = append(vals, [2]float64{x.R[r][c], y.R[r][c]})
+			}
+		}
+		for _, v := range vals {
+			if d := math.Abs(v[0] - v[1]); d > 1e-6*math.Max(1, math.Abs(v[0])) {
+				t.Fatalf("pose %d differs after --resume: %v, uninterrupted %v", i, y, x)
+			}
+		}
 	}
 }
