@@ -2,21 +2,15 @@ package source
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"image"
 	"image/color"
 	"image/png"
-	"io"
-	"iter"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 
-	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/msgs"
 	"github.com/lingbotmap/lingbotmap/msgs/bag"
 )
@@ -40,24 +34,8 @@ const (
 // encodings) are skipped and counted, as the node does, rather than ending
 // the run; Skipped reports them.
 type Bag struct {
-	path  string
-	topic string
-	typ   string
-	opt   Options
-	total int
-
-	r      *bag.Reader
-	next   func() (*bag.Message, error, bool)
-	stop   func()
-	index  int // messages of the topic read so far
-	frames int // frames returned
-	done   bool
-
-	skipped  int
-	firstErr error
-
-	noticed map[string]bool // precision losses already reported
-	notices []string        // not yet taken by Notices
+	imageStream[*bag.Message]
+	noticeSet
 }
 
 // OpenBag opens path and picks the image topic: opt.Topic, or the only
@@ -70,107 +48,54 @@ func OpenBag(path string, opt Options) (Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Bag{path: path, opt: opt, r: r, total: -1}
-	if err := b.pickTopic(); err != nil {
+	b := &Bag{}
+	b.imageStream = imageStream[*bag.Message]{kind: "ROS bag", path: path, opt: opt, total: -1, file: r,
+		decode: b.decode, readErr: b.readErr}
+	if err := b.pickTopic(r); err != nil {
 		r.Close()
 		return nil, err
 	}
-	b.next, b.stop = iter.Pull2(r.Messages(b.topic))
+	b.start(r.Messages(b.topic))
 	return b, nil
 }
 
-func (b *Bag) pickTopic() error {
-	var images []string
-	types := map[string]string{}
+func (b *Bag) pickTopic(r *bag.Reader) error {
+	var conns []topicType
 	counts := map[string]uint64{}
-	for _, c := range b.r.Connections() {
-		types[c.Topic] = c.Type
+	for _, c := range r.Connections() {
+		conns = append(conns, topicType{c.Topic, c.Type})
 		counts[c.Topic] += c.Count
-		if (c.Type == typeImage || c.Type == typeCompressed) && !slices.Contains(images, c.Topic) {
-			images = append(images, c.Topic)
-		}
 	}
-	slices.Sort(images)
-	list := "none"
-	if len(images) > 0 {
-		list = strings.Join(images, ", ")
+	var err error
+	if b.topic, b.typ, err = pickImageTopic("bag "+b.path, b.opt.Topic, conns, typeImage, typeCompressed); err != nil {
+		return err
 	}
-	switch {
-	case b.opt.Topic != "":
-		t, ok := types[b.opt.Topic]
-		if !ok {
-			return fmt.Errorf("bag %s: no topic %q (image topics: %s)", b.path, b.opt.Topic, list)
-		}
-		if t != typeImage && t != typeCompressed {
-			return fmt.Errorf("bag %s: topic %s carries %s, not sensor_msgs/Image or CompressedImage (image topics: %s)", b.path, b.opt.Topic, t, list)
-		}
-		b.topic = b.opt.Topic
-	case len(images) == 1:
-		b.topic = images[0]
-	case len(images) == 0:
-		return fmt.Errorf("bag %s: no sensor_msgs/Image or CompressedImage topic", b.path)
-	default:
-		return fmt.Errorf("bag %s: several image topics (%s): choose one with --topic", b.path, list)
-	}
-	b.typ = types[b.topic]
-	if b.r.Info().Indexed {
+	if r.Info().Indexed {
 		b.total = b.opt.selected(int(counts[b.topic]))
 	}
 	return nil
 }
 
-// Next decodes the next selected image message.
-func (b *Bag) Next(ctx context.Context) (engine.Frame, error) {
-	for {
-		if err := ctx.Err(); err != nil {
-			return engine.Frame{}, err
-		}
-		if b.done {
-			return engine.Frame{}, io.EOF
-		}
-		keep, done := b.opt.keep(b.index)
-		if done {
-			b.finish()
-			return engine.Frame{}, io.EOF
-		}
-		m, err, ok := b.next()
-		if !ok {
-			b.finish()
-			return engine.Frame{}, io.EOF
-		}
-		if err != nil {
-			b.finish()
-			if pe := (*bag.PartialError)(nil); errors.As(err, &pe) {
-				return engine.Frame{}, fmt.Errorf("bag %s: %w: %d frames were used; %w", b.path, ErrPartial, b.frames, err)
-			}
-			return engine.Frame{}, fmt.Errorf("bag %s: %w", b.path, err)
-		}
-		i := b.index
-		b.index++
-		if !keep {
-			continue
-		}
-		img, stamp, loss, err := decodeBagImage(m)
-		if err != nil {
-			b.skipped++
-			if b.firstErr == nil {
-				b.firstErr = fmt.Errorf("message %d on %s: %w", i, b.topic, err)
-			}
-			continue
-		}
-		if loss != "" && !b.noticed[loss] {
-			if b.noticed == nil {
-				b.noticed = map[string]bool{}
-			}
-			b.noticed[loss] = true
-			b.notices = append(b.notices, fmt.Sprintf("%s (first on message %d of %s)", loss, i, b.topic))
-		}
-		if stamp.IsZero() || stamp.Unix() == 0 {
-			stamp = m.Time
-		}
-		b.frames++
-		return b.opt.frame(uint64(i), stamp, img)
+// decode decodes message i of the topic and notes, once per kind, the
+// precision its decoding drops.
+func (b *Bag) decode(m *bag.Message, i int) (*image.RGBA, time.Time, error) {
+	img, stamp, loss, err := decodeBagImage(m)
+	if err != nil {
+		return nil, time.Time{}, err
 	}
+	if loss != "" {
+		b.note(loss, fmt.Sprintf("%s (first on message %d of %s)", loss, i, b.topic))
+	}
+	return img, stampOr(stamp, m.Time), nil
+}
+
+// readErr marks a bag cut short or corrupt as ErrPartial, saying how many
+// frames came before the damage.
+func (b *Bag) readErr(err error) error {
+	if pe := (*bag.PartialError)(nil); errors.As(err, &pe) {
+		return fmt.Errorf("bag %s: %w: %d frames were used; %w", b.path, ErrPartial, b.frames, err)
+	}
+	return fmt.Errorf("bag %s: %w", b.path, err)
 }
 
 // decodeBagImage decodes an Image or CompressedImage message and returns
@@ -214,42 +139,4 @@ func compressedLoss(data []byte) string {
 		return "16-bit colour PNG images are reduced to 8 bits per sample (the high byte is kept)"
 	}
 	return ""
-}
-
-// Notices returns, once each, what the source noticed about its input
-// since the last call: 16-bit images reduced to 8 bits. The caller shows
-// them as warnings.
-func (b *Bag) Notices() []string {
-	n := b.notices
-	b.notices = nil
-	return n
-}
-
-func (b *Bag) finish() {
-	if !b.done {
-		b.done = true
-		b.stop()
-	}
-}
-
-// Skipped is the number of selected messages that did not decode, and the
-// first of their errors.
-func (b *Bag) Skipped() (int, error) { return b.skipped, b.firstErr }
-
-// Len is the number of frames to come, from the bag's index (-1 for a bag
-// without one). Skipped messages make the count smaller.
-func (b *Bag) Len() int { return b.total }
-
-// Topic is the image topic read.
-func (b *Bag) Topic() string { return b.topic }
-
-// Describe names the bag and the topic.
-func (b *Bag) Describe() string {
-	return fmt.Sprintf("ROS bag %s, topic %s (%s)", b.path, b.topic, b.typ)
-}
-
-// Close stops reading and closes the file.
-func (b *Bag) Close() error {
-	b.finish()
-	return b.r.Close()
 }

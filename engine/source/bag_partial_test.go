@@ -17,6 +17,7 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 
+	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/msgs/bag"
 )
 
@@ -130,16 +131,7 @@ func TestBagNoticesPrecisionLoss(t *testing.T) {
 		}
 		b := src.(*Bag)
 		var got []string
-		for {
-			_, err := src.Next(context.Background())
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, b.Notices()...)
-		}
+		eachFrame(t, src, func(engine.Frame) { got = append(got, b.Notices()...) })
 		src.Close()
 		if want == "" && len(got) != 0 || want != "" && (len(got) != 1 || got[0] != want) {
 			t.Errorf("%s: notices %q, want once %q", topic, got, want)

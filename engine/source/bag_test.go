@@ -58,6 +58,36 @@ func rawImage(img *image.RGBA, stamp time.Time) *sensor_msgs.Image {
 	}
 }
 
+// testImage is one frame as the test bags store it: a raw and a PNG image
+// message stamped stamp, recorded at rec.
+type testImage struct {
+	stamp, rec time.Time
+	raw        *sensor_msgs.Image
+	png        *sensor_msgs.CompressedImage
+}
+
+// testImages makes the test bags' messages: frame i stamped 100 ms after
+// frame i-1, recorded 5 ms after its stamp so that a source that used the
+// record time would be caught.
+func testImages(t *testing.T, frames []*image.RGBA) []testImage {
+	t.Helper()
+	var out []testImage
+	for i, img := range frames {
+		stamp := time.Unix(1700000000, 0).Add(time.Duration(i) * 100 * time.Millisecond)
+		var buf bytes.Buffer
+		if err := png.Encode(&buf, img); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, testImage{
+			stamp: stamp,
+			rec:   stamp.Add(5 * time.Millisecond),
+			raw:   rawImage(img, stamp),
+			png:   &sensor_msgs.CompressedImage{Header: std_msgs.Header{Stamp: stamp}, Format: "png", Data: buf.Bytes()},
+		})
+	}
+	return out
+}
+
 // writeTestBag stores the frames twice, raw and as PNG, with a corrupt raw
 // message after frame 2 and a non-image topic.
 func writeTestBag(t *testing.T, frames []*image.RGBA) (string, []time.Time) {
@@ -68,29 +98,21 @@ func writeTestBag(t *testing.T, frames []*image.RGBA) (string, []time.Time) {
 		t.Fatal(err)
 	}
 	var stamps []time.Time
-	for i, img := range frames {
-		stamp := time.Unix(1700000000, 0).Add(time.Duration(i) * 100 * time.Millisecond)
-		stamps = append(stamps, stamp)
-		rec := stamp.Add(5 * time.Millisecond)
-		if err := w.Write("/cam/image_raw", rec, rawImage(img, stamp)); err != nil {
+	for i, m := range testImages(t, frames) {
+		stamps = append(stamps, m.stamp)
+		if err := w.Write("/cam/image_raw", m.rec, m.raw); err != nil {
 			t.Fatal(err)
 		}
-		var buf bytes.Buffer
-		if err := png.Encode(&buf, img); err != nil {
+		if err := w.Write("/cam/image/compressed", m.rec, m.png); err != nil {
 			t.Fatal(err)
 		}
-		if err := w.Write("/cam/image/compressed", rec, &sensor_msgs.CompressedImage{
-			Header: std_msgs.Header{Stamp: stamp}, Format: "png", Data: buf.Bytes(),
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Write("/note", rec, &std_msgs.String{Data: "hello"}); err != nil {
+		if err := w.Write("/note", m.rec, &std_msgs.String{Data: "hello"}); err != nil {
 			t.Fatal(err)
 		}
 		if i == 2 {
-			bad := rawImage(img, stamp)
+			bad := *m.raw
 			bad.Data = bad.Data[:10]
-			if err := w.Write("/cam/image_raw", rec, bad); err != nil {
+			if err := w.Write("/cam/image_raw", m.rec, &bad); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -101,10 +123,12 @@ func writeTestBag(t *testing.T, frames []*image.RGBA) (string, []time.Time) {
 	return path, stamps
 }
 
-func TestBagSource(t *testing.T) {
-	frames := realFrames(t, 5)
-	path, stamps := writeTestBag(t, frames)
-
+// checkTestBag reads both image topics of a bag written by writeTestBag or
+// writeTestMCAP: every frame comes back with its pixels and header stamp,
+// Len counts the raw topic's corrupt message too, and that message alone is
+// skipped, for a reason skipErr accepts. Describe must mention kind.
+func checkTestBag(t *testing.T, path, kind string, frames []*image.RGBA, stamps []time.Time, skipErr func(error) bool) {
+	t.Helper()
 	for _, topic := range []string{"/cam/image_raw", "/cam/image/compressed"} {
 		opt := DefaultOptions()
 		opt.Topic = topic
@@ -113,34 +137,51 @@ func TestBagSource(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := readAll(t, src)
-		b := src.(*Bag)
-		wantLen := 5
+		wantLen, wantSkipped := len(frames), 0
 		if topic == "/cam/image_raw" {
-			wantLen = 6 // the index counts the corrupt message too
+			wantLen, wantSkipped = len(frames)+1, 1 // the index (MCAP: summary) counts the corrupt message too
 		}
-		if src.Len() != wantLen || len(got) != 5 {
-			t.Fatalf("%s: Len %d, read %d", topic, src.Len(), len(got))
+		if src.Len() != wantLen || len(got) != len(frames) || !strings.Contains(src.Describe(), kind) {
+			t.Fatalf("%s: Len %d, read %d, Describe %q", topic, src.Len(), len(got), src.Describe())
 		}
 		for i, f := range got {
 			img, ok := f.Image.(*image.RGBA)
-			if !ok || !bytes.Equal(img.Pix, frames[i].Pix) {
+			if !ok || !bytes.Equal(img.Pix, frames[i].Pix) || f.Width != frames[i].Rect.Dx() || f.Height != frames[i].Rect.Dy() {
 				t.Fatalf("%s: frame %d differs from the image written", topic, i)
 			}
 			if !f.Stamp.Equal(stamps[i]) {
 				t.Errorf("%s: frame %d stamped %v, want the header stamp %v", topic, i, f.Stamp, stamps[i])
 			}
 		}
-		n, err := b.Skipped()
-		if topic == "/cam/image_raw" && (n != 1 || err == nil || !strings.Contains(err.Error(), "message 3 on /cam/image_raw")) {
-			t.Errorf("skipped %d (%v), want the corrupt message 3", n, err)
-		}
-		if topic != "/cam/image_raw" && n != 0 {
-			t.Errorf("%s: skipped %d", topic, n)
+		n, first := src.(interface{ Skipped() (int, error) }).Skipped()
+		if n != wantSkipped || n > 0 && !skipErr(first) {
+			t.Errorf("%s: skipped %d (%v), want %d", topic, n, first, wantSkipped)
 		}
 		if err := src.Close(); err != nil {
 			t.Error(err)
 		}
 	}
+}
+
+// checkTopicErrors wants open to refuse path for each topic (keys) with an
+// error that says the value.
+func checkTopicErrors(t *testing.T, open func(string, Options) (Source, error), path string, cases map[string]string) {
+	t.Helper()
+	for topic, want := range cases {
+		opt := DefaultOptions()
+		opt.Topic = topic
+		if _, err := open(path, opt); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("topic %q: %v, want %q", topic, err, want)
+		}
+	}
+}
+
+func TestBagSource(t *testing.T) {
+	frames := realFrames(t, 5)
+	path, stamps := writeTestBag(t, frames)
+	checkTestBag(t, path, "ROS bag", frames, stamps, func(err error) bool {
+		return strings.Contains(err.Error(), "message 3 on /cam/image_raw")
+	})
 
 	// first-k 4, stride 2 of the compressed topic: messages 0 and 2.
 	opt := DefaultOptions()
@@ -158,18 +199,11 @@ func TestBagSource(t *testing.T) {
 
 func TestBagSourceErrors(t *testing.T) {
 	path, _ := writeTestBag(t, realFrames(t, 1))
-	cases := []struct{ topic, want string }{
-		{"", "several image topics (/cam/image/compressed, /cam/image_raw): choose one with --topic"},
-		{"/missing", `no topic "/missing"`},
-		{"/note", "carries std_msgs/String"},
-	}
-	for _, c := range cases {
-		opt := DefaultOptions()
-		opt.Topic = c.topic
-		if _, err := OpenBag(path, opt); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("topic %q: %v, want %q", c.topic, err, c.want)
-		}
-	}
+	checkTopicErrors(t, OpenBag, path, map[string]string{
+		"":         "several image topics (/cam/image/compressed, /cam/image_raw): choose one with --topic",
+		"/missing": `no topic "/missing"`,
+		"/note":    "carries std_msgs/String",
+	})
 	junk := filepath.Join(t.TempDir(), "junk.bag")
 	if err := os.WriteFile(junk, []byte("#ROSBAG V1.2\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -37,10 +37,8 @@ type Folder struct {
 	next   int
 	opt    Options
 
-	skipped  int
-	firstErr error
-	noticed  map[string]bool // kinds of precision loss already reported
-	notices  []string        // not yet taken by Notices
+	skipCount
+	noticeSet // kinds of precision loss, keyed by image type
 }
 
 // OpenFolder lists dir. It fails when dir holds no image.
@@ -135,37 +133,14 @@ func (f *Folder) Next(ctx context.Context) (engine.Frame, error) {
 		// the engine's decoder: PIL's conventions for JPEG colour, alpha and EXIF orientation
 		img, err := preprocess.Decode(bytes.NewReader(data))
 		if err != nil {
-			f.skipped++
-			if f.firstErr == nil {
-				f.firstErr = fmt.Errorf("image %s: %w", path, err)
-			}
+			f.skip(fmt.Errorf("image %s: %w", path, err))
 			continue
 		}
 		if loss, ok := preprocess.PrecisionLoss(img); ok {
-			kind := fmt.Sprintf("%T", img)
-			if !f.noticed[kind] {
-				if f.noticed == nil {
-					f.noticed = map[string]bool{}
-				}
-				f.noticed[kind] = true
-				f.notices = append(f.notices, fmt.Sprintf("%s (first in %s)", loss, f.files[i]))
-			}
+			f.note(fmt.Sprintf("%T", img), fmt.Sprintf("%s (first in %s)", loss, f.files[i]))
 		}
 		return f.opt.frame(uint64(f.index[i]), stampTime(f.stamps[i]), img)
 	}
-}
-
-// Skipped is the number of selected images that did not decode, and the
-// first of their errors.
-func (f *Folder) Skipped() (int, error) { return f.skipped, f.firstErr }
-
-// Notices returns, once each, what the folder noticed about its images
-// since the last call: 16-bit images reduced to 8 bits. The caller shows
-// them as warnings.
-func (f *Folder) Notices() []string {
-	n := f.notices
-	f.notices = nil
-	return n
 }
 
 // Len is the number of selected images.

@@ -1,15 +1,14 @@
 package source
 
 import (
-	"context"
-	"errors"
 	"image"
 	"image/color"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lingbotmap/lingbotmap/engine"
 )
 
 // A folder with an undecodable image in its middle yields every other
@@ -35,17 +34,10 @@ func TestFolderSkipsBadImagesAndNotices16Bit(t *testing.T) {
 	}
 	var seqs []uint64
 	var notices []string
-	for {
-		fr, err := f.Next(context.Background())
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachFrame(t, f, func(fr engine.Frame) {
 		seqs = append(seqs, fr.Seq)
 		notices = append(notices, f.Notices()...)
-	}
+	})
 	if len(seqs) != 4 || seqs[0] != 0 || seqs[1] != 2 || seqs[3] != 4 {
 		t.Errorf("frames %v, want 0 2 3 4", seqs)
 	}

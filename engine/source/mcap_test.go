@@ -1,12 +1,9 @@
 package source
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"image"
-	"image/png"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +11,6 @@ import (
 	"time"
 
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/geometry_msgs"
-	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 	"github.com/foxglove/mcap/go/mcap"
 
@@ -72,19 +68,13 @@ func writeTestMCAP(t *testing.T, frames []*image.RGBA) (string, []time.Time) {
 		}
 	}
 	var stamps []time.Time
-	for i, img := range frames {
-		stamp := time.Unix(1700000000, 0).Add(time.Duration(i) * 100 * time.Millisecond)
-		stamps = append(stamps, stamp)
-		rec := stamp.Add(5 * time.Millisecond)
-		put("/cam/image_raw", rec, rawImage(img, stamp), false)
-		var buf bytes.Buffer
-		if err := png.Encode(&buf, img); err != nil {
-			t.Fatal(err)
-		}
-		put("/cam/image/compressed", rec, &sensor_msgs.CompressedImage{Header: std_msgs.Header{Stamp: stamp}, Format: "png", Data: buf.Bytes()}, false)
-		put("/pose", rec, &geometry_msgs.PoseStamped{Header: std_msgs.Header{Stamp: stamp}}, false)
+	for i, m := range testImages(t, frames) {
+		stamps = append(stamps, m.stamp)
+		put("/cam/image_raw", m.rec, m.raw, false)
+		put("/cam/image/compressed", m.rec, m.png, false)
+		put("/pose", m.rec, &geometry_msgs.PoseStamped{Header: std_msgs.Header{Stamp: m.stamp}}, false)
 		if i == 1 {
-			put("/cam/image_raw", rec.Add(time.Millisecond), rawImage(img, stamp), true)
+			put("/cam/image_raw", m.rec.Add(time.Millisecond), m.raw, true)
 		}
 	}
 	if err := w.Close(); err != nil {
@@ -99,47 +89,10 @@ func writeTestMCAP(t *testing.T, frames []*image.RGBA) (string, []time.Time) {
 func TestMCAPSource(t *testing.T) {
 	frames := realFrames(t, 3)
 	path, stamps := writeTestMCAP(t, frames)
-	for _, topic := range []string{"/cam/image_raw", "/cam/image/compressed"} {
-		opt := DefaultOptions()
-		opt.Topic = topic
-		src, err := Open(context.Background(), path, opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantLen := 3
-		if topic == "/cam/image_raw" {
-			wantLen = 4 // the summary counts the corrupt message too
-		}
-		if src.Len() != wantLen || !strings.Contains(src.Describe(), "MCAP") {
-			t.Errorf("%s: Len %d, Describe %q", topic, src.Len(), src.Describe())
-		}
-		for i := range 3 {
-			f, err := src.Next(context.Background())
-			if err != nil {
-				t.Fatalf("%s frame %d: %v", topic, i, err)
-			}
-			if !f.Stamp.Equal(stamps[i]) || f.Width != 518 || f.Height != 294 {
-				t.Fatalf("%s frame %d: stamp %v, %dx%d", topic, i, f.Stamp, f.Width, f.Height)
-			}
-			if got := f.Image.(*image.RGBA); !bytes.Equal(got.Pix, frames[i].Pix) {
-				t.Fatalf("%s frame %d: pixels differ", topic, i)
-			}
-		}
-		if _, err := src.Next(context.Background()); !errors.Is(err, io.EOF) {
-			t.Fatalf("%s: after the last frame: %v", topic, err)
-		}
-		n, first := src.(*MCAP).Skipped()
+	checkTestBag(t, path, "MCAP", frames, stamps, func(err error) bool {
 		var de *msgs.DecodeError
-		if topic == "/cam/image_raw" && (n != 1 || !errors.As(first, &de) || de.Kind != msgs.KindCDR) {
-			t.Errorf("%s: skipped %d (%v), want the cut-short message as a cdr error", topic, n, first)
-		}
-		if topic != "/cam/image_raw" && n != 0 {
-			t.Errorf("%s: skipped %d (%v)", topic, n, first)
-		}
-		if err := src.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+		return errors.As(err, &de) && de.Kind == msgs.KindCDR
+	})
 
 	// FirstK and Stride count messages of the topic, the corrupt one included.
 	opt := DefaultOptions()
@@ -159,17 +112,11 @@ func TestMCAPSource(t *testing.T) {
 
 func TestMCAPSourceErrors(t *testing.T) {
 	path, _ := writeTestMCAP(t, realFrames(t, 1))
-	for _, c := range []struct{ topic, want string }{
-		{"", "several image topics (/cam/image/compressed, /cam/image_raw): choose one with --topic"},
-		{"/missing", `no topic "/missing"`},
-		{"/pose", "carries geometry_msgs/msg/PoseStamped"},
-	} {
-		opt := DefaultOptions()
-		opt.Topic = c.topic
-		if _, err := OpenMCAP(path, opt); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("topic %q: %v, want %q", c.topic, err, c.want)
-		}
-	}
+	checkTopicErrors(t, OpenMCAP, path, map[string]string{
+		"":         "several image topics (/cam/image/compressed, /cam/image_raw): choose one with --topic",
+		"/missing": `no topic "/missing"`,
+		"/pose":    "carries geometry_msgs/msg/PoseStamped",
+	})
 	for _, junk := range [][]byte{nil, []byte("\x89MCAP0\r\n"), []byte("not an mcap file at all")} {
 		p := filepath.Join(t.TempDir(), "junk.mcap")
 		if err := os.WriteFile(p, junk, 0o644); err != nil {

@@ -3,9 +3,7 @@ package source
 import (
 	"bufio"
 	"context"
-	"errors"
 	"image"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +16,7 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 
+	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/msgs/bag"
 )
 
@@ -93,20 +92,13 @@ func TestBagStreamsBoundedMemory(t *testing.T) {
 	}
 	defer src.Close()
 	count := 0
-	for {
-		f, err := src.Next(context.Background())
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachFrame(t, src, func(f engine.Frame) {
 		// Message i had byte i set to i (as data byte 3i → pixel i, red).
 		if f.Width != w || f.Height != h || f.Image.(*image.RGBA).Pix[4*(count/3)+count%3] != byte(count) {
 			t.Fatalf("frame %d: %d×%d or wrong content", count, f.Width, f.Height)
 		}
 		count++
-	}
+	})
 	peak := peakRSS(t)
 	t.Logf("bag of %.0f MiB (%d frames of %d×%d rgb8) read in %v; peak RSS %.0f MiB (%.0f MiB before reading)",
 		float64(st.Size())/(1<<20), count, w, h, time.Since(start).Round(time.Millisecond), peak, before)
@@ -148,16 +140,7 @@ func TestVideoStreamsBoundedMemory(t *testing.T) {
 		t.Errorf("Len %d, want %d", src.Len(), frames)
 	}
 	count := 0
-	for {
-		_, err := src.Next(context.Background())
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		count++
-	}
+	eachFrame(t, src, func(engine.Frame) { count++ })
 	peak := peakRSS(t)
 	t.Logf("video of %d frames %d×%d (%d MiB decoded) read in %v; peak RSS %.0f MiB (%.0f MiB before)",
 		count, w, h, raw, time.Since(start).Round(time.Millisecond), peak, before)

@@ -20,20 +20,28 @@ import (
 	"github.com/lingbotmap/lingbotmap/internal/shared"
 )
 
-// readAll drains a source.
-func readAll(t *testing.T, s Source) []engine.Frame {
+// eachFrame reads a source to its end, failing on an error, and hands fn
+// each frame without keeping it: the streaming tests measure memory.
+func eachFrame(t *testing.T, s Source, fn func(engine.Frame)) {
 	t.Helper()
-	var out []engine.Frame
 	for {
 		f, err := s.Next(context.Background())
 		if errors.Is(err, io.EOF) {
-			return out
+			return
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, f)
+		fn(f)
 	}
+}
+
+// readAll drains a source.
+func readAll(t *testing.T, s Source) []engine.Frame {
+	t.Helper()
+	var out []engine.Frame
+	eachFrame(t, s, func(f engine.Frame) { out = append(out, f) })
+	return out
 }
 
 func TestFolderRealImages(t *testing.T) {
