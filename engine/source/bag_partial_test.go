@@ -19,6 +19,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/msgs/bag"
+	"github.com/lingbotmap/lingbotmap/msgs/mcapbag"
 )
 
 // readUntilError reads frames until the source ends and returns them with
@@ -84,9 +85,30 @@ func TestCutBagIsPartial(t *testing.T) {
 }
 
 // 16-bit images are reduced to 8 bits with a notice, once per kind.
+// Both bag formats report, once per kind, the 16-bit images whose decoding
+// keeps only the high byte of each sample.
 func TestBagNoticesPrecisionLoss(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "deep.bag")
-	w, err := bag.Create(path)
+	for _, f := range []struct {
+		name   string
+		create func(string) (bagWriter, error)
+		open   func(string, Options) (Source, error)
+	}{
+		{"deep.bag", func(p string) (bagWriter, error) { return bag.Create(p) }, OpenBag},
+		{"deep.mcap", func(p string) (bagWriter, error) { return mcapbag.Create(p) }, OpenMCAP},
+	} {
+		t.Run(f.name, func(t *testing.T) { checkPrecisionNotices(t, f.name, f.create, f.open) })
+	}
+}
+
+// bagWriter is what the ROS 1 and the MCAP bag writers have in common.
+type bagWriter interface {
+	Write(topic string, t time.Time, msg any) error
+	Close() error
+}
+
+func checkPrecisionNotices(t *testing.T, name string, create func(string) (bagWriter, error), open func(string, Options) (Source, error)) {
+	path := filepath.Join(t.TempDir(), name)
+	w, err := create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,11 +147,11 @@ func TestBagNoticesPrecisionLoss(t *testing.T) {
 	} {
 		opt := DefaultOptions()
 		opt.Topic = topic
-		src, err := OpenBag(path, opt)
+		src, err := open(path, opt)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := src.(*Bag)
+		b := src.(interface{ Notices() []string })
 		var got []string
 		eachFrame(t, src, func(engine.Frame) { got = append(got, b.Notices()...) })
 		src.Close()

@@ -24,6 +24,7 @@ const (
 // skipped and counted, as for ROS 1 bags; Skipped reports them.
 type MCAP struct {
 	imageStream[*mcapbag.Message]
+	noticeSet
 }
 
 // OpenMCAP opens path and picks the image topic: opt.Topic, or the only
@@ -37,9 +38,9 @@ func OpenMCAP(path string, opt Options) (Source, error) {
 		return nil, err
 	}
 	m := &MCAP{imageStream[*mcapbag.Message]{kind: "ROS 2 MCAP bag", path: path, opt: opt, total: -1, file: r,
-		decode:  decodeMCAPFrame,
 		readErr: func(err error) error { return err }, // MCAP read errors pass through as they are
-	}}
+	}, noticeSet{}}
+	m.decode = m.decodeFrame
 	if err := m.pickTopic(r); err != nil {
 		r.Close()
 		return nil, err
@@ -68,31 +69,39 @@ func (m *MCAP) pickTopic(r *mcapbag.Reader) error {
 	return nil
 }
 
-// decodeMCAPFrame decodes a message and stamps it with its log time when its
-// header has no stamp.
-func decodeMCAPFrame(msg *mcapbag.Message, _ int) (*image.RGBA, time.Time, error) {
-	img, stamp, err := decodeMCAPImage(msg)
-	return img, stampOr(stamp, msg.LogTime), err
+// decodeFrame decodes message i, stamps it with its log time when its
+// header has no stamp, and notes, once per kind, the precision its decoding
+// drops (16-bit images, as in ROS 1 bags).
+func (m *MCAP) decodeFrame(msg *mcapbag.Message, i int) (*image.RGBA, time.Time, error) {
+	img, stamp, loss, err := decodeMCAPImage(msg)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if loss != "" {
+		m.note(loss, fmt.Sprintf("%s (first on message %d of %s)", loss, i, m.topic))
+	}
+	return img, stampOr(stamp, msg.LogTime), nil
 }
 
 // decodeMCAPImage decodes an Image or CompressedImage CDR message and returns
-// its header stamp.
-func decodeMCAPImage(m *mcapbag.Message) (*image.RGBA, time.Time, error) {
+// its header stamp and the precision the decoding drops ("" when none).
+func decodeMCAPImage(m *mcapbag.Message) (*image.RGBA, time.Time, string, error) {
 	switch m.Type {
 	case typeImage2:
 		var im sensor_msgs.Image
 		if err := m.Decode(&im); err != nil {
-			return nil, time.Time{}, err
+			return nil, time.Time{}, "", err
 		}
 		img, err := msgs.DecodeImage(&im)
-		return img, im.Header.Stamp, err
+		loss, _ := msgs.PrecisionLoss(im.Encoding)
+		return img, im.Header.Stamp, loss, err
 	case typeCompressed2:
 		var cm sensor_msgs.CompressedImage
 		if err := m.Decode(&cm); err != nil {
-			return nil, time.Time{}, err
+			return nil, time.Time{}, "", err
 		}
 		img, err := msgs.DecodeCompressed(&cm)
-		return img, cm.Header.Stamp, err
+		return img, cm.Header.Stamp, compressedLoss(cm.Data), err
 	}
-	return nil, time.Time{}, fmt.Errorf("message type %s is not an image", m.Type)
+	return nil, time.Time{}, "", fmt.Errorf("message type %s is not an image", m.Type)
 }
