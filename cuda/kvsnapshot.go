@@ -19,45 +19,19 @@ var _ backend.KVSnapshotter = (*kvStore)(nil)
 
 // ExportKV copies the listed pages of one layer to the host.
 func (s *kvStore) ExportKV(layer int, pages []int32, k, v []float32) error {
-	per, err := s.checkPages(layer, pages, len(k), len(v))
-	if err != nil {
-		return err
-	}
-	if err := s.g.Err(); err != nil {
-		return err
-	}
-	return s.g.own.do(func() error {
-		// kernels still queued may write the pages
-		if err := cu.Synchronize(); err != nil {
+	return s.copyPages(layer, pages, k, v, func(p int32, dev cu.DevicePtr, dst []float32, raw []uint16) error {
+		if !s.backed[p] {
+			clear(dst) // a page without memory reads as zeros when it gets some
+			return nil
+		}
+		if !s.bf {
+			return s.g.toHost(dst, dev)
+		}
+		if err := cu.MemcpyDtoH(unsafe.Pointer(&raw[0]), dev, int64(len(raw))*2); err != nil {
 			return err
 		}
-		var raw []uint16
-		if s.bf {
-			raw = make([]uint16, per)
-		}
-		for i, p := range pages {
-			for _, side := range [2]struct {
-				base cu.DevicePtr
-				dst  []float32
-			}{{s.k[layer], k[i*per : (i+1)*per]}, {s.v[layer], v[i*per : (i+1)*per]}} {
-				if !s.backed[p] {
-					clear(side.dst) // a page without memory reads as zeros when it gets some
-					continue
-				}
-				src := side.base + cu.DevicePtr(int64(p)*s.pageBytes())
-				if !s.bf {
-					if err := s.g.toHost(side.dst, src); err != nil {
-						return err
-					}
-					continue
-				}
-				if err := cu.MemcpyDtoH(unsafe.Pointer(&raw[0]), src, int64(per)*2); err != nil {
-					return err
-				}
-				for j, b := range raw {
-					side.dst[j] = math.Float32frombits(uint32(b) << 16)
-				}
-			}
+		for j, b := range raw {
+			dst[j] = math.Float32frombits(uint32(b) << 16)
 		}
 		return nil
 	})
@@ -65,6 +39,25 @@ func (s *kvStore) ExportKV(layer int, pages []int32, k, v []float32) error {
 
 // ImportKV writes host K and V into the listed pages of one layer.
 func (s *kvStore) ImportKV(layer int, pages []int32, k, v []float32) error {
+	return s.copyPages(layer, pages, k, v, func(p int32, dev cu.DevicePtr, src []float32, raw []uint16) error {
+		if err := s.back(int(p)); err != nil {
+			return err
+		}
+		if !s.bf {
+			return s.g.toDevice(dev, src)
+		}
+		for j, x := range src {
+			raw[j] = bf16Bits(x)
+		}
+		return cu.MemcpyHtoD(dev, unsafe.Pointer(&raw[0]), int64(len(raw))*2)
+	})
+}
+
+// copyPages checks an export or import and, on the GPU's thread once the
+// kernels already queued (which may write the pages) have run, calls each for
+// the K and then the V of every listed page with its device address and host
+// values. raw is a page's bf16 staging buffer, nil when the store is float32.
+func (s *kvStore) copyPages(layer int, pages []int32, k, v []float32, each func(p int32, dev cu.DevicePtr, host []float32, raw []uint16) error) error {
 	per, err := s.checkPages(layer, pages, len(k), len(v))
 	if err != nil {
 		return err
@@ -81,26 +74,12 @@ func (s *kvStore) ImportKV(layer int, pages []int32, k, v []float32) error {
 			raw = make([]uint16, per)
 		}
 		for i, p := range pages {
-			if err := s.back(int(p)); err != nil {
+			off := cu.DevicePtr(int64(p) * s.pageBytes())
+			if err := each(p, s.k[layer]+off, k[i*per:(i+1)*per], raw); err != nil {
 				return err
 			}
-			for _, side := range [2]struct {
-				base cu.DevicePtr
-				src  []float32
-			}{{s.k[layer], k[i*per : (i+1)*per]}, {s.v[layer], v[i*per : (i+1)*per]}} {
-				dst := side.base + cu.DevicePtr(int64(p)*s.pageBytes())
-				if !s.bf {
-					if err := s.g.toDevice(dst, side.src); err != nil {
-						return err
-					}
-					continue
-				}
-				for j, x := range side.src {
-					raw[j] = bf16Bits(x)
-				}
-				if err := cu.MemcpyHtoD(dst, unsafe.Pointer(&raw[0]), int64(per)*2); err != nil {
-					return err
-				}
+			if err := each(p, s.v[layer]+off, v[i*per:(i+1)*per], raw); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -119,17 +98,9 @@ func bf16Bits(x float32) uint16 {
 
 // checkPages validates an export or import and returns a page's values.
 func (s *kvStore) checkPages(layer int, pages []int32, nk, nv int) (int, error) {
-	per := s.spec.PageSize * s.spec.Heads * s.spec.HeadDim
-	if layer < 0 || layer >= s.spec.Layers {
-		return 0, fmt.Errorf("cuda: KV layer %d of %d", layer, s.spec.Layers)
-	}
-	if nk != len(pages)*per || nv != nk {
-		return 0, fmt.Errorf("cuda: KV copy of %d pages needs %d values for K and V, got %d and %d", len(pages), len(pages)*per, nk, nv)
-	}
-	for _, p := range pages {
-		if p < 0 || int(p) >= s.spec.Pages {
-			return 0, fmt.Errorf("cuda: KV page %d of %d", p, s.spec.Pages)
-		}
+	per, err := s.spec.CheckPages(layer, pages, nk, nv)
+	if err != nil {
+		return 0, fmt.Errorf("cuda: %w", err)
 	}
 	if s.k == nil {
 		return 0, fmt.Errorf("cuda: the KV store is closed")

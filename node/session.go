@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -97,22 +96,10 @@ func (n *Node) writeSession() (string, error) {
 		return "", err
 	}
 	err = mapio.WriteFileAtomic(path, func(f io.Writer) error {
-		var hdr [12]byte
-		copy(hdr[:8], sessionMagic[:])
-		binary.LittleEndian.PutUint32(hdr[8:], uint32(len(js)))
-		if _, err := f.Write(hdr[:]); err != nil {
+		if err := binstate.WriteHeader(f, sessionMagic, js); err != nil {
 			return err
 		}
-		if _, err := f.Write(js); err != nil {
-			return err
-		}
-		sum := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-		bw := binstate.NewWriter(io.MultiWriter(f, sum))
-		if err := n.m.SaveState(bw); err != nil {
-			return err
-		}
-		bw.U32(sum.Sum32())
-		if err := bw.Err(); err != nil {
+		if err := binstate.WriteSummed(f, n.m.SaveState); err != nil {
 			return err
 		}
 		return snap.SaveState(f)
@@ -153,14 +140,8 @@ func (n *Node) resumeSession(ctx context.Context, dir string) (engine.Stream, er
 	if err := json.Unmarshal(js, &meta); err != nil {
 		return nil, fmt.Errorf("node: resume: %w: session header: %w", binstate.ErrCorrupt, err)
 	}
-	sum := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-	if err := n.m.LoadState(binstate.NewReader(io.TeeReader(f, sum))); err != nil {
-		return nil, fmt.Errorf("node: resume: %w", err)
-	}
-	want := sum.Sum32()
-	var tail [4]byte
-	if _, err := io.ReadFull(f, tail[:]); err != nil || binary.LittleEndian.Uint32(tail[:]) != want {
-		return nil, fmt.Errorf("node: resume: %w: the session's map does not match its checksum", binstate.ErrCorrupt)
+	if err := binstate.ReadSummed(f, n.m.LoadState); err != nil {
+		return nil, fmt.Errorf("node: resume: the session's map: %w", err)
 	}
 	st, err := n.resumeStream(ctx, n.cfg, f)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"log/slog"
 	"os"
@@ -214,28 +213,19 @@ func saveSession(o *runOptions, stream engine.Stream, w *runWriter, read int) er
 		return err
 	}
 	return mapio.WriteFileAtomic(filepath.Join(dir, sessionFileName), func(f io.Writer) error {
-		var hdr [12]byte
-		copy(hdr[:8], sessionMagic[:])
-		binary.LittleEndian.PutUint32(hdr[8:], uint32(len(js)))
-		if _, err := f.Write(hdr[:]); err != nil {
+		if err := binstate.WriteHeader(f, sessionMagic, js); err != nil {
 			return err
 		}
-		if _, err := f.Write(js); err != nil {
-			return err
-		}
-		sum := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-		bw := binstate.NewWriter(io.MultiWriter(f, sum))
-		bw.Int(len(w.ranges))
-		for _, r := range w.ranges {
-			bw.I64(int64(r.seq))
-			bw.F64(r.r.Near)
-			bw.F64(r.r.Far)
-		}
-		if err := w.m.SaveState(bw); err != nil {
-			return err
-		}
-		bw.U32(sum.Sum32())
-		if err := bw.Err(); err != nil {
+		err := binstate.WriteSummed(f, func(bw *binstate.Writer) error {
+			bw.Int(len(w.ranges))
+			for _, r := range w.ranges {
+				bw.I64(int64(r.seq))
+				bw.F64(r.r.Near)
+				bw.F64(r.r.Far)
+			}
+			return w.m.SaveState(bw)
+		})
+		if err != nil {
 			return err
 		}
 		return snap.SaveState(f)
@@ -244,28 +234,21 @@ func saveSession(o *runOptions, stream engine.Stream, w *runWriter, read int) er
 
 // restoreWriter puts the saved counters, depth ranges and map into w.
 func restoreWriter(r io.Reader, w *runWriter, meta *sessionMeta) error {
-	sum := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-	br := binstate.NewReader(io.TeeReader(r, sum))
-	n := br.Int("depth ranges", 0, max(meta.Frames.Results, 0))
 	var ranges []depthRange
-	for i := 0; i < n && br.Err() == nil; i++ {
-		d := depthRange{seq: uint64(br.I64())}
-		d.r = render.DepthRange{Near: br.F64(), Far: br.F64()}
-		ranges = append(ranges, d)
-	}
-	if err := br.Err(); err != nil {
-		return err
-	}
-	if err := w.m.LoadState(br); err != nil {
-		return err
-	}
-	want := sum.Sum32()
-	var tail [4]byte
-	if _, err := io.ReadFull(r, tail[:]); err != nil {
-		return fmt.Errorf("session file ends early: %w", err)
-	}
-	if got := binary.LittleEndian.Uint32(tail[:]); got != want {
-		return fmt.Errorf("%w: the session's map has checksum %08x, its content gives %08x", binstate.ErrCorrupt, got, want)
+	err := binstate.ReadSummed(r, func(br *binstate.Reader) error {
+		n := br.Int("depth ranges", 0, max(meta.Frames.Results, 0))
+		for i := 0; i < n && br.Err() == nil; i++ {
+			d := depthRange{seq: uint64(br.I64())}
+			d.r = render.DepthRange{Near: br.F64(), Far: br.F64()}
+			ranges = append(ranges, d)
+		}
+		if err := br.Err(); err != nil {
+			return err
+		}
+		return w.m.LoadState(br)
+	})
+	if err != nil {
+		return fmt.Errorf("the session's map: %w", err)
 	}
 	w.ranges = ranges
 	w.frames, w.depth, w.window = meta.Frames, meta.Depth, meta.Window

@@ -121,6 +121,25 @@ func (s KVSpec) String() string {
 	return fmt.Sprintf("%d layers × %d pages × %d rows × %d heads × %d", s.Layers, s.Pages, s.PageSize, s.Heads, s.HeadDim)
 }
 
+// CheckPages validates the arguments of a KVSnapshotter's ExportKV or
+// ImportKV (nk and nv are len(k) and len(v)) and returns the values one page
+// holds in K or in V. Backends put their name before its errors.
+func (s KVSpec) CheckPages(layer int, pages []int32, nk, nv int) (int, error) {
+	per := s.PageSize * s.Heads * s.HeadDim
+	if layer < 0 || layer >= s.Layers {
+		return 0, fmt.Errorf("KV layer %d of %d", layer, s.Layers)
+	}
+	if nk != len(pages)*per || nv != nk {
+		return 0, fmt.Errorf("KV copy of %d pages needs %d values for K and V, got %d and %d", len(pages), len(pages)*per, nk, nv)
+	}
+	for _, p := range pages {
+		if p < 0 || int(p) >= s.Pages {
+			return 0, fmt.Errorf("KV page %d of %d", p, s.Pages)
+		}
+	}
+	return per, nil
+}
+
 // Backend runs the model's operations.
 type Backend interface {
 	// Name identifies the backend ("cpu", "cuda").

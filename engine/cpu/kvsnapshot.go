@@ -39,17 +39,9 @@ func (s *kvStore) ImportKV(layer int, pages []int32, k, v []float32) error {
 
 // checkPages validates an export or import and returns a page's values.
 func (s *kvStore) checkPages(layer int, pages []int32, nk, nv int) (int, error) {
-	page := s.spec.PageSize * s.spec.Heads * s.spec.HeadDim
-	if layer < 0 || layer >= s.spec.Layers {
-		return 0, fmt.Errorf("cpu: KV layer %d of %d", layer, s.spec.Layers)
-	}
-	if nk != len(pages)*page || nv != nk {
-		return 0, fmt.Errorf("cpu: KV copy of %d pages needs %d values for K and V, got %d and %d", len(pages), len(pages)*page, nk, nv)
-	}
-	for _, p := range pages {
-		if p < 0 || int(p) >= s.spec.Pages {
-			return 0, fmt.Errorf("cpu: KV page %d of %d", p, s.spec.Pages)
-		}
+	page, err := s.spec.CheckPages(layer, pages, nk, nv)
+	if err != nil {
+		return 0, fmt.Errorf("cpu: %w", err)
 	}
 	return page, nil
 }

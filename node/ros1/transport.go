@@ -349,6 +349,66 @@ func msgType(v any) (reflect.Type, error) {
 	return typ, nil
 }
 
+// closer is what goroslib's publishers, subscribers and service providers
+// have in common.
+type closer interface {
+	comparable
+	Close()
+}
+
+// binding is an endpoint that holds one goroslib handle on whichever node is
+// current: attach opens it (again after a master restart), detach closes it.
+type binding[H closer] struct {
+	t    *Transport
+	open func(gn *goroslib.Node) (H, error) // called with mu held
+
+	mu     sync.Mutex
+	on     *goroslib.Node
+	h      H // zero while detached
+	closed bool
+}
+
+// bind sets b up to open its handle with open and adds it to t.
+func bind[H closer](t *Transport, b *binding[H], open func(gn *goroslib.Node) (H, error)) error {
+	b.t, b.open = t, open
+	return t.add(b)
+}
+
+func (b *binding[H]) attach(gn *goroslib.Node) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || b.on == gn {
+		return nil
+	}
+	h, err := b.open(gn)
+	if err != nil {
+		return err
+	}
+	b.on, b.h = gn, h
+	return nil
+}
+
+func (b *binding[H]) detach() {
+	var zero H
+	b.mu.Lock()
+	h := b.h
+	b.on, b.h = nil, zero
+	b.mu.Unlock()
+	if h != zero {
+		h.Close()
+	}
+}
+
+// Close removes the endpoint for good.
+func (b *binding[H]) Close() error {
+	b.t.remove(b)
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.detach()
+	return nil
+}
+
 // Advertise opens a publisher; latched roles keep their last message and
 // send it again after a re-registration.
 func (t *Transport) Advertise(spec node.TopicSpec) (node.Publisher, error) {
@@ -356,52 +416,32 @@ func (t *Transport) Advertise(spec node.TopicSpec) (node.Publisher, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &publisher{t: t, spec: spec, typ: typ,
+	p := &publisher{spec: spec, typ: typ,
 		latch: spec.Role == node.RoleLatched || spec.Role == node.RoleTFStatic}
-	if err := t.add(p); err != nil {
+	if err := bind(t, &p.binding, p.create); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
 type publisher struct {
-	t     *Transport
+	binding[*goroslib.Publisher]
 	spec  node.TopicSpec
 	typ   reflect.Type
 	latch bool
-
-	mu     sync.Mutex
-	on     *goroslib.Node
-	gp     *goroslib.Publisher
-	last   any // latched: the message a new registration starts with
-	closed bool
+	last  any // latched: the message a new registration starts with (guarded by mu)
 }
 
-func (p *publisher) attach(gn *goroslib.Node) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed || p.on == gn {
-		return nil
-	}
+// create opens the goroslib publisher and sends it the latched message.
+func (p *publisher) create(gn *goroslib.Node) (*goroslib.Publisher, error) {
 	gp, err := goroslib.NewPublisher(goroslib.PublisherConf{Node: gn, Topic: p.spec.Name, Msg: p.spec.Type, Latch: p.latch})
 	if err != nil {
-		return fmt.Errorf("publisher %s: %w", p.spec.Name, err)
+		return nil, fmt.Errorf("publisher %s: %w", p.spec.Name, err)
 	}
-	p.on, p.gp = gn, gp
 	if p.last != nil {
 		gp.Write(p.last)
 	}
-	return nil
-}
-
-func (p *publisher) detach() {
-	p.mu.Lock()
-	gp := p.gp
-	p.on, p.gp = nil, nil
-	p.mu.Unlock()
-	if gp != nil {
-		gp.Close()
-	}
+	return gp, nil
 }
 
 // Write sends msg, which must be of the topic's type; between a master
@@ -421,19 +461,10 @@ func (p *publisher) Write(msg any) error {
 	if p.latch {
 		p.last = msg
 	}
-	if p.gp != nil {
-		p.gp.Write(msg)
+	if p.h != nil {
+		p.h.Write(msg)
 		p.t.lastWrite.Store(time.Now().UnixNano())
 	}
-	return nil
-}
-
-func (p *publisher) Close() error {
-	p.t.remove(p)
-	p.mu.Lock()
-	p.closed = true
-	p.mu.Unlock()
-	p.detach()
 	return nil
 }
 
@@ -449,119 +480,45 @@ func (t *Transport) Subscribe(spec node.TopicSpec, handle func(msg any, err erro
 		handle(args[0].Interface(), nil)
 		return nil
 	}).Interface()
-	s := &subscription{t: t, name: spec.Name, cb: cb}
-	if err := t.add(s); err != nil {
+	s := new(binding[*goroslib.Subscriber])
+	err = bind(t, s, func(gn *goroslib.Node) (*goroslib.Subscriber, error) {
+		// QueueSize 0 runs the callback on the connection's goroutine, so a
+		// full frame queue (policy all) holds the sender back.
+		gs, err := goroslib.NewSubscriber(goroslib.SubscriberConf{Node: gn, Topic: spec.Name, Callback: cb})
+		if err != nil {
+			return nil, fmt.Errorf("subscriber %s: %w", spec.Name, err)
+		}
+		return gs, nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return s, nil
-}
-
-type subscription struct {
-	t    *Transport
-	name string
-	cb   any // func(*T) for goroslib
-
-	mu     sync.Mutex
-	on     *goroslib.Node
-	gs     *goroslib.Subscriber
-	closed bool
-}
-
-func (s *subscription) attach(gn *goroslib.Node) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || s.on == gn {
-		return nil
-	}
-	// QueueSize 0 runs the callback on the connection's goroutine, so a
-	// full frame queue (policy all) holds the sender back.
-	gs, err := goroslib.NewSubscriber(goroslib.SubscriberConf{Node: gn, Topic: s.name, Callback: s.cb})
-	if err != nil {
-		return fmt.Errorf("subscriber %s: %w", s.name, err)
-	}
-	s.on, s.gs = gn, gs
-	return nil
-}
-
-func (s *subscription) detach() {
-	s.mu.Lock()
-	gs := s.gs
-	s.on, s.gs = nil, nil
-	s.mu.Unlock()
-	if gs != nil {
-		gs.Close()
-	}
-}
-
-func (s *subscription) Close() error {
-	s.t.remove(s)
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	s.detach()
-	return nil
 }
 
 // ServeTrigger offers a std_srvs/Trigger service.
 func (t *Transport) ServeTrigger(name string, handle func(ctx context.Context) (string, error)) (io.Closer, error) {
-	s := &service{t: t, name: name, handle: handle}
-	if err := t.add(s); err != nil {
+	s := new(binding[*goroslib.ServiceProvider])
+	err := bind(t, s, func(gn *goroslib.Node) (*goroslib.ServiceProvider, error) {
+		sp, err := goroslib.NewServiceProvider(goroslib.ServiceProviderConf{
+			Node: gn,
+			Name: name,
+			Srv:  &std_srvs.Trigger{},
+			Callback: func(*std_srvs.TriggerReq) (*std_srvs.TriggerRes, bool) {
+				msg, err := handle(t.ctx)
+				if err != nil {
+					return &std_srvs.TriggerRes{Success: false, Message: err.Error()}, true
+				}
+				return &std_srvs.TriggerRes{Success: true, Message: msg}, true
+			},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("service %s: %w", name, err)
+		}
+		return sp, nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return s, nil
-}
-
-type service struct {
-	t      *Transport
-	name   string
-	handle func(ctx context.Context) (string, error)
-
-	mu     sync.Mutex
-	on     *goroslib.Node
-	sp     *goroslib.ServiceProvider
-	closed bool
-}
-
-func (s *service) attach(gn *goroslib.Node) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || s.on == gn {
-		return nil
-	}
-	sp, err := goroslib.NewServiceProvider(goroslib.ServiceProviderConf{
-		Node: gn,
-		Name: s.name,
-		Srv:  &std_srvs.Trigger{},
-		Callback: func(*std_srvs.TriggerReq) (*std_srvs.TriggerRes, bool) {
-			msg, err := s.handle(s.t.ctx)
-			if err != nil {
-				return &std_srvs.TriggerRes{Success: false, Message: err.Error()}, true
-			}
-			return &std_srvs.TriggerRes{Success: true, Message: msg}, true
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("service %s: %w", s.name, err)
-	}
-	s.on, s.sp = gn, sp
-	return nil
-}
-
-func (s *service) detach() {
-	s.mu.Lock()
-	sp := s.sp
-	s.on, s.sp = nil, nil
-	s.mu.Unlock()
-	if sp != nil {
-		sp.Close()
-	}
-}
-
-func (s *service) Close() error {
-	s.t.remove(s)
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	s.detach()
-	return nil
 }
