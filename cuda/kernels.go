@@ -6,8 +6,8 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
-	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"gorgonia.org/cu/nvrtc"
+
+	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 )
 
 // The kernels are CUDA C sources compiled at first use for the exact GPU.
@@ -182,15 +184,6 @@ func writeAtomic(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, werr := tmp.Write(data)
-	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	// A cache file needs no flush to disk: a lost one is compiled again.
+	return atomicfile.WriteFileNoSync(path, func(w io.Writer) error { _, err := w.Write(data); return err })
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/binstate"
-	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 )
 
 // Saved sessions. ~save_session writes SAVE_DIR/session/node.state
@@ -95,7 +95,7 @@ func (n *Node) writeSession() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	err = mapio.WriteFileAtomic(path, func(f io.Writer) error {
+	err = atomicfile.WriteFile(path, func(f io.Writer) error {
 		if err := binstate.WriteHeader(f, sessionMagic, js); err != nil {
 			return err
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 	"github.com/lingbotmap/lingbotmap/node"
 )
 
@@ -178,7 +179,7 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) (err error) {
 		}
 		defer func() {
 			pprof.StopCPUProfile()
-			if werr := mapio.WriteFileAtomic(o.cpuProfile, func(w io.Writer) error {
+			if werr := atomicfile.WriteFile(o.cpuProfile, func(w io.Writer) error {
 				_, err := w.Write(prof.Bytes())
 				return err
 			}); err == nil {

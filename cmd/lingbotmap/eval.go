@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/render"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
+	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 )
 
 type evalOptions struct {
@@ -92,7 +92,7 @@ func runEval(o *evalOptions, stdout io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("eval: %w", err)
 		}
-		err = mapio.WriteFileAtomic(o.jsonOut, func(w io.Writer) error {
+		err = atomicfile.WriteFile(o.jsonOut, func(w io.Writer) error {
 			_, err := w.Write(append(b, '\n'))
 			return err
 		})
@@ -138,7 +138,7 @@ func printEval(w io.Writer, o *evalOptions, rep *traj.Report) {
 
 // writePNGFile encodes img to path, whole or not at all.
 func writePNGFile(path string, img image.Image) error {
-	if err := mapio.WriteFileAtomic(path, func(w io.Writer) error { return png.Encode(w, img) }); err != nil {
+	if err := atomicfile.WriteFile(path, func(w io.Writer) error { return png.Encode(w, img) }); err != nil {
 		return fmt.Errorf("write PNG: %w", err)
 	}
 	return nil

@@ -19,9 +19,9 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 
-	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
+	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 	"github.com/lingbotmap/lingbotmap/msgs/bag"
 	"github.com/lingbotmap/lingbotmap/node"
@@ -192,7 +192,7 @@ func TestWriteFileAtomic(t *testing.T) {
 	if err := os.WriteFile(path, []byte("old"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err := mapio.WriteFileAtomic(path, func(w io.Writer) error {
+	err := atomicfile.WriteFile(path, func(w io.Writer) error {
 		if _, err := w.Write(bytes.Repeat([]byte("x"), 3<<20)); err != nil {
 			return err
 		}

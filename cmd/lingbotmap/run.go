@@ -24,6 +24,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/render"
 	"github.com/lingbotmap/lingbotmap/engine/source"
+	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 	"github.com/lingbotmap/lingbotmap/node"
 )
 
@@ -676,7 +677,7 @@ func (w *runWriter) addOne(r *engine.Result) error {
 		w.depth.Clipped += int64(c)
 		img, dr, err := render.DepthPreview(r.Depth, r.Width, r.Height)
 		if err == nil {
-			err = mapio.WriteFileWhole(filepath.Join(w.o.out, "depth_color", name), func(f io.Writer) error { return png.Encode(f, img) })
+			err = atomicfile.WriteFileNoSync(filepath.Join(w.o.out, "depth_color", name), func(f io.Writer) error { return png.Encode(f, img) })
 		}
 		if err != nil {
 			return err
@@ -700,7 +701,7 @@ func (w *runWriter) addOne(r *engine.Result) error {
 // returns how many values were clipped.
 func writeGray16File(path string, vals []float32, width, height int, scale float64) (int, error) {
 	var c int
-	err := mapio.WriteFileWhole(path, func(f io.Writer) error {
+	err := atomicfile.WriteFileNoSync(path, func(f io.Writer) error {
 		var err error
 		c, err = render.WriteGray16(f, vals, width, height, scale)
 		return err
@@ -728,7 +729,7 @@ func (w *runWriter) checkpoint(ctx context.Context, stream engine.Stream, rec *r
 	if w.o.saveDepth || w.o.saveConf {
 		errs = append(errs, mapio.SyncFS(out))
 	}
-	errs = append(errs, mapio.WriteFileAtomic(filepath.Join(out, mapio.MapFile), func(f io.Writer) error {
+	errs = append(errs, atomicfile.WriteFile(filepath.Join(out, mapio.MapFile), func(f io.Writer) error {
 		return mapio.WritePLY(f, w.m.Points(), append([]string{
 			"lingbotmap " + w.o.version,
 			"source " + rec.Input.Path,
@@ -737,7 +738,7 @@ func (w *runWriter) checkpoint(ctx context.Context, stream engine.Stream, rec *r
 		}, w.m.FilterComments()...)...)
 	}))
 	if w.o.saveDepth {
-		errs = append(errs, mapio.WriteFileAtomic(filepath.Join(out, "depth_color", "ranges.tsv"), func(f io.Writer) error {
+		errs = append(errs, atomicfile.WriteFile(filepath.Join(out, "depth_color", "ranges.tsv"), func(f io.Writer) error {
 			fmt.Fprintln(f, "# frame\tnear\tfar (model depth units; depth_color/NNNNNN.png spans near = yellow to far = purple)")
 			for _, r := range w.ranges {
 				if _, err := fmt.Fprintf(f, "%06d\t%.6g\t%.6g\n", r.seq, r.r.Near, r.r.Far); err != nil {
@@ -813,7 +814,7 @@ func (w *runWriter) writeRecord(rec *runRecord, start time.Time) error {
 			rec.Timings.ModelFramesPS = float64(n) / rec.Timings.ModelS
 		}
 	}
-	return mapio.WriteFileAtomic(filepath.Join(w.o.out, "run.json"), func(f io.Writer) error {
+	return atomicfile.WriteFile(filepath.Join(w.o.out, "run.json"), func(f io.Writer) error {
 		e := json.NewEncoder(f)
 		e.SetIndent("", "  ")
 		return e.Encode(rec)

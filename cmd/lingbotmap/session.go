@@ -14,9 +14,9 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/binstate"
-	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/render"
 	"github.com/lingbotmap/lingbotmap/engine/source"
+	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 )
 
 // Resumable runs. With --checkpoint-every N, run saves its whole session
@@ -212,7 +212,7 @@ func saveSession(o *runOptions, stream engine.Stream, w *runWriter, read int) er
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	return mapio.WriteFileAtomic(filepath.Join(dir, sessionFileName), func(f io.Writer) error {
+	return atomicfile.WriteFile(filepath.Join(dir, sessionFileName), func(f io.Writer) error {
 		if err := binstate.WriteHeader(f, sessionMagic, js); err != nil {
 			return err
 		}

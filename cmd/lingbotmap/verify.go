@@ -19,9 +19,9 @@ import (
 	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
-	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/preprocess"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
+	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 	"github.com/lingbotmap/lingbotmap/internal/golden"
 	"github.com/lingbotmap/lingbotmap/node"
 )
@@ -306,7 +306,7 @@ func runVerify(ctx context.Context, o *verifyOptions, out io.Writer) error {
 	printReport(out, rep)
 	if o.jsonOut != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
-		err := mapio.WriteFileAtomic(o.jsonOut, func(w io.Writer) error {
+		err := atomicfile.WriteFile(o.jsonOut, func(w io.Writer) error {
 			_, err := w.Write(append(b, '\n'))
 			return err
 		})

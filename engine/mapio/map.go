@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 )
 
 // The file names Map.Save writes.
@@ -175,8 +176,8 @@ func (m *Map) Save(dir string, comments ...string) (Saved, error) {
 	s.Points, s.Poses = len(pts), len(tr)
 	all := append(append([]string(nil), comments...), m.FilterComments()...)
 	err := errors.Join(
-		WriteFileAtomic(s.MapPath, func(w io.Writer) error { return WritePLY(w, pts, all...) }),
-		WriteFileAtomic(s.TrajectoryPath, func(w io.Writer) error { return WriteTUM(w, tr) }),
+		atomicfile.WriteFile(s.MapPath, func(w io.Writer) error { return WritePLY(w, pts, all...) }),
+		atomicfile.WriteFile(s.TrajectoryPath, func(w io.Writer) error { return WriteTUM(w, tr) }),
 	)
 	return s, err
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -152,40 +151,6 @@ func TestMapConfigChecked(t *testing.T) {
 		if _, err := NewMap(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
 		}
-	}
-}
-
-// A failed write leaves the old file as it was and no temporary file behind.
-func TestWriteFileAtomic(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "map.ply")
-	if err := os.WriteFile(p, []byte("old"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	boom := errors.New("boom")
-	err := WriteFileAtomic(p, func(w io.Writer) error {
-		if _, err := w.Write([]byte("half a new fi")); err != nil {
-			return err
-		}
-		return boom
-	})
-	if !errors.Is(err, boom) || !strings.Contains(err.Error(), p) {
-		t.Fatalf("error %v", err)
-	}
-	if b, _ := os.ReadFile(p); string(b) != "old" {
-		t.Fatalf("file now %q", b)
-	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
-		t.Fatalf("left behind: %v", ents)
-	}
-	if err := WriteFileAtomic(p, func(w io.Writer) error { _, err := w.Write([]byte("new")); return err }); err != nil {
-		t.Fatal(err)
-	}
-	if b, _ := os.ReadFile(p); string(b) != "new" {
-		t.Fatalf("file now %q", b)
-	}
-	if err := WriteFileAtomic(filepath.Join(dir, "missing", "x"), func(io.Writer) error { return nil }); err == nil {
-		t.Error("a file in a missing folder was written")
 	}
 }
 

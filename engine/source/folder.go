@@ -162,8 +162,3 @@ func stampTime(s float64) time.Time {
 	sec := math.Floor(s)
 	return time.Unix(int64(sec), int64(math.Round((s-sec)*1e9)))
 }
-
-// Seconds turns a frame stamp back into seconds (the TUM format's timestamps).
-func Seconds(t time.Time) float64 {
-	return float64(t.Unix()) + float64(t.Nanosecond())/1e9
-}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
 )
 
@@ -82,7 +83,7 @@ func TestFolderRealImages(t *testing.T) {
 		}
 	}
 	// Names are frame numbers, not times: stamps at 30 fps.
-	if s := Seconds(frames[3].Stamp); math.Abs(s-0.1) > 1e-9 {
+	if s := mapio.Seconds(frames[3].Stamp); math.Abs(s-0.1) > 1e-9 {
 		t.Errorf("frame 3 at %g s, want 0.1", s)
 	}
 
@@ -97,8 +98,8 @@ func TestFolderRealImages(t *testing.T) {
 		t.Fatalf("first-k 10 stride 3: Len %d, read %d", sel.Len(), len(frames))
 	}
 	for i, f := range frames {
-		if f.Seq != uint64(3*i) || math.Abs(Seconds(f.Stamp)-0.3*float64(i)) > 1e-9 {
-			t.Errorf("frame %d: seq %d at %g s", i, f.Seq, Seconds(f.Stamp))
+		if f.Seq != uint64(3*i) || math.Abs(mapio.Seconds(f.Stamp)-0.3*float64(i)) > 1e-9 {
+			t.Errorf("frame %d: seq %d at %g s", i, f.Seq, mapio.Seconds(f.Stamp))
 		}
 	}
 	if files := sel.Files(); files[3] != "000009.png" {
@@ -158,7 +159,7 @@ func TestFolderGlobAndStamps(t *testing.T) {
 	}
 	// Sorted by name; TUM-style names are the stamps.
 	for i, want := range []float64{1305031102.175304, 1305031102.275304, 1305031102.375304} {
-		if got := Seconds(frames[i].Stamp); math.Abs(got-want) > 1e-6 {
+		if got := mapio.Seconds(frames[i].Stamp); math.Abs(got-want) > 1e-6 {
 			t.Errorf("frame %d at %.6f, want %.6f", i, got, want)
 		}
 	}
@@ -172,7 +173,7 @@ func TestFolderGlobAndStamps(t *testing.T) {
 		t.Fatal(err)
 	}
 	frames = readAll(t, src)
-	if d := Seconds(frames[1].Stamp) - Seconds(frames[0].Stamp); math.Abs(d-0.05) > 1e-6 {
+	if d := mapio.Seconds(frames[1].Stamp) - mapio.Seconds(frames[0].Stamp); math.Abs(d-0.05) > 1e-6 {
 		t.Errorf("EuRoC stamps %v apart, want 50 ms", d)
 	}
 }
@@ -270,8 +271,8 @@ func TestVideoExactFrames(t *testing.T) {
 		if !ok || got.Bounds() != want.Bounds() || string(got.Pix) != string(want.Pix) {
 			t.Fatalf("frame %d differs from the encoded one", k)
 		}
-		if f.Seq != uint64(k) || math.Abs(Seconds(f.Stamp)-float64(k)/25) > 1e-6 {
-			t.Errorf("frame %d: seq %d at %g s", k, f.Seq, Seconds(f.Stamp))
+		if f.Seq != uint64(k) || math.Abs(mapio.Seconds(f.Stamp)-float64(k)/25) > 1e-6 {
+			t.Errorf("frame %d: seq %d at %g s", k, f.Seq, mapio.Seconds(f.Stamp))
 		}
 	}
 
@@ -317,8 +318,8 @@ func TestVideoExactFrames(t *testing.T) {
 		var seqs []uint64
 		for _, f := range frames {
 			seqs = append(seqs, f.Seq)
-			if math.Abs(Seconds(f.Stamp)-float64(f.Seq)/25) > 1e-6 {
-				t.Errorf("frame %d stamped %g s", f.Seq, Seconds(f.Stamp))
+			if math.Abs(mapio.Seconds(f.Stamp)-float64(f.Seq)/25) > 1e-6 {
+				t.Errorf("frame %d stamped %g s", f.Seq, mapio.Seconds(f.Stamp))
 			}
 		}
 		if fmt.Sprint(seqs) != fmt.Sprint(c.want) {

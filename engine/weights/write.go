@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 )
 
 // WriteSafeTensors writes every tensor of store as a .safetensors image.
@@ -112,45 +114,7 @@ func writeSafeTensors(w io.Writer, store Store, keys []string) error {
 // WriteSafeTensorsFile writes store to path (via a temporary file renamed
 // into place, so a failed write leaves no half file behind).
 func WriteSafeTensorsFile(path string, store Store) error {
-	return writeFileAtomic(path, func(w io.Writer) error { return WriteSafeTensors(w, store) })
-}
-
-func writeFileAtomic(path string, write func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("weights: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if err := write(tmp); err != nil {
-		tmp.Close()
-		return fmt.Errorf("%w (writing %s)", err, path)
-	}
-	// fsync before the rename: otherwise a crash can leave the new name
-	// pointing at a file whose data never reached the disk.
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("weights: writing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("weights: writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("weights: %w", err)
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("weights: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("weights: syncing %s: %w", dir, err)
-	}
-	return nil
+	return atomicfile.WriteFile(path, func(w io.Writer) error { return WriteSafeTensors(w, store) })
 }
 
 // WriteSharded writes store into dir as Hugging Face style shards of at most
@@ -193,7 +157,7 @@ func WriteSharded(dir string, store Store, maxShardBytes int64) error {
 	weightMap := map[string]string{}
 	for i, g := range groups {
 		name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(groups))
-		err := writeFileAtomic(filepath.Join(dir, name), func(w io.Writer) error { return writeSafeTensors(w, store, g) })
+		err := atomicfile.WriteFile(filepath.Join(dir, name), func(w io.Writer) error { return writeSafeTensors(w, store, g) })
 		if err != nil {
 			return err
 		}
@@ -208,7 +172,7 @@ func WriteSharded(dir string, store Store, maxShardBytes int64) error {
 	if err != nil {
 		return fmt.Errorf("weights: encoding the shard index: %w", err)
 	}
-	return writeFileAtomic(filepath.Join(dir, IndexFile), func(w io.Writer) error {
+	return atomicfile.WriteFile(filepath.Join(dir, IndexFile), func(w io.Writer) error {
 		_, err := w.Write(append(idx, '\n'))
 		return err
 	})

@@ -4,14 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"time"
 
 	"github.com/bluenviron/goroslib/v2/pkg/msgproc"
 	"github.com/bluenviron/goroslib/v2/pkg/protocommon"
+
+	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 )
 
 // WriterConfig tunes a Writer. The zero value gives the defaults.
@@ -37,14 +37,14 @@ func (c WriterConfig) withDefaults() WriterConfig {
 // Writer writes an uncompressed, indexed ROS bag 2.0. Messages are buffered
 // one chunk at a time; the index is written by Close, which must be called.
 // The bag is written whole or not at all: it grows in a hidden temporary
-// file beside the destination (".NAME.tmp…"), and Close syncs it and renames
+// file beside the destination (".NAME.…", package atomicfile), and Close syncs it and renames
 // it into place; Abort discards it. A crash leaves only the temporary file,
 // an unindexed bag that `rosbag reindex` or Reader can still read.
 // A Writer is not safe for concurrent use.
 type Writer struct {
 	cfg    WriterConfig
 	path   string // the destination; f is the temporary file
-	f      *os.File
+	f      *atomicfile.File
 	pos    int64 // file offset of the next record
 	conns  []*writerConn
 	byKey  map[connKey]*writerConn
@@ -85,20 +85,15 @@ func Create(path string) (*Writer, error) { return WriterConfig{}.Create(path) }
 // Create starts a bag file with this configuration; Close puts it at path
 // (replacing any file there).
 func (c WriterConfig) Create(path string) (*Writer, error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	f, err := atomicfile.Create(path)
 	if err != nil {
 		return nil, fmt.Errorf("creating bag: %w", err)
 	}
 	w := &Writer{cfg: c.withDefaults(), path: path, f: f, byKey: map[connKey]*writerConn{}, chunkIndex: map[uint32][]indexEntry{}}
 	// A header with index_pos 0 marks the bag as unindexed until Close
 	// rewrites it, so a crash leaves a bag `rosbag reindex` can repair.
-	err = f.Chmod(0o644)
-	if err == nil {
-		err = w.writeAt(0, append([]byte(magic), bagHeaderRecord(0, 0, 0)...))
-	}
-	if err != nil {
-		f.Close()
-		os.Remove(f.Name())
+	if err := w.writeAt(0, append([]byte(magic), bagHeaderRecord(0, 0, 0)...)); err != nil {
+		f.Abort()
 		return nil, fmt.Errorf("creating bag %s: %w", path, err)
 	}
 	return w, nil
@@ -262,18 +257,14 @@ func (w *Writer) Close() error {
 		return nil
 	}
 	w.closed = true
-	err := w.finish()
-	if cerr := w.f.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("closing bag: %w", cerr)
-	}
-	if err == nil {
-		err = os.Rename(w.f.Name(), w.path)
-	}
-	if err != nil {
-		os.Remove(w.f.Name())
+	if err := w.finish(); err != nil {
+		w.f.Abort()
 		return err
 	}
-	return syncDir(filepath.Dir(w.path))
+	if err := w.f.Commit(); err != nil {
+		return fmt.Errorf("closing bag: %w", err)
+	}
+	return nil
 }
 
 // Abort discards the bag: nothing appears at its path. It does nothing
@@ -283,20 +274,7 @@ func (w *Writer) Abort() error {
 		return nil
 	}
 	w.closed = true
-	return errors.Join(w.f.Close(), os.Remove(w.f.Name()))
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("syncing bag directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing bag directory %s: %w", dir, err)
-	}
-	return nil
+	return w.f.Abort()
 }
 
 func (w *Writer) finish() error {
@@ -327,9 +305,6 @@ func (w *Writer) finish() error {
 	}
 	if err := w.writeAt(int64(len(magic)), bagHeaderRecord(indexPos, uint32(len(w.conns)), uint32(len(w.chunks)))); err != nil {
 		return err
-	}
-	if err := w.f.Sync(); err != nil {
-		return fmt.Errorf("syncing bag: %w", err)
 	}
 	return nil
 }

@@ -10,12 +10,11 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/foxglove/mcap/go/mcap"
 
+	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 	"github.com/lingbotmap/lingbotmap/msgs/cdr"
 )
 
@@ -50,8 +49,8 @@ const ReliableQoS = `- history: 3
 // Writer writes messages to a new MCAP file, zstd-compressed in chunks and
 // indexed, so readers can seek by topic and time.
 type Writer struct {
-	path     string   // where Close puts the file
-	f        *os.File // the temporary file being written
+	path     string           // where Close puts the file
+	f        *atomicfile.File // the temporary file being written
 	buf      *bufio.Writer
 	w        *mcap.Writer
 	schemas  map[string]uint16 // ROS 2 type name → schema id
@@ -71,13 +70,7 @@ type channel struct {
 // beside path under a temporary name; Close puts it at path (replacing any
 // file there), Abort discards it, so a bag at path is always complete.
 func Create(path string) (*Writer, error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err == nil {
-		if err = f.Chmod(0o644); err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}
+	f, err := atomicfile.Create(path)
 	if err != nil {
 		return nil, fmt.Errorf("creating the MCAP bag: %w", err)
 	}
@@ -92,8 +85,7 @@ func Create(path string) (*Writer, error) {
 		err = w.WriteHeader(&mcap.Header{Profile: Profile, Library: "lingbotmap"})
 	}
 	if err != nil {
-		f.Close()
-		os.Remove(f.Name())
+		f.Abort()
 		return nil, fmt.Errorf("starting the MCAP bag %s: %w", path, err)
 	}
 	return &Writer{path: path, f: f, buf: buf, w: w, schemas: map[string]uint16{}, channels: map[string]*channel{}}, nil
@@ -192,23 +184,13 @@ func (w *Writer) Close() error {
 	if ferr := w.buf.Flush(); err == nil {
 		err = ferr
 	}
-	if err == nil {
-		err = w.f.Sync()
-	}
-	if cerr := w.f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(w.f.Name(), w.path)
+	if err != nil {
+		w.f.Abort()
+	} else {
+		err = w.f.Commit()
 	}
 	if err != nil {
-		os.Remove(w.f.Name())
 		return fmt.Errorf("closing the MCAP bag: %w", err)
-	}
-	// the rename is durable once the directory is
-	if d, err := os.Open(filepath.Dir(w.path)); err == nil {
-		_ = d.Sync()
-		d.Close()
 	}
 	return nil
 }
@@ -220,5 +202,5 @@ func (w *Writer) Abort() error {
 		return nil
 	}
 	w.closed = true
-	return errors.Join(w.f.Close(), os.Remove(w.f.Name()))
+	return w.f.Abort()
 }

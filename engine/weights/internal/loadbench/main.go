@@ -20,8 +20,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
+	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 )
 
 func main() {
@@ -61,7 +61,7 @@ func writeRandom(path, archName string, seed int64) error {
 	m := weights.Random(a, seed)
 	slog.Info("generated random weights", "params", a.NumParams(), "took", time.Since(t0).Round(time.Millisecond))
 	t0 = time.Now()
-	err := mapio.WriteFileAtomic(path, func(f io.Writer) error {
+	err := atomicfile.WriteFile(path, func(f io.Writer) error {
 		if strings.HasSuffix(path, ".pt") {
 			return writePT(f, m)
 		}
