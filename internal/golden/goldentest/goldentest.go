@@ -20,3 +20,14 @@ func Open(t testing.TB, elem ...string) *weights.SafeTensors {
 	t.Cleanup(func() { st.Close() })
 	return st
 }
+
+// Output is the float32 tensor key of golden case c's outputs (a missing
+// case or key ends the test).
+func Output(t testing.TB, c, key string) []float32 {
+	t.Helper()
+	v, err := Open(t, c, "outputs.safetensors").Float32(key)
+	if err != nil {
+		t.Fatalf("golden data: %s: %v", c, err)
+	}
+	return v
+}

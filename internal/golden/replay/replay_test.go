@@ -20,11 +20,7 @@ func goldenDir(t *testing.T) string {
 
 func loadGolden(t *testing.T, key string) []float32 {
 	t.Helper()
-	v, err := goldentest.Open(t, "images_kf1", "outputs.safetensors").Float32(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
+	return goldentest.Output(t, "images_kf1", key)
 }
 
 // The replay's pose and intrinsics come from pose_enc; the reference's own
