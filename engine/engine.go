@@ -44,6 +44,9 @@ type Frame struct {
 	// resolution (3·Height·Width values); when set, Image is ignored.
 	Pixels        []float32
 	Width, Height int
+	// RGB, with Pixels, is their 8-bit HWC copy when it was made already
+	// (Preparer.Prepare makes it off the model's thread).
+	RGB []uint8
 }
 
 // Result is the model's output for one frame.
@@ -87,6 +90,14 @@ type CacheStats struct {
 	KVBytes       int64 `json:"kv_bytes"`            // storage reserved for the KV cache
 	Window        int   `json:"window"`
 	FramesIn      int64 `json:"frames_in"` // frames pushed since the stream started
+}
+
+// Preparer is a Stream whose preprocessing can run ahead of Push on other
+// goroutines, so that a frame's resize and colour conversion never wait in
+// line with the model: Prepare turns a frame's Image into the Pixels and RGB
+// that Push then takes as they are. It is safe for concurrent use.
+type Preparer interface {
+	Prepare(f Frame) (Frame, error)
 }
 
 // Stream is a running model: push frames, get results in input order.

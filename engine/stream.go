@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
@@ -133,6 +134,17 @@ func startRGB(pix []float32) *rgbJob {
 	return j
 }
 
+// doneRGB is the job for colours made already (Prepare), or nil when there
+// are none to match pix.
+func doneRGB(rgb []uint8, pix []float32) *rgbJob {
+	if rgb == nil || len(rgb) != len(pix) {
+		return nil
+	}
+	j := &rgbJob{done: make(chan struct{}), rgb: rgb}
+	close(j.done)
+	return j
+}
+
 // get waits for the colours; results share them read-only.
 func (j *rgbJob) get() []uint8 {
 	<-j.done
@@ -166,6 +178,7 @@ type stream struct {
 
 	h, w     int // model resolution, fixed by the first frame
 	pre      preprocess.Preprocessor
+	prePool  sync.Pool // of *preprocess.Preprocessor, for Prepare
 	framesIn int64
 	win      *window
 	flowDecs int // flow keyframe decisions so far, for Config.Decide
@@ -180,8 +193,30 @@ type stream struct {
 func newStream(cfg Config, log *slog.Logger, be backend.Backend, m *model.Model) *stream {
 	s := &stream{cfg: cfg, log: log, be: be, m: m}
 	s.pre = preprocess.Preprocessor{Width: cfg.ImageWidth, Patch: m.Sizes().PatchSize, Workers: cfg.Threads}
+	s.prePool.New = func() any {
+		p := s.pre
+		return &p
+	}
 	s.win = s.newWindow(0)
 	return s
+}
+
+// Prepare preprocesses a frame's image into the pixels and colours Push
+// takes; it may run on any goroutine, several at once.
+func (s *stream) Prepare(f Frame) (Frame, error) {
+	if f.Pixels != nil {
+		return f, nil
+	}
+	if f.Image == nil {
+		return Frame{}, fmt.Errorf("engine: frame %d has no image", f.Seq)
+	}
+	p := s.prePool.Get().(*preprocess.Preprocessor)
+	defer s.prePool.Put(p)
+	pix, w, h, err := p.Run(f.Image, nil)
+	if err != nil {
+		return Frame{}, fmt.Errorf("engine: frame %d: %w", f.Seq, err)
+	}
+	return Frame{Seq: f.Seq, Stamp: f.Stamp, Pixels: pix, Width: w, Height: h, RGB: preprocess.ToRGB8(pix)}, nil
 }
 
 func (s *stream) newWindow(index int) *window {
@@ -253,7 +288,11 @@ func (s *stream) prepare(f Frame) (input, error) {
 	} else if h != s.h || w != s.w {
 		return input{}, fmt.Errorf("engine: frame %d is %d×%d at model resolution but the stream runs at %d×%d: the image size changed", f.Seq, w, h, s.w, s.h)
 	}
-	return input{seq: f.Seq, stamp: f.Stamp, pix: pix, rgb: startRGB(pix)}, nil
+	rgb := doneRGB(f.RGB, pix)
+	if rgb == nil {
+		rgb = startRGB(pix)
+	}
+	return input{seq: f.Seq, stamp: f.Stamp, pix: pix, rgb: rgb}, nil
 }
 
 // windowDone says whether the current window has taken all its frames.
@@ -613,6 +652,7 @@ type Aligner interface {
 // (bench) and the window alignments (verify).
 var (
 	_ Aligner                = (*stream)(nil)
+	_ Preparer               = (*stream)(nil)
 	_ backend.MemoryReporter = (*stream)(nil)
 	_ backend.Profiler       = (*stream)(nil)
 )

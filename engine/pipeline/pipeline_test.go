@@ -1,0 +1,364 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"image"
+	"image/color"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+	"github.com/lingbotmap/lingbotmap/engine/cpu"
+)
+
+// tinyStream is the tiny random model on the CPU backend: the real engine.
+func tinyStream(t *testing.T) engine.Stream {
+	t.Helper()
+	cfg := engine.DefaultConfig()
+	cfg.ImageWidth = 70
+	cfg.ScaleFrames = 3
+	cfg.SlidingWindow = 4
+	cfg.Threads = 1
+	st, err := engine.New(context.Background(), cfg, func(c engine.Config) (backend.Backend, error) {
+		return cpu.New(cpu.Config{Threads: c.Threads}), nil
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func testImage(seed int) image.Image {
+	img := image.NewRGBA(image.Rect(0, 0, 140, 84))
+	for y := range 84 {
+		for x := range 140 {
+			img.Set(x, y, color.RGBA{uint8(x*3 + seed), uint8(y*5) ^ uint8(seed), uint8(seed * 7), 255})
+		}
+	}
+	return img
+}
+
+// collector gathers delivered outputs.
+type collector struct {
+	mu   sync.Mutex
+	outs []Output
+}
+
+func (c *collector) deliver(o Output) {
+	c.mu.Lock()
+	c.outs = append(c.outs, o)
+	c.mu.Unlock()
+}
+
+func (c *collector) get() []Output {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.outs)
+}
+
+// The pipeline gives the results Push gives frame by frame, in order, with
+// undecodable frames reported in their place and the rest unaffected.
+func TestOrderAndResultsMatchSerial(t *testing.T) {
+	const n = 9
+	serial := tinyStream(t)
+	var want []engine.Result
+	for i := range n {
+		if i == 4 {
+			continue // the broken frame
+		}
+		res, err := serial.Push(context.Background(), engine.Frame{Seq: uint64(i), Image: testImage(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, res...)
+	}
+	res, err := serial.Flush(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, res...)
+
+	var c collector
+	var posted atomic.Int64
+	p, err := New(context.Background(), tinyStream(t), Config{
+		Workers: 3, PostWorkers: 3, Policy: Block, Deliver: c.deliver,
+		Post: func(r *engine.Result, meta any) (any, error) {
+			posted.Add(1)
+			return r.Seq * 10, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		in := Input{Seq: uint64(i), Meta: i}
+		if i == 4 {
+			in.Decode = func() (image.Image, error) { return nil, errors.New("truncated PNG") }
+		} else {
+			img := testImage(i)
+			// some frames decode on a worker, slower than others, to mix the order
+			in.Decode = func() (image.Image, error) {
+				time.Sleep(time.Duration((n-i)%3) * 2 * time.Millisecond)
+				return img, nil
+			}
+		}
+		if err := p.Submit(context.Background(), in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	outs := c.get()
+	if len(outs) != n {
+		t.Fatalf("%d outputs for %d frames", len(outs), n)
+	}
+	var got []engine.Result
+	for i, o := range outs {
+		if o.Seq != uint64(i) || o.Meta != i {
+			t.Fatalf("output %d is frame %d (meta %v): out of order", i, o.Seq, o.Meta)
+		}
+		if i == 4 {
+			if o.Err == nil || o.Stage != "decode" {
+				t.Fatalf("broken frame: err %v, stage %q", o.Err, o.Stage)
+			}
+			continue
+		}
+		if o.Err != nil || o.Result == nil {
+			t.Fatalf("frame %d: %v", i, o.Err)
+		}
+		if o.Value != o.Result.Seq*10 {
+			t.Fatalf("frame %d: post value %v", i, o.Value)
+		}
+		if o.Timing.Latency <= 0 || o.Timing.Model <= 0 {
+			t.Fatalf("frame %d: timing %+v", i, o.Timing)
+		}
+		got = append(got, *o.Result)
+	}
+	if len(got) != len(want) || int(posted.Load()) != len(want) {
+		t.Fatalf("%d results (%d posted), serial gave %d", len(got), posted.Load(), len(want))
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.Seq != w.Seq || g.Kind != w.Kind || g.PoseEnc != w.PoseEnc || !slices.Equal(g.Depth, w.Depth) || !slices.Equal(g.RGB, w.RGB) {
+			t.Fatalf("result %d (frame %d) differs from the serial run", i, g.Seq)
+		}
+	}
+	if s := p.Stats(); s.Submitted != n || s.Delivered != n-1 || s.Failed != 1 || s.Waiting != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	if err := p.Submit(context.Background(), Input{Image: testImage(0)}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Submit after Close: %v", err)
+	}
+}
+
+// inFlightBound is the most frames a pipeline holds between Submit and
+// Deliver: the queue, the dispatcher's hand, the model's line, the frame in
+// the model, the results waiting behind it, the post workers' line and the
+// one being delivered, plus the frames a phase 1 buffers.
+func inFlightBound(c Config, buffered int) int {
+	c = c.withDefaults()
+	return c.Queue + 1 + (c.Workers + c.Ahead) + 1 + c.Behind + c.PostWorkers + 1 + buffered
+}
+
+// A consumer that stops holds everything back: Submit blocks (Block) once a
+// bounded number of frames is inside, and every frame arrives once the
+// consumer goes on. Decoded images alive at once stay within that bound.
+func TestBackPressureBoundsMemory(t *testing.T) {
+	gate := make(chan struct{})
+	var c collector
+	cfg := Config{Workers: 2, PostWorkers: 1, Queue: 2, Ahead: 1, Behind: 2, Policy: Block}
+	cfg.Deliver = func(o Output) {
+		<-gate
+		c.deliver(o)
+	}
+	p, err := New(context.Background(), tinyStream(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decoded, maxLive atomic.Int64
+	live := func() int64 { return decoded.Load() - int64(len(c.get())) }
+	accepted := 0
+	for i := range 60 {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		img := testImage(i)
+		err := p.Submit(ctx, Input{Seq: uint64(i), Decode: func() (image.Image, error) {
+			decoded.Add(1)
+			if l := live(); l > maxLive.Load() {
+				maxLive.Store(l)
+			}
+			return img, nil
+		}})
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		accepted++
+	}
+	bound := inFlightBound(cfg, 3)
+	if accepted >= 60 || accepted > bound {
+		t.Fatalf("%d frames accepted while the consumer was stopped; the bound is %d", accepted, bound)
+	}
+	if m := maxLive.Load(); m > int64(bound) {
+		t.Fatalf("%d decoded frames alive at once; the bound is %d", m, bound)
+	}
+	close(gate)
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	outs := c.get()
+	if len(outs) != accepted {
+		t.Fatalf("%d outputs for %d accepted frames", len(outs), accepted)
+	}
+	for i, o := range outs {
+		if o.Seq != uint64(i) || o.Err != nil {
+			t.Fatalf("output %d: frame %d, %v", i, o.Seq, o.Err)
+		}
+	}
+}
+
+// DropOldest never blocks the producer: with the consumer stopped, the
+// oldest waiting frames are dropped and counted, and what comes out is in
+// order and adds up.
+func TestDropOldest(t *testing.T) {
+	gate := make(chan struct{})
+	var c collector
+	var droppedSeqs []uint64
+	var mu sync.Mutex
+	cfg := Config{Workers: 1, PostWorkers: 1, Queue: 2, Ahead: 1, Behind: 2, Policy: DropOldest,
+		OnDrop: func(in Input) { mu.Lock(); droppedSeqs = append(droppedSeqs, in.Seq); mu.Unlock() }}
+	cfg.Deliver = func(o Output) {
+		<-gate
+		c.deliver(o)
+	}
+	p, err := New(context.Background(), tinyStream(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	for i := range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		start := time.Now()
+		if err := p.Submit(ctx, Input{Seq: uint64(i), Image: testImage(i)}); err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		cancel()
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("Submit waited %v with DropOldest", d)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	close(gate)
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := p.Stats()
+	outs := c.get()
+	if s.Dropped == 0 || int(s.Dropped) != len(droppedSeqs) {
+		t.Fatalf("dropped %d (told of %d) of %d frames with the consumer stopped", s.Dropped, len(droppedSeqs), n)
+	}
+	if int64(len(outs))+s.Dropped+s.NoResult != n {
+		t.Fatalf("%d outputs + %d dropped + %d without result != %d frames", len(outs), s.Dropped, s.NoResult, n)
+	}
+	if outs[len(outs)-1].Seq != n-1 {
+		t.Fatalf("the newest frame %d was not processed (last output %d)", n-1, outs[len(outs)-1].Seq)
+	}
+	for i := 1; i < len(outs); i++ {
+		if outs[i].Seq <= outs[i-1].Seq {
+			t.Fatalf("outputs out of order: %d after %d", outs[i].Seq, outs[i-1].Seq)
+		}
+	}
+	for _, d := range droppedSeqs {
+		for _, o := range outs {
+			if o.Seq == d {
+				t.Fatalf("frame %d both dropped and delivered", d)
+			}
+		}
+	}
+}
+
+// Do runs on the model's thread after everything before it was delivered,
+// and frames after it wait for it.
+func TestDoIsABarrier(t *testing.T) {
+	var c collector
+	p, err := New(context.Background(), tinyStream(t), Config{Policy: Block, Deliver: c.deliver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := p.Submit(context.Background(), Input{Seq: uint64(i), Image: testImage(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seen int
+	var frames int
+	if err := p.Do(context.Background(), func(s engine.Stream) error {
+		seen = len(c.get())
+		frames = s.Stats().FrameCount
+		return s.Reset()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if seen != 5 || frames != 5 {
+		t.Fatalf("Do saw %d delivered outputs and %d cached frames; want 5 and 5", seen, frames)
+	}
+	wantErr := errors.New("checkpoint failed")
+	if err := p.Do(context.Background(), func(engine.Stream) error { return wantErr }); !errors.Is(err, wantErr) {
+		t.Fatalf("Do returned %v", err)
+	}
+	// after the reset, a new map: phase 1 again on the next three frames
+	for i := 5; i < 8; i++ {
+		if err := p.Submit(context.Background(), Input{Seq: uint64(i), Image: testImage(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	outs := c.get()
+	if len(outs) != 8 {
+		t.Fatalf("%d outputs", len(outs))
+	}
+	for _, o := range outs[5:] {
+		if o.Result == nil || o.Result.Kind != engine.Scale {
+			t.Fatalf("frame %d after the reset: %+v, want a scale frame", o.Seq, o.Err)
+		}
+	}
+}
+
+// Cancelling the pipeline's context stops it without flushing, and Close
+// returns.
+func TestCancelStops(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	block := make(chan struct{})
+	p, err := New(ctx, tinyStream(t), Config{Policy: Block, Deliver: func(Output) { <-block }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if err := p.Submit(context.Background(), Input{Seq: uint64(i), Image: testImage(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	close(block)
+	done := make(chan error, 1)
+	go func() { done <- p.Close(context.Background()) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Close after cancel: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return after the context was cancelled")
+	}
+}
