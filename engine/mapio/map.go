@@ -114,6 +114,24 @@ func (m *Map) AddPoints(f geom.DepthFrame) ([]geom.Point, error) {
 	return m.buf, nil
 }
 
+// FramePoints unprojects a frame's confident points with the map's filter,
+// without touching the map: the per-pixel half of AddPoints, safe to run on
+// other goroutines (a pipeline's workers) before AddFramePoints takes the
+// points in frame order.
+func (m *Map) FramePoints(f geom.DepthFrame) ([]geom.Point, error) {
+	pts, err := geom.ConfidentPoints(nil, f, m.cfg.Filter)
+	if err != nil {
+		return nil, fmt.Errorf("mapio: %w", err)
+	}
+	return pts, nil
+}
+
+// AddFramePoints adds points FramePoints made to the map.
+func (m *Map) AddFramePoints(pts []geom.Point) {
+	m.pointsIn += int64(len(pts))
+	m.grid.Add(pts)
+}
+
 // Points is the voxel map: one averaged point per voxel, in the order the
 // voxels were first filled. The slice is the caller's.
 func (m *Map) Points() []geom.Point { return m.grid.Points() }
