@@ -32,6 +32,7 @@ func cudaConfig(cfg engine.Config, log *slog.Logger) cuda.Config {
 	c.SerialLaunch = !k.PDL
 	c.PagedKernel = k.PagedKernel
 	c.PagedSplits = k.PagedSplits
+	c.Arch = k.Arch
 	c.Logger = log
 	return c
 }

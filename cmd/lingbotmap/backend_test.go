@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,15 +21,23 @@ func TestCUDAConfig(t *testing.T) {
 		t.Fatalf("defaults: %+v, want cuda.DefaultConfig() %+v", got, cuda.DefaultConfig())
 	}
 	cfg.Precision = "fp32"
-	cfg.CUDA = engine.CUDAConfig{KernelCache: "-", ExactAttention: true, Profile: true, PagedKernel: "fa2", PagedSplits: 3}
+	cfg.CUDA = engine.CUDAConfig{KernelCache: "-", ExactAttention: true, Profile: true, PagedKernel: "fa2", PagedSplits: 3, Arch: "sm_80"}
 	got = cudaConfig(cfg, nil)
 	want := cuda.Config{Precision: cuda.FP32, CacheDir: "-", ExactAttention: true, Profile: true, FixedGEMMAlgo: true,
-		SerialLaunch: true, PagedKernel: "fa2", PagedSplits: 3}
+		SerialLaunch: true, PagedKernel: "fa2", PagedSplits: 3, Arch: "sm_80"}
 	if got != want {
 		t.Fatalf("every knob: %+v, want %+v", got, want)
 	}
 	if err := got.Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCUDAArches: the configuration takes exactly the compile targets the
+// backend knows.
+func TestCUDAArches(t *testing.T) {
+	if !slices.Equal(engine.CUDAArches, cuda.Arches) {
+		t.Fatalf("engine.CUDAArches %v, cuda.Arches %v", engine.CUDAArches, cuda.Arches)
 	}
 }
 
