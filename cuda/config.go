@@ -78,6 +78,10 @@ type Config struct {
 	// PagedSplits, when positive, replaces the key split count of the TMA
 	// paged kernel (for timing whole frames at other counts).
 	PagedSplits int
+	// Window is the stream's configured window: with it NewKVStore checks
+	// that all the caches the stream fills fit, and says what fits when they
+	// do not. The zero Window checks the KV store alone.
+	Window Window
 	// Arch is the target the kernels are compiled for: "auto" (or empty)
 	// is the GPU's own compute capability (compute_90a, the Hopper kernels,
 	// on sm_90), one of Arches a lower target than the GPU: below sm_90 the
