@@ -70,7 +70,8 @@ func (p kvPlan) kvBytes() int64 {
 	if !p.win.set() {
 		return int64(p.pages) * p.pageBytes()
 	}
-	return int64(p.patchPages()+p.specialPages()) * p.pageBytes()
+	// The store holds them all unless the window does not describe it.
+	return int64(min(p.patchPages()+p.specialPages(), p.pages)) * p.pageBytes()
 }
 
 // cameraBytes is the camera head's cache after MaxFrames frames.
@@ -115,9 +116,8 @@ func (p kvPlan) largestWidth(free int64) int {
 		r := max((rows*c*2+cols)/(2*cols), 1) // rows·c/cols, rounded
 		q := p
 		q.pageSize = c * r
-		if !p.lazy { // the store's special pool grows as pages shrink
-			q.pages = p.patchPages() + (p.win.MaxFrames*p.win.SpecialPerFrame+q.pageSize-1)/q.pageSize + specialSlack(p)
-		}
+		// The store's special pool grows as pages shrink.
+		q.pages = p.patchPages() + (p.win.MaxFrames*p.win.SpecialPerFrame+q.pageSize-1)/q.pageSize + specialSlack(p)
 		if q.need() <= free {
 			return c * patch
 		}

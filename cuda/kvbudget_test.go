@@ -43,6 +43,13 @@ func TestKVPlanBytes(t *testing.T) {
 	if got := fp32.kvBytes(); got != 2*95*page {
 		t.Errorf("fp32 KV %d bytes, want twice bf16's", got)
 	}
+	// A store smaller than the window says (made by other settings) counts
+	// no more than its pages.
+	small := p
+	small.pages = 40
+	if got := small.kvBytes(); got != 40*page {
+		t.Errorf("a 40-page store: KV %d bytes, want %d", got, 40*page)
+	}
 	// Without a window only the store counts, all of its pages (as before
 	// the window was known).
 	bare := p
