@@ -32,8 +32,12 @@ const (
 	// committed frame's camera token, 2·E wide, in fp32.
 	cameraDepth = 4
 	// activationReserve is what the check leaves free beside the caches for
-	// a frame's activations and the allocator's cached buffers.
+	// a frame's activations and the allocator's cached free buffers: with a
+	// full cache at 518×378 these held 0.14 and 0.85 GB (dev/NOTES-history.md).
 	activationReserve = 1 << 30
+	// vmGranule is the granularity the driver maps lazily backed KV pages
+	// in (cuMemGetAllocationGranularity on the GPUs measured).
+	vmGranule = 2 << 20
 )
 
 // kvPlan is what a stream's caches will take on the device.
@@ -67,11 +71,19 @@ func (p kvPlan) specialPages() int {
 // kvBytes is the device memory the KV pages take once the stream has
 // written all it will.
 func (p kvPlan) kvBytes() int64 {
-	if !p.win.set() {
+	patch, special := p.patchPages(), p.specialPages()
+	// Without a window, or when it does not describe the store (made by
+	// other settings), every page counts.
+	if !p.win.set() || !p.lazy || patch+special > p.pages {
 		return int64(p.pages) * p.pageBytes()
 	}
-	// The store holds them all unless the window does not describe it.
-	return int64(min(p.patchPages()+p.specialPages(), p.pages)) * p.pageBytes()
+	// Lazily backed pages get memory in whole granules of each layer's K
+	// and V arrays (vmSpace): the patch pages are the first of the array,
+	// the special pages a run that may start inside a granule.
+	region := int64(p.pageSize*p.heads*p.headDim) * p.elem // one page of one array
+	granules := func(n int) int64 { return (int64(n)*region + vmGranule - 1) / vmGranule }
+	mapped := min(granules(patch)+granules(special)+1, granules(p.pages))
+	return int64(2*p.layers) * mapped * vmGranule
 }
 
 // cameraBytes is the camera head's cache after MaxFrames frames.
@@ -146,8 +158,12 @@ func (p kvPlan) check(free, total int64) error {
 	w := p.win
 	var b strings.Builder
 	fmt.Fprintf(&b, "the caches of this window need %s but the GPU has %s free of %s after the weights: ", human(need), human(free), human(total))
-	fmt.Fprintf(&b, "KV %s (%d scale + %d window + %d headroom patch pages and %d special-token pages for max_frames %d; a page is %s: %d layers × %d tokens × K and V × %d × %d-byte elements), ",
-		human(p.kvBytes()), w.ScaleFrames, w.SlidingWindow, w.Headroom, p.specialPages(), w.MaxFrames, human(p.pageBytes()), p.layers, p.pageSize, p.heads*p.headDim, p.elem)
+	mapping := "every page of the store allocated now"
+	if p.lazy {
+		mapping = "mapped in 2 MiB granules as written"
+	}
+	fmt.Fprintf(&b, "KV %s (%d scale + %d window + %d headroom patch pages and %d special-token pages for max_frames %d; a page is %s: %d layers × %d tokens × K and V × %d × %d-byte elements; %s), ",
+		human(p.kvBytes()), w.ScaleFrames, w.SlidingWindow, w.Headroom, p.specialPages(), w.MaxFrames, human(p.pageBytes()), p.layers, p.pageSize, p.heads*p.headDim, p.elem, mapping)
 	fmt.Fprintf(&b, "the camera head's cache %s (%d frames), %s kept for activations. ", human(p.cameraBytes()), w.MaxFrames, human(activationReserve))
 	var fits []string
 	if n := p.largestWindow(free); n > 0 {
