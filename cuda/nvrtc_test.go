@@ -47,8 +47,8 @@ func TestKernelsCompile(t *testing.T) {
 	}
 	t.Logf("NVRTC %d.%d; Hopper pass: %s", maj, minor, strings.Join(hopper, " "))
 	var portable [][]string
-	for _, a := range []string{"compute_80", "compute_86", "compute_87", "compute_89", "compute_90"} {
-		portable = append(portable, []string{"--gpu-architecture=" + a})
+	for _, a := range Arches[1:] { // sm_XY → compute_XY
+		portable = append(portable, []string{"--gpu-architecture=compute_" + strings.TrimPrefix(a, "sm_")})
 	}
 	type module struct {
 		file, want string // want: the WANT_ variant, or ""
@@ -98,9 +98,27 @@ func TestKernelsCompile(t *testing.T) {
 						t.Errorf("no kernel %s in the PTX", k)
 					}
 				}
+				if !slices.Equal(arch, hopper) {
+					for _, ins := range hopperInstructions(arch[0]) {
+						if strings.Contains(ptx, ins) {
+							t.Errorf("the PTX uses %s, which this target's GPUs lack", ins)
+						}
+					}
+				}
 			})
 		}
 	}
+}
+
+// hopperInstructions are PTX instructions that a portable target's PTX must
+// not hold: sm_90a's (warpgroup MMA, TMA bulk copies, register
+// reallocation, elect), and below sm_90 programmatic dependent launch's.
+func hopperInstructions(archFlag string) []string {
+	ins := []string{"wgmma.", "cp.async.bulk", "setmaxnreg", "elect.sync"}
+	if !strings.HasSuffix(archFlag, "_90") {
+		ins = append(ins, "griddepcontrol")
+	}
+	return ins
 }
 
 func compilePTX(src, name string, opts []string) (string, error) {
