@@ -342,8 +342,8 @@ func (g *gpu) allowSharedMemory(module, name string, bytes int) error {
 	if g.smemAllowed[key] >= bytes {
 		return nil
 	}
-	if bytes > g.info.maxSharedOptin {
-		return fmt.Errorf("kernel %s needs %d bytes of shared memory, the GPU allows %d a block", name, bytes, g.info.maxSharedOptin)
+	if lim := g.target.sharedLimit(g.info.maxSharedOptin); bytes > lim {
+		return fmt.Errorf("kernel %s needs %d bytes of shared memory, %s allows %d a block", name, bytes, g.target.cap, lim)
 	}
 	fn, err := g.kernels.function(module, name)
 	if err != nil {

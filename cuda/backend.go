@@ -24,6 +24,8 @@ type gpu struct {
 	log  *slog.Logger
 	own  *owner
 	info deviceInfo
+	// target is what the kernels are compiled for (Config.Arch).
+	target target
 
 	pool     pool
 	kernels  *kernelCache
@@ -73,17 +75,24 @@ func New(cfg Config) (Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &gpu{cfg: cfg, log: log, own: own, info: info, launcher: newLauncher(), smemAllowed: map[string]int{}}
+	t, err := chooseTarget(cfg.Arch, info.name, capability{info.major, info.minor})
+	if err != nil {
+		own.stop()
+		return nil, err
+	}
+	g := &gpu{cfg: cfg, log: log, own: own, info: info, target: t, launcher: newLauncher(), smemAllowed: map[string]int{}}
 	g.pool.limit = max(cfg.CacheLimit, 0)
 	if cfg.PagedKernel != "auto" {
 		g.pagedVariant = cfg.PagedKernel
 	}
 	g.pagedSplits = cfg.PagedSplits
-	g.launcher.pdl = info.major >= 9 && pdlBuilt() && !cfg.SerialLaunch
+	// Kernels wait for their predecessor (pdl_wait) only when compiled for
+	// sm_90 or later; for a lower target they must be launched serially.
+	g.launcher.pdl = t.cap.major >= 9 && pdlBuilt() && !cfg.SerialLaunch
 	if cfg.Profile {
 		g.prof = newProfile()
 	}
-	g.kernels = newKernelCache(cfg.CacheDir, info, log)
+	g.kernels = newKernelCache(cfg.CacheDir, t, info.driver, log)
 	if err := own.do(func() error {
 		lt, err := newCublasLt(&g.pool)
 		if lt != nil {
@@ -97,9 +106,14 @@ func New(cfg Config) (Backend, error) {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	log.Info("cuda backend ready", "device", info.name, "sm", fmt.Sprintf("%d.%d", info.major, info.minor),
-		"multiprocessors", info.sms, "memory", human(info.totalMem), "driver", info.driver, "precision", cfg.Precision)
+		"multiprocessors", info.sms, "memory", human(info.totalMem), "driver", info.driver, "precision", cfg.Precision,
+		"arch", t.arch, "kernels", t.family(), "pdl", g.launcher.pdl)
 	return g, nil
 }
+
+// Kernels names the kernel family the backend runs and the NVRTC target it
+// compiles them for (e.g. "portable (mma.sync, cp.async), compute_80").
+func (g *gpu) Kernels() string { return fmt.Sprintf("%s, %s", g.target.family(), g.target.arch) }
 
 // Name is "cuda".
 func (g *gpu) Name() string { return "cuda" }

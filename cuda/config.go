@@ -78,6 +78,16 @@ type Config struct {
 	// PagedSplits, when positive, replaces the key split count of the TMA
 	// paged kernel (for timing whole frames at other counts).
 	PagedSplits int
+	// Window is the stream's configured window: with it NewKVStore checks
+	// that all the caches the stream fills fit, and says what fits when they
+	// do not. The zero Window checks the KV store alone.
+	Window Window
+	// Arch is the target the kernels are compiled for: "auto" (or empty)
+	// is the GPU's own compute capability (compute_90a, the Hopper kernels,
+	// on sm_90), one of Arches a lower target than the GPU: below sm_90 the
+	// Hopper-only kernels are off and the portable mma.sync / cp.async
+	// kernels run. A target above the GPU, or a GPU below sm_80, fails New.
+	Arch string
 	// Logger receives compile and memory events; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -91,7 +101,7 @@ var retiredPagedKernels = []string{"mma", "exact", "wg", "tma"}
 
 // DefaultConfig is device 0 in bf16 with the default kernels.
 func DefaultConfig() Config {
-	return Config{Device: 0, Precision: BF16, PagedKernel: "auto"}
+	return Config{Device: 0, Precision: BF16, PagedKernel: "auto", Arch: "auto"}
 }
 
 // Backend is a backend.Backend on a GPU. Device failures (out of memory, a
@@ -105,6 +115,9 @@ type Backend interface {
 	backend.Trimmer
 	backend.MemoryReporter
 	backend.Profiler
+	// Kernels names the kernel family that runs and its NVRTC target, e.g.
+	// "hopper (wgmma, TMA, PDL), compute_90a" (Config.Arch).
+	Kernels() string
 	Close() error
 }
 
@@ -118,6 +131,9 @@ func (c Config) Validate() error {
 	}
 	if c.PagedSplits < 0 {
 		return fmt.Errorf("cuda: paged_splits %d: want 0 (automatic) or a positive count", c.PagedSplits)
+	}
+	if _, _, err := parseArch(c.Arch); err != nil {
+		return err
 	}
 	if c.PagedKernel == "" || slices.Contains(PagedKernels, c.PagedKernel) || slices.Contains(labPagedKernels(), c.PagedKernel) {
 		return nil

@@ -8,7 +8,7 @@ import (
 
 // TestConfigValidate: the production kernels are taken in every build, the
 // lab's only with the cudadev tag (else the error says how to get them),
-// anything else is named as unknown.
+// anything else is named as unknown; so is a compile target not in Arches.
 func TestConfigValidate(t *testing.T) {
 	ok := func(c Config) {
 		t.Helper()
@@ -50,4 +50,12 @@ func TestConfigValidate(t *testing.T) {
 	c = d
 	c.Device = -1
 	bad(c, "device")
+	for _, a := range append([]string{""}, Arches...) {
+		c = d
+		c.Arch = a
+		ok(c)
+	}
+	c = d
+	c.Arch = "sm_70"
+	bad(c, `unknown arch "sm_70"`)
 }

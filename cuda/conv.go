@@ -204,6 +204,13 @@ func (g *gpu) conv3Kernel(c, o, hw, n int) (kind int, t conv3Tile) {
 	if !ok && v != convImplicit && v != convMMA {
 		return conv3None, t
 	}
+	// The 32×256 and 128×128 tiles need more shared memory than sm_86 and
+	// sm_89 allow a block; 64×128 fits every GPU from sm_80.
+	if lim := g.target.sharedLimit(g.info.maxSharedOptin); t.smem() > lim {
+		if t = (conv3Tile{64, 128}); t.smem() > lim {
+			return conv3None, t
+		}
+	}
 	return conv3MMA, t
 }
 

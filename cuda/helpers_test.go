@@ -30,6 +30,11 @@ func TestMain(m *testing.M) {
 	fx.cpu = cpu.New(cpu.Config{})
 	cfg := DefaultConfig()
 	cfg.CacheDir = os.Getenv("LINGBOTMAP_CUDA_KERNEL_CACHE")
+	// The setting cuda.arch: LINGBOTMAP_CUDA_ARCH=sm_80 tests the portable
+	// kernels on a Hopper GPU (cuda/scripts/run.sh ARCH=sm_80).
+	if a := os.Getenv("LINGBOTMAP_CUDA_ARCH"); a != "" {
+		cfg.Arch = a
+	}
 	cfg.Precision = FP32
 	if fx.fp32, err = New(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "cuda tests need a GPU:", err)

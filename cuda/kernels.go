@@ -20,7 +20,8 @@ import (
 	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 )
 
-// The kernels are CUDA C sources compiled at first use for the exact GPU.
+// The kernels are CUDA C sources compiled at first use for the GPU's target
+// (chooseTarget: its own capability, or a lower one that Config.Arch names).
 //
 //go:embed kernels/*.cu kernels/*.cuh
 var kernelFS embed.FS
@@ -39,7 +40,7 @@ type kernelCache struct {
 	funcs   map[string]kernelFunc
 }
 
-func newKernelCache(dir string, info deviceInfo, log *slog.Logger) *kernelCache {
+func newKernelCache(dir string, t target, driver int, log *slog.Logger) *kernelCache {
 	switch dir {
 	case "-":
 		dir = ""
@@ -48,17 +49,13 @@ func newKernelCache(dir string, info deviceInfo, log *slog.Logger) *kernelCache 
 			dir = filepath.Join(base, "lingbotmap", "cuda")
 		}
 	}
-	arch := fmt.Sprintf("compute_%d%d", info.major, info.minor)
-	if info.major == 9 && info.minor == 0 {
-		arch = "compute_90a" // Hopper: allow the arch-specific instructions
-	}
-	return &kernelCache{dir: dir, arch: arch, driver: info.driver, log: log,
+	return &kernelCache{dir: dir, arch: t.arch, driver: driver, log: log,
 		modules: map[string]kernelModule{}, funcs: map[string]kernelFunc{}}
 }
 
 // hopper says whether kernels compile for sm_90a, where the warpgroup MMA
-// (wgmma) instructions exist.
-func (k *kernelCache) hopper() bool { return k.arch == "compute_90a" }
+// (wgmma) instructions exist (target.hopper).
+func (k *kernelCache) hopper() bool { return target{arch: k.arch}.hopper() }
 
 func (k *kernelCache) function(module, name string) (kernelFunc, error) {
 	key := module + "." + name

@@ -113,8 +113,11 @@ func (g *gpu) kv(s backend.KVStore) *kvStore {
 }
 
 // NewKVStore reserves the pages of all layers after checking that the device
-// has the memory for all of them, so that a stream does not run out later
-// (unless something else takes the memory meanwhile).
+// has the memory for the pages the stream will write (all of them without
+// lazily backed pages) and, with Config.Window, for the camera head's cache
+// and a frame's activations too, so that a stream does not run out later
+// (unless something else takes the memory meanwhile). The error says which
+// smaller window or image width fits (kvPlan.check).
 func (g *gpu) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 	if spec.Layers <= 0 || spec.Pages <= 0 || spec.PageSize <= 0 || spec.Heads <= 0 || spec.HeadDim <= 0 {
 		return nil, fmt.Errorf("cuda: invalid KV store size %v", spec)
@@ -130,15 +133,15 @@ func (g *gpu) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 		st.elem = 2
 	}
 	per := int64(spec.Pages) * st.pageBytes()
+	plan := kvPlan{win: g.cfg.Window, layers: spec.Layers, heads: spec.Heads, headDim: spec.HeadDim,
+		pageSize: spec.PageSize, pages: spec.Pages, elem: st.elem, lazy: !g.cfg.EagerKV}
 	err := g.own.do(func() error {
 		free, total, err := memInfo()
 		if err != nil {
 			return err
 		}
-		need := spec.Bytes(int(st.elem))
-		if need > free {
-			return fmt.Errorf("the KV cache needs %s (%v, %d-byte elements) but the GPU has %s free of %s",
-				human(need), spec, st.elem, human(free), human(total))
+		if err := plan.check(free, total); err != nil {
+			return err
 		}
 		if st.pt, err = g.pool.getAs(int64(spec.Pages)*4, catKV); err != nil {
 			return err
@@ -156,6 +159,10 @@ func (g *gpu) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 				return err
 			}
 			g.log.Info("cuda: no virtual memory management; the whole KV cache is allocated now")
+			plan.lazy = false
+			if err := plan.check(free, total); err != nil {
+				return err
+			}
 		}
 		for range 2 * spec.Layers {
 			b, err := g.pool.getAs(per, catKV)

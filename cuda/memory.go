@@ -287,17 +287,6 @@ func (p *pool) trim() {
 	p.cached = 0
 }
 
-func human(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	default:
-		return fmt.Sprintf("%d B", n)
-	}
-}
-
 // newTensor allocates an uninitialised tensor (owner thread only).
 func (g *gpu) newTensor(shape []int, cat memCat) (*Tensor, error) {
 	for _, d := range shape {

@@ -23,15 +23,19 @@ var wantVariant = regexp.MustCompile(`(?m)^#ifdef WANT_(\w+)`)
 var hopperOnly = []string{"conv3_wg_tf32"}
 
 // TestKernelsCompile compiles every kernel module, production and lab, with
-// NVRTC as the loader does, for Hopper and for a GPU before it (compute_80:
-// the portable paths), and checks that each kernel the module defines is in
-// the PTX. It needs only NVRTC, no GPU: CI links Debian's (test/run.sh). An
-// NVRTC older than CUDA 12 has no compute_90a; the Hopper pass then compiles
-// for compute_90 with the sm_90a feature macro set, so the wgmma and TMA code
-// is compiled too (its inline PTX is checked by ptxas only on a GPU).
-// Variants compiled one at a time (WANT_name) run in the Hopper pass only,
-// and those of head dim 128 not at all: they are the head-dim-64 bodies
-// unrolled further, and the slowest to compile.
+// NVRTC as the loader does, for every target the backend compiles for
+// (chooseTarget): Hopper (compute_90a) and the portable targets compute_80,
+// 86, 87, 89 and 90 (Ampere, RTX 30, Jetson Orin, Ada, and sm_90 on a GPU
+// newer than Hopper), and checks that each kernel the module defines is in
+// the PTX. It needs only NVRTC, no GPU: CI links Debian's (test/run.sh).
+// CUDA 11.8's NVRTC knows every one of these targets but compute_90a; the
+// Hopper pass then compiles for compute_90 with the sm_90a feature macro
+// set, so the wgmma and TMA code is compiled too (its inline PTX is checked
+// by ptxas only on a GPU). Variants compiled one at a time (WANT_name), the
+// fp32 and exact attention kernels, run in the Hopper pass only (they hold
+// no instruction that differs by target, and take most of the time), and
+// those of head dim 128 not at all: they are the head-dim-64 bodies unrolled
+// further, and the slowest to compile.
 func TestKernelsCompile(t *testing.T) {
 	maj, minor, err := nvrtc.Version()
 	if err != nil {
@@ -42,7 +46,10 @@ func TestKernelsCompile(t *testing.T) {
 		hopper = []string{"--gpu-architecture=compute_90", "-D__CUDA_ARCH_FEAT_SM90_ALL"}
 	}
 	t.Logf("NVRTC %d.%d; Hopper pass: %s", maj, minor, strings.Join(hopper, " "))
-	pre := []string{"--gpu-architecture=compute_80"}
+	var portable [][]string
+	for _, a := range Arches[1:] { // sm_XY → compute_XY
+		portable = append(portable, []string{"--gpu-architecture=compute_" + strings.TrimPrefix(a, "sm_")})
+	}
 	type module struct {
 		file, want string // want: the WANT_ variant, or ""
 		archs      [][]string
@@ -61,7 +68,7 @@ func TestKernelsCompile(t *testing.T) {
 					own = append(own, k)
 				}
 			}
-			mods = append(mods, module{file: f, archs: [][]string{pre, hopper}, kernels: own})
+			mods = append(mods, module{file: f, archs: append(slices.Clone(portable), hopper), kernels: own})
 			for _, m := range wantVariant.FindAllStringSubmatch(string(text), -1) {
 				if !strings.HasSuffix(m[1], "_d128") {
 					mods = append(mods, module{file: f, want: m[1], archs: [][]string{hopper}, kernels: append(slices.Clone(own), m[1])})
@@ -87,13 +94,31 @@ func TestKernelsCompile(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, k := range m.kernels {
-					if !strings.Contains(ptx, ".entry "+k+"(") && (arch[0] != pre[0] || !slices.Contains(hopperOnly, k)) {
+					if !strings.Contains(ptx, ".entry "+k+"(") && (slices.Equal(arch, hopper) || !slices.Contains(hopperOnly, k)) {
 						t.Errorf("no kernel %s in the PTX", k)
+					}
+				}
+				if !slices.Equal(arch, hopper) {
+					for _, ins := range hopperInstructions(arch[0]) {
+						if strings.Contains(ptx, ins) {
+							t.Errorf("the PTX uses %s, which this target's GPUs lack", ins)
+						}
 					}
 				}
 			})
 		}
 	}
+}
+
+// hopperInstructions are PTX instructions that a portable target's PTX must
+// not hold: sm_90a's (warpgroup MMA, TMA bulk copies, register
+// reallocation, elect), and below sm_90 programmatic dependent launch's.
+func hopperInstructions(archFlag string) []string {
+	ins := []string{"wgmma.", "cp.async.bulk", "setmaxnreg", "elect.sync"}
+	if !strings.HasSuffix(archFlag, "_90") {
+		ins = append(ins, "griddepcontrol")
+	}
+	return ins
 }
 
 func compilePTX(src, name string, opts []string) (string, error) {

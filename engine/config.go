@@ -116,7 +116,15 @@ type CUDAConfig struct {
 	// PagedSplits, when positive, replaces the automatic key split count of
 	// the TMA paged kernels.
 	PagedSplits int `mapstructure:"paged_splits"`
+	// Arch is the target the kernels are compiled for: "auto" (the GPU's
+	// own) or one of CUDAArches below the GPU's capability; below sm_90 the
+	// Hopper-only kernels are off and the portable ones run.
+	Arch string `mapstructure:"arch"`
 }
+
+// CUDAArches are the values of CUDAConfig.Arch, as the CUDA backend names
+// its compile targets (cuda.Arches; a test keeps the two equal).
+var CUDAArches = []string{"auto", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90"}
 
 // PagedKernels are the values of CUDAConfig.PagedKernel besides "auto", as
 // the CUDA backend names its paged-attention kernels: "fa2" (the portable
@@ -147,6 +155,7 @@ func DefaultConfig() Config {
 			GEMMTuning:  true,
 			PDL:         true,
 			PagedKernel: "auto",
+			Arch:        "auto",
 		},
 	}
 }
@@ -229,6 +238,9 @@ func (c Config) Validate() error {
 	}
 	if c.CUDA.PagedSplits < 0 {
 		bad("cuda.paged_splits", "must be ≥ 0 (0 = automatic), not %d", c.CUDA.PagedSplits)
+	}
+	if !slices.Contains(CUDAArches, c.CUDA.Arch) {
+		bad("cuda.arch", "must be one of %s, not %q", strings.Join(CUDAArches, ", "), c.CUDA.Arch)
 	}
 	return errors.Join(errs...)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 	"github.com/lingbotmap/lingbotmap/engine/cpu"
+	"github.com/lingbotmap/lingbotmap/engine/kvcache"
 )
 
 // newEngineStream starts the engine on the backend cfg names: the stream
@@ -32,6 +33,10 @@ func cudaConfig(cfg engine.Config, log *slog.Logger) cuda.Config {
 	c.SerialLaunch = !k.PDL
 	c.PagedKernel = k.PagedKernel
 	c.PagedSplits = k.PagedSplits
+	c.Arch = k.Arch
+	c.Window = cuda.Window{ScaleFrames: cfg.ScaleFrames, SlidingWindow: cfg.SlidingWindow, Headroom: cfg.CacheHeadroom,
+		MaxFrames: cfg.MaxFrames, SpecialPerFrame: kvcache.SpecialPerFrame, CameraIterations: cfg.CameraIterations,
+		ImageWidth: cfg.ImageWidth}
 	c.Logger = log
 	return c
 }

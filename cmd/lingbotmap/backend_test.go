@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,25 +11,37 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 )
 
-// TestCUDAConfig: the defaults map onto cuda.DefaultConfig, and every knob
-// onto its field.
+// TestCUDAConfig: the defaults map onto cuda.DefaultConfig with the
+// engine's window, and every knob onto its field.
 func TestCUDAConfig(t *testing.T) {
 	cfg := engine.DefaultConfig()
 	cfg.Device = "cuda"
 	got := cudaConfig(cfg, nil)
-	if got != cuda.DefaultConfig() {
-		t.Fatalf("defaults: %+v, want cuda.DefaultConfig() %+v", got, cuda.DefaultConfig())
+	def := cuda.DefaultConfig()
+	def.Window = cuda.Window{ScaleFrames: 8, SlidingWindow: 64, Headroom: 16, MaxFrames: 1024, SpecialPerFrame: 6, CameraIterations: 4, ImageWidth: 518}
+	if got != def {
+		t.Fatalf("defaults: %+v, want cuda.DefaultConfig() with the default window %+v", got, def)
 	}
 	cfg.Precision = "fp32"
-	cfg.CUDA = engine.CUDAConfig{KernelCache: "-", ExactAttention: true, Profile: true, PagedKernel: "fa2", PagedSplits: 3}
+	cfg.CUDA = engine.CUDAConfig{KernelCache: "-", ExactAttention: true, Profile: true, PagedKernel: "fa2", PagedSplits: 3, Arch: "sm_80"}
+	cfg.ScaleFrames, cfg.SlidingWindow, cfg.CacheHeadroom, cfg.MaxFrames, cfg.CameraIterations, cfg.ImageWidth = 4, 16, 2, 200, 2, 280
 	got = cudaConfig(cfg, nil)
 	want := cuda.Config{Precision: cuda.FP32, CacheDir: "-", ExactAttention: true, Profile: true, FixedGEMMAlgo: true,
-		SerialLaunch: true, PagedKernel: "fa2", PagedSplits: 3}
+		SerialLaunch: true, PagedKernel: "fa2", PagedSplits: 3, Arch: "sm_80",
+		Window: cuda.Window{ScaleFrames: 4, SlidingWindow: 16, Headroom: 2, MaxFrames: 200, SpecialPerFrame: 6, CameraIterations: 2, ImageWidth: 280}}
 	if got != want {
 		t.Fatalf("every knob: %+v, want %+v", got, want)
 	}
 	if err := got.Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCUDAArches: the configuration takes exactly the compile targets the
+// backend knows.
+func TestCUDAArches(t *testing.T) {
+	if !slices.Equal(engine.CUDAArches, cuda.Arches) {
+		t.Fatalf("engine.CUDAArches %v, cuda.Arches %v", engine.CUDAArches, cuda.Arches)
 	}
 }
 

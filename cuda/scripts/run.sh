@@ -31,6 +31,15 @@
 #   SIZED_HW=HxW      'golden-sized': input size of the cases it makes with the
 #                     reference and then verifies (default 224x294: 336-token
 #                     pages, so the TMA paged kernels run; needs .ref)
+#   ARCH=sm_80        compile the kernels for this target (the setting cuda.arch,
+#                     LINGBOTMAP_CUDA_ARCH) in every stage that runs the backend:
+#                     test, verify, benchcmd, profile, golden-sized. Below sm_90
+#                     the Hopper kernels and PDL are off and the portable
+#                     mma.sync / cp.async kernels run, as on an A100, RTX 30/40
+#                     or Jetson Orin; the summary and logs are marked with it.
+#                     The portable path's proof in one call:
+#                       ARCH=sm_80 BENCH_FRAMES=164 BENCH_ARGS="--warmup 80" \
+#                         cuda/scripts/run.sh info build test verify benchcmd
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 root=$PWD
@@ -62,6 +71,10 @@ export CGO_CFLAGS="$CGO_CFLAGS -I$(dirname "${hdr:-/nonexistent/x}")"
 export CGO_LDFLAGS="${CGO_LDFLAGS:-} -L/tmp/lbm-lib"
 export LD_LIBRARY_PATH="$(dirname "${lt:-/x/y}"):${LD_LIBRARY_PATH:-}"
 export LINGBOTMAP_CUDA_KERNEL_CACHE=/tmp/lbm-kernels # the setting cuda.kernel_cache
+if [ -n "${ARCH:-}" ]; then
+  export LINGBOTMAP_CUDA_ARCH=$ARCH # the setting cuda.arch
+  say "kernels compiled for $ARCH (LINGBOTMAP_CUDA_ARCH)"
+fi
 
 stage_info() {
   { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm --format=csv
@@ -113,6 +126,7 @@ stage_verify() { # $1 = precision
     # The worst relative error per output, and the verdict.
     say "verify $name $1: exit $rc, $(grep -E '^(PASS|FAIL)$' "$OUT/verify-$1-$name.log" | tail -1)"
     grep -E 'FAIL|problem:|frame types' "$OUT/verify-$1-$name.log" | head -8 | tee -a "$OUT/summary.txt"
+    grep -m1 -oE 'arch=[^ ]+ kernels="[^"]+"' "$OUT/verify-$1-$name.log" | sed 's/^/  /' | tee -a "$OUT/summary.txt"
     awk 'NF>=8 && $7 ~ /e-/ {if ($6+0 > w[$1]) w[$1]=$6+0} END {for (o in w) printf "  %s %.3g\n", o, w[o]}' \
       "$OUT/verify-$1-$name.log" | sort | tee -a "$OUT/summary.txt"
     [ "$rc" = 0 ] || status=1
@@ -122,7 +136,7 @@ stage_verify() { # $1 = precision
 stage_benchcmd() {
   # shellcheck disable=SC2086
   timeout "${BENCH_TIMEOUT:-200}" /tmp/lingbotmap bench --device cuda --frames "${BENCH_FRAMES:-22}" --mem-every "${MEM_EVERY:-0}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench-cmd.log" \
-    | grep -E 'phase 1|steady|cache filling|full cache|KV cache|memory|after [0-9]+ frames|rror|cuda memory at close' | tee -a "$OUT/summary.txt"
+    | grep -E 'phase 1|steady|cache filling|full cache|KV cache|memory|after [0-9]+ frames|rror|cuda memory at close|cuda backend ready' | tee -a "$OUT/summary.txt"
 }
 
 stage_peak() {
