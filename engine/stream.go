@@ -166,6 +166,7 @@ type window struct {
 	aligned bool
 	raw     []Result // results not yet aligned (windows after the first)
 	tail    []input  // the last Overlap inputs, re-run by the next window
+	rerun   int      // leading frames that re-run the previous window's tail
 }
 
 type stream struct {
@@ -184,7 +185,7 @@ type stream struct {
 	flowDecs int // flow keyframe decisions so far, for Config.Decide
 
 	// windowed mode
-	held     []Result // results that a next window may still replace
+	held     []Result // reference: results that a next window may still replace; live: the emitted tail a next window aligns to
 	prevTail *geom.WindowFrames
 	sims     []geom.Similarity
 	closed   bool
@@ -222,6 +223,9 @@ func (s *stream) Prepare(f Frame) (Frame, error) {
 func (s *stream) newWindow(index int) *window {
 	return &window{index: index, sim: geom.Identity(), aligned: index == 0}
 }
+
+// live says whether windows are joined live (Config.WindowMode).
+func (s *stream) live() bool { return s.cfg.Windowed && s.cfg.WindowMode == WindowLive }
 
 // overlap is the number of frames consecutive windows share.
 func (s *stream) overlap() int { return s.cfg.OverlapSize }
@@ -463,6 +467,9 @@ func (s *stream) emit(res []Result) ([]Result, error) {
 	if !s.cfg.Windowed {
 		return res, nil
 	}
+	if s.live() {
+		return s.emitLive(res)
+	}
 	w := s.win
 	if !w.aligned {
 		w.raw = append(w.raw, res...)
@@ -485,6 +492,34 @@ func (s *stream) emit(res []Result) ([]Result, error) {
 	return s.release(s.overlap()), nil
 }
 
+// emitLive passes results on at once (live windows): window 0 as produced,
+// later windows warped by their similarity. A window's re-runs of the
+// previous window's tail only serve its alignment: those frames were emitted
+// already. The emitted tail is kept for the next window's alignment.
+func (s *stream) emitLive(res []Result) ([]Result, error) {
+	w := s.win
+	if !w.aligned {
+		w.raw = append(w.raw, res...)
+		if len(w.raw) < w.rerun {
+			return nil, nil
+		}
+		if err := s.align(); err != nil {
+			return nil, err
+		}
+		res, w.raw = w.raw[w.rerun:], nil
+	}
+	if w.index > 0 {
+		for i := range res {
+			warpResult(&res[i], w.sim)
+		}
+	}
+	s.held = append(s.held, res...)
+	if ov := s.overlap(); len(s.held) > ov {
+		s.held = append(s.held[:0], s.held[len(s.held)-ov:]...)
+	}
+	return res, nil
+}
+
 // release returns all held results but the newest keep.
 func (s *stream) release(keep int) []Result {
 	n := max(len(s.held)-keep, 0)
@@ -497,7 +532,11 @@ func (s *stream) release(keep int) []Result {
 func (s *stream) align() error {
 	w := s.win
 	cur := framesOf(w.raw)
-	sim, err := geom.PairwiseAlignment(*s.prevTail, cur, s.overlap())
+	overlap := s.overlap()
+	if s.live() {
+		overlap = w.rerun // the emitted tail holds exactly the re-run frames
+	}
+	sim, err := geom.PairwiseAlignment(*s.prevTail, cur, overlap)
 	if err != nil {
 		return fmt.Errorf("engine: aligning window %d: %w", w.index, err)
 	}
@@ -553,21 +592,6 @@ func framesOf(res []Result) geom.WindowFrames {
 // nextWindow closes the current window and starts the next one on its tail.
 func (s *stream) nextWindow(ctx context.Context) ([]Result, error) {
 	old := s.win
-	var out []Result
-	if old.index == 0 {
-		// window 0 becomes part of a multi-window map: warp it by the identity,
-		// which re-encodes its quaternions as the reference does.
-		s.sims = append(s.sims, geom.Identity())
-		for i := range s.held {
-			warpResult(&s.held[i], geom.Identity())
-		}
-	}
-	out = append(out, s.release(s.overlap())...)
-	// the held tail (aligned) is what the next window aligns to; it is not emitted
-	tail := framesOf(s.held)
-	s.prevTail = &tail
-	s.held = s.held[:0]
-
 	// next window start: fixed windows step by (length − overlap); flow windows
 	// restart overlap frames back, but never inside the old window's scale frames.
 	retained := old.tail
@@ -579,9 +603,34 @@ func (s *stream) nextWindow(ctx context.Context) ([]Result, error) {
 			retained = retained[dropped:]
 		}
 	}
+	var out []Result
+	if old.index == 0 {
+		s.sims = append(s.sims, geom.Identity())
+	}
+	if s.live() {
+		// emitted already; the next window aligns to the results of the
+		// frames it re-runs
+		tail := framesOf(s.held[max(len(s.held)-len(retained), 0):])
+		s.prevTail = &tail
+		s.held = nil
+	} else {
+		if old.index == 0 {
+			// window 0 becomes part of a multi-window map: warp it by the
+			// identity, which re-encodes its quaternions as the reference does.
+			for i := range s.held {
+				warpResult(&s.held[i], geom.Identity())
+			}
+		}
+		out = append(out, s.release(s.overlap())...)
+		// the held tail (aligned) is what the next window aligns to; it is not emitted
+		tail := framesOf(s.held)
+		s.prevTail = &tail
+		s.held = s.held[:0]
+	}
 	s.m.Reset()
 	s.trimBackend()
 	s.win = s.newWindow(old.index + 1)
+	s.win.rerun = len(retained)
 	s.trace(TraceEvent{Event: "reset"})
 	s.log.Info("new window", "window", s.win.index, "overlap_frames", len(retained))
 	for _, in := range retained {
@@ -603,6 +652,11 @@ func (s *stream) Flush(ctx context.Context) ([]Result, error) {
 			return nil, err
 		}
 		out = append(out, res...)
+	}
+	if s.live() {
+		// what is not aligned yet re-runs frames emitted already
+		s.win.raw = nil
+		return out, nil
 	}
 	if s.cfg.Windowed {
 		w := s.win
