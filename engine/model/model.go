@@ -152,6 +152,10 @@ type Model struct {
 	camera *cameraHead
 	heads  heads
 
+	// The state: everything a call changes. A fork has its own and shares
+	// the rest (weights, per-resolution tables, the backend).
+	forked     bool
+	cam        camCache
 	cache      *kvcache.Cache
 	store      backend.KVStore
 	storeSpec  backend.KVSpec
@@ -215,6 +219,7 @@ func Load(be backend.Backend, store weights.Store, opt Options) (*Model, error) 
 		}
 		opt.Log.Warn("model: "+msg, "count", len(unused))
 	}
+	m.cam = newCamCache(opt.CameraIterations, len(m.camera.trunk))
 	m.sizes = Sizes{
 		Embed: e, Heads: e / aggHeadDim, Depth: depth,
 		DinoDepth: len(m.dino.blocks), DinoGrid: m.dino.grid, PatchSize: m.dino.patch,
@@ -231,6 +236,25 @@ func summarizeKeys(keys []string) string {
 		return strings.Join(keys[:5], ", ") + ", …"
 	}
 	return strings.Join(keys, ", ")
+}
+
+// Fork returns a second model state over the same weights: it shares every
+// weight, the per-resolution tables and the backend, and has its own KV
+// cache (a new store from the backend, sized at its first call), camera-head
+// cache, RoPE frame counter and pending flags. The two may run calls
+// interleaved on one goroutine (not at once) at the same resolution. Closing
+// a fork frees only its caches; the weights live as long as the model that
+// loaded them, which must outlive its forks.
+func (m *Model) Fork() (*Model, error) {
+	if m.closed {
+		return nil, errors.New("model: Fork after Close")
+	}
+	return &Model{
+		be: m.be, opt: m.opt, sizes: m.sizes,
+		dino: m.dino, agg: m.agg, camera: m.camera, heads: m.heads,
+		forked: true,
+		cam:    newCamCache(m.opt.CameraIterations, len(m.camera.trunk)),
+	}, nil
 }
 
 // Sizes reports the dimensions read from the weights.
@@ -369,7 +393,7 @@ func (m *Model) Forward(ctx context.Context, images [][]float32, h, w int, step 
 
 	// Queue all heads before the first copy to the host synchronises.
 	var dl downloads
-	m.camera.forward(be, layers[len(layers)-1], !step.SkipAppend, &dl, &out.PoseIters)
+	m.camera.forward(be, &m.cam, layers[len(layers)-1], !step.SkipAppend, &dl, &out.PoseIters)
 	if err := m.heads.run(be, layers, m.agg.numSpecial, gh, gw, h, w, &dl, out); err != nil {
 		dl.free(be)
 		return nil, err
@@ -437,7 +461,7 @@ func (m *Model) ensureCache(h, w, np int) error {
 		return fmt.Errorf("model: KV cache for %d×%d images: %w", h, w, err)
 	}
 	m.cache, m.store, m.storeSpec, m.h, m.w = cache, store, spec, h, w
-	m.camera.reset(m.be)
+	m.cam.reset(m.be)
 	m.committed = 0
 	m.pending = false
 	return nil
@@ -474,7 +498,7 @@ func (m *Model) Reset() {
 	if m.cache != nil {
 		m.cache.Reset()
 	}
-	m.camera.reset(m.be)
+	m.cam.reset(m.be)
 	m.committed = 0
 	m.pending = false
 }
@@ -509,7 +533,7 @@ func (m *Model) Width() int  { return m.w }
 func (m *Model) Height() int { return m.h }
 
 // CameraFrames is the number of frames in the camera head's cache.
-func (m *Model) CameraFrames() int { return m.camera.frames }
+func (m *Model) CameraFrames() int { return m.cam.frames }
 
 // KVBytes is the storage of the aggregator KV cache at float32 plus the camera
 // head's cache now (a backend storing bf16 uses half of the first part).
@@ -520,7 +544,7 @@ func (m *Model) KVBytes() int64 {
 	} else if m.store != nil {
 		n = m.storeSpec.Bytes(4)
 	}
-	return n + int64(m.camera.frames)*int64(len(m.camera.k)*len(m.camera.trunk))*2*int64(m.sizes.CamDim)*4
+	return n + int64(m.cam.frames)*int64(len(m.cam.k)*len(m.camera.trunk))*2*int64(m.sizes.CamDim)*4
 }
 
 // Close releases the caches and per-resolution tables. The backend owns the
@@ -529,9 +553,11 @@ func (m *Model) Close() {
 	if m.closed {
 		return
 	}
-	m.camera.reset(m.be)
-	m.dino.release(m.be)
-	m.agg.release(m.be)
+	m.cam.reset(m.be)
+	if !m.forked {
+		m.dino.release(m.be)
+		m.agg.release(m.be)
+	}
 	m.releaseStore()
 	m.cache = nil
 	m.closed = true
