@@ -162,6 +162,7 @@ type Model struct {
 	h, w       int
 	committed  int // RoPE time index of the next frame: frames committed since reset
 	pending    bool
+	busy       *Pass // the sliced call in progress
 	visibleBuf []int32
 	closed     bool
 }
@@ -273,139 +274,30 @@ var ErrPending = errors.New("model: the previous deferred-eviction frame was nei
 
 // Forward runs one call: several frames (phase 1, on an empty cache) or one.
 // images are CHW float32 in [0,1], 3·h·w values each, h and w multiples of the
-// patch size; the resolution stays fixed until Reset.
+// patch size; the resolution stays fixed until Reset. It is Begin and then
+// every Step of the pass.
 func (m *Model) Forward(ctx context.Context, images [][]float32, h, w int, step Step) (*Output, error) {
-	if err := m.checkInput(images, h, w, step); err != nil {
-		return nil, err
-	}
-	s := len(images)
-	gh, gw := h/m.sizes.PatchSize, w/m.sizes.PatchSize
-	if err := m.ensureCache(h, w, gh*gw); err != nil {
-		return nil, err
-	}
-	be := m.be
-	cancelled := func() error {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("model: forward cancelled: %w", err)
-		}
-		return nil
-	}
-	if err := cancelled(); err != nil {
-		return nil, err
-	}
-	if m.committed+s > m.opt.MaxFrames {
-		return nil, fmt.Errorf("model: %d frames committed since the last reset reach the limit of %d (MaxFrames); reset or start a new window", m.committed, m.opt.MaxFrames)
-	}
-
-	// Reserve the cache pages first: the bookkeeping is shared by all global
-	// blocks, so it runs once per call and each block writes where it says.
-	call := aggCall{
-		s:            s,
-		cachedFrames: m.cache.Stats().FrameCount,
-		scaleFor:     m.opt.ScaleFrames,
-		timeIndex:    m.committed,
-		dense:        s > 1,
-		keepLayers:   m.opt.SelectedLayers,
-		store:        m.store,
-	}
-	if s > 1 {
-		call.scaleFor = s
-	}
-	defer m.cache.SetDeferEviction(false)
-	switch {
-	case s > 1:
-		for f := 0; f < s; f++ {
-			plan, err := m.cache.Append(m.agg.numSpecial)
-			if err != nil {
-				m.cache.Reset()
-				return nil, fmt.Errorf("model: phase 1 with %d frames: %w", s, err)
-			}
-			plan.Special = slices.Clone(plan.Special)
-			call.plans = append(call.plans, plan)
-			m.cache.Evict()
-		}
-	case step.SkipAppend || step.DeferEviction:
-		m.cache.SetDeferEviction(true)
-		plan, err := m.cache.Append(m.agg.numSpecial)
-		if err != nil {
-			return nil, fmt.Errorf("model: %w", err)
-		}
-		call.plans = []kvcache.AppendPlan{plan}
-	default:
-		plan, err := m.cache.Append(m.agg.numSpecial)
-		if err != nil {
-			return nil, fmt.Errorf("model: %w", err)
-		}
-		call.plans = []kvcache.AppendPlan{plan}
-		m.cache.Evict()
-	}
-	if s == 1 {
-		call.pages, call.lastPageLen = m.cache.Visible(m.visibleBuf)
-		m.visibleBuf = call.pages
-	}
-	// undo puts the cache back as it was when the call fails half way.
-	undo := func() {
-		if s > 1 {
-			m.cache.Reset()
-			return
-		}
-		if step.SkipAppend || step.DeferEviction {
-			_ = m.cache.Rollback()
-		}
-		// A committed keyframe whose eviction already ran cannot be undone; the
-		// caller must Reset after an error.
-	}
-
-	out := &Output{}
-	patches := m.dino.forward(be, images, h, w)
-	if m.opt.KeepIntermediates {
-		host := be.ToHost(patches)
-		n := len(host) / s
-		for f := 0; f < s; f++ {
-			out.DinoTokens = append(out.DinoTokens, host[f*n:(f+1)*n])
-		}
-	}
-	m.agg.prepare(be, gh, gw)
-	layers, err := m.agg.forward(be, patches, call, cancelled)
-	be.Free(patches)
+	p, err := m.Begin(ctx, images, h, w, step)
 	if err != nil {
-		undo()
 		return nil, err
 	}
-	defer func() {
-		for _, l := range layers {
-			be.Free(l)
+	for {
+		done, err := p.Step()
+		if err != nil {
+			return nil, err
 		}
-	}()
-	if step.SkipAppend {
-		if err := m.cache.Rollback(); err != nil {
-			return nil, fmt.Errorf("model: rolling back a non-keyframe: %w", err)
-		}
-	} else {
-		m.committed += s
-		m.pending = step.DeferEviction
-	}
-	if m.opt.KeepIntermediates {
-		for _, l := range layers {
-			out.AggLayers = append(out.AggLayers, be.ToHost(l))
+		if done {
+			return p.Output(), nil
 		}
 	}
-
-	// Queue all heads before the first copy to the host synchronises.
-	var dl downloads
-	m.camera.forward(be, &m.cam, layers[len(layers)-1], !step.SkipAppend, &dl, &out.PoseIters)
-	if err := m.heads.run(be, layers, m.agg.numSpecial, gh, gw, h, w, &dl, out); err != nil {
-		dl.free(be)
-		return nil, err
-	}
-	dl.fetch(be)
-	out.PoseEnc = out.PoseIters[len(out.PoseIters)-1]
-	return out, nil
 }
 
 func (m *Model) checkInput(images [][]float32, h, w int, step Step) error {
 	if m.closed {
 		return errors.New("model: Forward after Close")
+	}
+	if m.busy != nil {
+		return ErrBusy
 	}
 	if m.pending {
 		return ErrPending
@@ -495,6 +387,9 @@ func (m *Model) Rollback() error {
 // Reset clears every cache (clean_kv_cache): aggregator pages, camera head and
 // frame counters. The storage is kept for the next stream.
 func (m *Model) Reset() {
+	if m.busy != nil {
+		m.busy.Abort()
+	}
 	if m.cache != nil {
 		m.cache.Reset()
 	}
@@ -552,6 +447,9 @@ func (m *Model) KVBytes() int64 {
 func (m *Model) Close() {
 	if m.closed {
 		return
+	}
+	if m.busy != nil {
+		m.busy.Abort()
 	}
 	m.cam.reset(m.be)
 	if !m.forked {

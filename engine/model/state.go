@@ -28,6 +28,9 @@ func (m *Model) SaveState(w *binstate.Writer) error {
 	if m.closed {
 		return errors.New("model: SaveState after Close")
 	}
+	if m.busy != nil {
+		return ErrBusy
+	}
 	if m.pending {
 		return ErrPending
 	}

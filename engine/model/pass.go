@@ -1,0 +1,305 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+	"github.com/lingbotmap/lingbotmap/engine/kvcache"
+)
+
+// A Pass is one call of the model cut into bounded steps, so that a caller
+// can interleave the call with other work on the same goroutine (the engine
+// warms a next window up between the frames of the current one). Forward is
+// Begin followed by every Step, so a sliced call computes exactly what
+// Forward does. A step is one DINO block over the call's frames, one
+// aggregator frame/global block pair, the camera head, or the dense heads
+// with the copies to the host. While a pass is open its model takes no other
+// call; other states of the same weights (Fork) may run.
+type Pass struct {
+	m     *Model
+	ctx   context.Context
+	imgs  [][]float32
+	h, w  int
+	step  Step
+	call  aggCall
+	stage passStage
+	i     int // step inside the stage
+
+	seq    backend.Tensor // DINO token sequences between blocks
+	agg    *aggRun
+	layers []backend.Tensor
+	dl     downloads
+	out    *Output
+	err    error
+}
+
+type passStage uint8
+
+const (
+	stageDINO passStage = iota
+	stageAggregator
+	stageCamera
+	stageHeads
+	stageDone
+)
+
+// Step costs, in units of one transformer block on one frame: a DINO block
+// and an aggregator block are about the same work (same width, about the
+// same tokens); the camera head works on one token per frame; the DPT heads
+// on one frame cost a few blocks (convolutions at up to the full image size).
+// Callers use them to spread a pass over time, not to measure it.
+const (
+	costHeadsPerFrame  = 4
+	costCameraPerFrame = 1
+)
+
+// ErrBusy is returned for a call on a model whose sliced call (Pass) has not
+// finished.
+var ErrBusy = errors.New("model: a sliced call is in progress on this model state")
+
+// Begin starts a call as Forward would (same arguments and checks) and
+// returns it as a pass to be run with Step. The cache pages are reserved
+// now; the work happens in the steps.
+func (m *Model) Begin(ctx context.Context, images [][]float32, h, w int, step Step) (*Pass, error) {
+	if err := m.checkInput(images, h, w, step); err != nil {
+		return nil, err
+	}
+	s := len(images)
+	gh, gw := h/m.sizes.PatchSize, w/m.sizes.PatchSize
+	if err := m.ensureCache(h, w, gh*gw); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("model: forward cancelled: %w", err)
+	}
+	if m.committed+s > m.opt.MaxFrames {
+		return nil, fmt.Errorf("model: %d frames committed since the last reset reach the limit of %d (MaxFrames); reset or start a new window", m.committed, m.opt.MaxFrames)
+	}
+
+	// Reserve the cache pages first: the bookkeeping is shared by all global
+	// blocks, so it runs once per call and each block writes where it says.
+	call := aggCall{
+		s:            s,
+		cachedFrames: m.cache.Stats().FrameCount,
+		scaleFor:     m.opt.ScaleFrames,
+		timeIndex:    m.committed,
+		dense:        s > 1,
+		keepLayers:   m.opt.SelectedLayers,
+		store:        m.store,
+	}
+	if s > 1 {
+		call.scaleFor = s
+	}
+	switch {
+	case s > 1:
+		for f := 0; f < s; f++ {
+			plan, err := m.cache.Append(m.agg.numSpecial)
+			if err != nil {
+				m.cache.Reset()
+				return nil, fmt.Errorf("model: phase 1 with %d frames: %w", s, err)
+			}
+			plan.Special = slices.Clone(plan.Special)
+			call.plans = append(call.plans, plan)
+			m.cache.Evict()
+		}
+	case step.SkipAppend || step.DeferEviction:
+		m.cache.SetDeferEviction(true)
+		plan, err := m.cache.Append(m.agg.numSpecial)
+		if err != nil {
+			m.cache.SetDeferEviction(false)
+			return nil, fmt.Errorf("model: %w", err)
+		}
+		call.plans = []kvcache.AppendPlan{plan}
+	default:
+		plan, err := m.cache.Append(m.agg.numSpecial)
+		if err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
+		call.plans = []kvcache.AppendPlan{plan}
+		m.cache.Evict()
+	}
+	if s == 1 {
+		call.pages, call.lastPageLen = m.cache.Visible(m.visibleBuf)
+		m.visibleBuf = call.pages
+	}
+	p := &Pass{m: m, ctx: ctx, imgs: images, h: h, w: w, step: step, call: call, out: &Output{}}
+	m.busy = p
+	return p, nil
+}
+
+// Step runs the next bounded part of the call and reports whether the call
+// is complete (then Output holds its result). After an error the pass is
+// over, its model's cache is as before the call where it can be (as after a
+// failed Forward), and Step returns the same error.
+func (p *Pass) Step() (done bool, err error) {
+	if p.err != nil {
+		return false, p.err
+	}
+	if p.stage == stageDone {
+		return true, nil
+	}
+	if err := p.ctx.Err(); err != nil {
+		return false, p.fail(fmt.Errorf("model: forward cancelled: %w", err))
+	}
+	m, be := p.m, p.m.be
+	s := p.call.s
+	gh, gw := p.h/m.sizes.PatchSize, p.w/m.sizes.PatchSize
+	switch p.stage {
+	case stageDINO:
+		if p.i == 0 {
+			p.seq = m.dino.embed(be, p.imgs, p.h, p.w)
+		}
+		p.seq = m.dino.block(be, p.i, p.seq)
+		p.i++
+		if p.i < len(m.dino.blocks) {
+			return false, nil
+		}
+		patches := m.dino.patchTokens(be, p.seq)
+		p.seq = nil
+		if m.opt.KeepIntermediates {
+			host := be.ToHost(patches)
+			n := len(host) / s
+			for f := 0; f < s; f++ {
+				p.out.DinoTokens = append(p.out.DinoTokens, host[f*n:(f+1)*n])
+			}
+		}
+		m.agg.prepare(be, gh, gw)
+		p.agg = m.agg.begin(be, patches, p.call)
+		be.Free(patches)
+		p.stage, p.i = stageAggregator, 0
+	case stageAggregator:
+		m.agg.pair(be, p.agg, p.i)
+		p.i++
+		if p.i < m.agg.depth() {
+			return false, nil
+		}
+		p.layers = p.agg.finish(be)
+		p.agg = nil
+		if p.step.SkipAppend {
+			if err := m.cache.Rollback(); err != nil {
+				return false, p.fail(fmt.Errorf("model: rolling back a non-keyframe: %w", err))
+			}
+		} else {
+			m.committed += s
+			m.pending = p.step.DeferEviction
+		}
+		if m.opt.KeepIntermediates {
+			for _, l := range p.layers {
+				p.out.AggLayers = append(p.out.AggLayers, be.ToHost(l))
+			}
+		}
+		p.stage = stageCamera
+	case stageCamera:
+		// Queue all heads before the first copy to the host synchronises.
+		m.camera.forward(be, &m.cam, p.layers[len(p.layers)-1], !p.step.SkipAppend, &p.dl, &p.out.PoseIters)
+		p.stage = stageHeads
+	case stageHeads:
+		if err := m.heads.run(be, p.layers, m.agg.numSpecial, gh, gw, p.h, p.w, &p.dl, p.out); err != nil {
+			return false, p.fail(err)
+		}
+		p.dl.fetch(be)
+		p.out.PoseEnc = p.out.PoseIters[len(p.out.PoseIters)-1]
+		p.end()
+		p.stage = stageDone
+		return true, nil
+	}
+	return false, nil
+}
+
+// Output is the call's result once Step reported it done, else nil.
+func (p *Pass) Output() *Output {
+	if p.stage != stageDone {
+		return nil
+	}
+	return p.out
+}
+
+// Cost is the work left in the pass, in units of one transformer block on
+// one frame (see the step costs above).
+func (p *Pass) Cost() int {
+	s := p.call.s
+	m := p.m
+	switch p.stage {
+	case stageDINO:
+		return s*(len(m.dino.blocks)-p.i) + 2*s*m.agg.depth() + s*(costCameraPerFrame+costHeadsPerFrame)
+	case stageAggregator:
+		return 2*s*(m.agg.depth()-p.i) + s*(costCameraPerFrame+costHeadsPerFrame)
+	case stageCamera:
+		return s * (costCameraPerFrame + costHeadsPerFrame)
+	case stageHeads:
+		return s * costHeadsPerFrame
+	}
+	return 0
+}
+
+// NextCost is the cost of the next Step alone.
+func (p *Pass) NextCost() int {
+	s := p.call.s
+	switch p.stage {
+	case stageDINO:
+		return s
+	case stageAggregator:
+		return 2 * s
+	case stageCamera:
+		return s * costCameraPerFrame
+	case stageHeads:
+		return s * costHeadsPerFrame
+	}
+	return 0
+}
+
+// CallCost is what a whole call of frames costs, in Cost's units.
+func (m *Model) CallCost(frames int) int {
+	return frames * (len(m.dino.blocks) + 2*m.agg.depth() + costCameraPerFrame + costHeadsPerFrame)
+}
+
+// Abort ends an unfinished pass: what it holds is freed and its model's
+// cache is put back as far as it can be (as after a failed Forward), so the
+// model takes calls again. A finished pass is left alone.
+func (p *Pass) Abort() {
+	if p.stage == stageDone || p.err != nil {
+		return
+	}
+	p.fail(errors.New("model: sliced call aborted"))
+}
+
+// fail ends the pass with err.
+func (p *Pass) fail(err error) error {
+	m, be := p.m, p.m.be
+	be.Free(p.seq)
+	p.seq = nil
+	if p.agg != nil {
+		p.agg.free(be)
+		p.agg = nil
+	}
+	if p.stage <= stageAggregator {
+		// the frames are not committed yet: give their pages back
+		switch {
+		case p.call.s > 1:
+			m.cache.Reset()
+		case p.step.SkipAppend || p.step.DeferEviction:
+			_ = m.cache.Rollback()
+		}
+		// A committed keyframe whose eviction already ran cannot be undone;
+		// the caller must Reset after an error.
+	}
+	p.dl.free(be)
+	p.end()
+	p.err = err
+	return err
+}
+
+// end frees the selected layers and frees the model for its next call.
+func (p *Pass) end() {
+	for _, l := range p.layers {
+		p.m.be.Free(l)
+	}
+	p.layers = nil
+	p.m.cache.SetDeferEviction(false)
+	if p.m.busy == p {
+		p.m.busy = nil
+	}
+}
