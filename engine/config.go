@@ -101,6 +101,9 @@ type TraceEvent struct {
 	SkipAppend bool
 	// Flow is the measured flow for "commit"/"rollback".
 	Flow float64
+	// Background marks a call of the next window's warm-up (live windows),
+	// run between the current window's frames.
+	Background bool
 	// Stats right after the event.
 	Stats CacheStats
 }

@@ -189,6 +189,14 @@ type stream struct {
 	prevTail *geom.WindowFrames
 	sims     []geom.Similarity
 	closed   bool
+
+	// live windows (warmup.go): the next window warming up, the model state
+	// it takes when none is (a fork of the first), the last Push's
+	// background work, and a test hook that switches the early start off
+	next          *warmup
+	spare         *model.Model
+	bg            WarmupStats
+	serialWindows bool
 }
 
 func newStream(cfg Config, log *slog.Logger, be backend.Backend, m *model.Model) *stream {
@@ -246,6 +254,7 @@ func (s *stream) Push(ctx context.Context, f Frame) ([]Result, error) {
 		return nil, err
 	}
 	s.framesIn++
+	s.bg = WarmupStats{}
 	var out []Result
 	if s.cfg.Windowed && s.windowDone() {
 		res, err := s.nextWindow(ctx)
@@ -258,7 +267,13 @@ func (s *stream) Push(ctx context.Context, f Frame) ([]Result, error) {
 	if err != nil {
 		return out, err
 	}
-	return append(out, res...), nil
+	out = append(out, res...)
+	if s.early() {
+		if err := s.warm(ctx, in); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
 }
 
 // prepare brings a frame to the model resolution.
@@ -325,63 +340,119 @@ func (s *stream) feed(ctx context.Context, in input) ([]Result, error) {
 	if !s.cfg.Windowed && s.m.Stats().FrameCount >= s.cfg.MaxFrames {
 		return nil, fmt.Errorf("%w: %d frames committed since the last reset (max_frames %d); use windowed mode, a larger keyframe interval or reset", ErrCacheFull, s.m.Stats().FrameCount, s.cfg.MaxFrames)
 	}
-	local := w.n
-	var r Result
-	var err error
 	if s.cfg.FlowThreshold > 0 {
-		r, err = s.runFlowFrame(ctx, in, local)
-	} else {
-		kf := s.cfg.KeyframeInterval <= 1 || (local-w.scaleN)%s.cfg.KeyframeInterval == 0
-		var out *model.Output
-		out, err = s.m.Forward(ctx, [][]float32{in.pix}, s.h, s.w, model.Step{SkipAppend: !kf})
-		s.trace(TraceEvent{Event: "call", Frames: 1, SkipAppend: !kf})
+		r, err := s.runFlowFrame(ctx, in, w.n)
 		if err == nil {
-			kind := Keyframe
-			if !kf {
-				kind = NonKeyframe
-			}
-			r = s.result(in, out, 0, kind)
+			err = s.deviceErr()
 		}
+		if err != nil {
+			return nil, err
+		}
+		w.n++
+		s.remember(w, in)
+		return s.emit([]Result{r})
 	}
-	if err == nil {
-		err = s.deviceErr()
-	}
+	res, err := s.runCall(ctx, w, s.m, []input{in})
 	if err != nil {
 		return nil, err
 	}
-	w.n++
-	s.remember(in)
-	return s.emit([]Result{r})
+	return s.emit(res)
 }
 
 func (s *stream) runPhase1(ctx context.Context) ([]Result, error) {
-	w := s.win
-	imgs := make([][]float32, len(w.buf))
-	for i, in := range w.buf {
-		imgs[i] = in.pix
-	}
-	out, err := s.m.Forward(ctx, imgs, s.h, s.w, model.Step{})
-	if err == nil {
-		err = s.deviceErr()
-	}
+	res, err := s.runCall(ctx, s.win, s.m, s.win.buf)
 	if err != nil {
 		return nil, err
 	}
-	s.trace(TraceEvent{Event: "call", Frames: len(imgs)})
-	res := make([]Result, len(w.buf))
-	for i, in := range w.buf {
-		res[i] = s.result(in, out, i, Scale)
-		s.remember(in)
+	return s.emit(res)
+}
+
+// call is one model call of a window: its phase 1 (the scale frames
+// together) or one interval frame. The current window runs a call whole;
+// a next window warming up runs it step by step between frames.
+type call struct {
+	w    *window
+	m    *model.Model
+	ins  []input
+	kind FrameKind
+	pass *model.Pass
+	bg   bool // a next window's warm-up
+}
+
+// startCall begins w's next call on ins: phase 1 while w has run nothing,
+// else one frame, a keyframe or not by the interval rule relative to the
+// window's first streaming frame.
+func (s *stream) startCall(ctx context.Context, w *window, m *model.Model, ins []input, bg bool) (*call, error) {
+	c := &call{w: w, m: m, ins: ins, kind: Scale, bg: bg}
+	var step model.Step
+	if w.n > 0 {
+		kf := s.cfg.KeyframeInterval <= 1 || (w.n-w.scaleN)%s.cfg.KeyframeInterval == 0
+		c.kind = Keyframe
+		if !kf {
+			c.kind, step.SkipAppend = NonKeyframe, true
+		}
 	}
-	w.scaleN = len(w.buf)
-	w.n = len(w.buf)
-	w.lastKF = out.PoseEnc[len(w.buf)-1]
-	w.lastKn = len(w.buf) - 1
+	imgs := make([][]float32, len(ins))
+	for i, in := range ins {
+		imgs[i] = in.pix
+	}
+	p, err := m.Begin(ctx, imgs, s.h, s.w, step)
+	if err != nil {
+		return nil, err
+	}
+	c.pass = p
+	return c, nil
+}
+
+// stepCall runs the next step of c and, when that completes the call,
+// checks the device.
+func (s *stream) stepCall(c *call) (bool, error) {
+	done, err := c.pass.Step()
+	if err == nil && done {
+		err = s.deviceErr()
+	}
+	return done, err
+}
+
+// finishCall turns a completed call into results and advances its window.
+func (s *stream) finishCall(c *call) []Result {
+	out, w := c.pass.Output(), c.w
+	s.trace(TraceEvent{Event: "call", Frames: len(c.ins), SkipAppend: c.kind == NonKeyframe, Background: c.bg})
+	res := make([]Result, len(c.ins))
+	for i, in := range c.ins {
+		res[i] = s.result(w, in, out, i, c.kind)
+		s.remember(w, in)
+	}
+	if c.kind != Scale {
+		w.n++
+		return res
+	}
+	w.scaleN = len(c.ins)
+	w.n = len(c.ins)
+	w.lastKF = out.PoseEnc[len(c.ins)-1]
+	w.lastKn = len(c.ins) - 1
 	w.buf = nil
 	// phase 1 works on several frames at once; a GPU backend can give the
 	// memory it cached for those shapes back now
 	s.trimBackend()
-	return s.emit(res)
+	return res
+}
+
+// runCall runs a call of w whole.
+func (s *stream) runCall(ctx context.Context, w *window, m *model.Model, ins []input) ([]Result, error) {
+	c, err := s.startCall(ctx, w, m, ins, false)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		done, err := s.stepCall(c)
+		if err != nil {
+			return nil, err
+		}
+		if done {
+			return s.finishCall(c), nil
+		}
+	}
 }
 
 // runFlowFrame attends with eviction deferred, measures the flow to the last
@@ -420,30 +491,29 @@ func (s *stream) runFlowFrame(ctx context.Context, in input, local int) (Result,
 		ev = "commit"
 	}
 	s.trace(TraceEvent{Event: ev, Flow: float64(flow)})
-	r := s.result(in, out, 0, kind)
+	r := s.result(w, in, out, 0, kind)
 	r.Flow = float64(flow)
 	return r, nil
 }
 
 // remember keeps the inputs a next window re-runs.
-func (s *stream) remember(in input) {
+func (s *stream) remember(w *window, in input) {
 	if !s.cfg.Windowed {
 		return
 	}
-	w := s.win
 	w.tail = append(w.tail, in)
 	if ov := s.overlap(); len(w.tail) > ov {
 		w.tail = append(w.tail[:0], w.tail[len(w.tail)-ov:]...)
 	}
 }
 
-// result turns frame i of a model output into a Result.
-func (s *stream) result(in input, out *model.Output, i int, kind FrameKind) Result {
+// result turns frame i of a model output of window w into a Result.
+func (s *stream) result(w *window, in input, out *model.Output, i int, kind FrameKind) Result {
 	enc := out.PoseEnc[i]
 	r := Result{
 		Seq: in.seq, Stamp: in.stamp, Kind: kind,
 		PoseEnc: enc, Width: s.w, Height: s.h,
-		Window: s.win.index,
+		Window: w.index,
 		RGB:    in.rgb.get(),
 	}
 	r.CamToWorld = geom.PoseEncToCamToWorld(enc)
@@ -613,6 +683,9 @@ func (s *stream) nextWindow(ctx context.Context) ([]Result, error) {
 		tail := framesOf(s.held[max(len(s.held)-len(retained), 0):])
 		s.prevTail = &tail
 		s.held = nil
+		if s.next != nil {
+			return s.switchWindow(ctx)
+		}
 	} else {
 		if old.index == 0 {
 			// window 0 becomes part of a multi-window map: warp it by the
@@ -654,8 +727,10 @@ func (s *stream) Flush(ctx context.Context) ([]Result, error) {
 		out = append(out, res...)
 	}
 	if s.live() {
-		// what is not aligned yet re-runs frames emitted already
+		// what is not aligned yet re-runs frames emitted already, and so
+		// does a warm-up
 		s.win.raw = nil
+		s.dropWarmup()
 		return out, nil
 	}
 	if s.cfg.Windowed {
@@ -738,6 +813,13 @@ func (s *stream) Reset() error {
 	if err := s.m.ReleaseCache(); err != nil {
 		s.log.Warn("reset: the KV cache keeps its memory", "err", err)
 	}
+	s.dropWarmup()
+	if s.spare != nil {
+		s.spare.Reset()
+		if err := s.spare.ReleaseCache(); err != nil {
+			s.log.Warn("reset: the second KV cache keeps its memory", "err", err)
+		}
+	}
 	s.trimBackend()
 	s.win = s.newWindow(0)
 	s.held, s.prevTail, s.sims = nil, nil, nil
@@ -786,6 +868,10 @@ func (s *stream) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.dropWarmup()
+	if s.spare != nil {
+		s.spare.Close()
+	}
 	s.m.Close()
 	if c, ok := s.be.(io.Closer); ok {
 		return c.Close()
