@@ -292,7 +292,9 @@ func (m *Model) Forward(ctx context.Context, images [][]float32, h, w int, step 
 	}
 }
 
-func (m *Model) checkInput(images [][]float32, h, w int, step Step) error {
+// checkInput vets a call of s frames: images, or their encodings when
+// images is nil.
+func (m *Model) checkInput(images [][]float32, s, h, w int, step Step) error {
 	if m.closed {
 		return errors.New("model: Forward after Close")
 	}
@@ -304,7 +306,7 @@ func (m *Model) checkInput(images [][]float32, h, w int, step Step) error {
 	}
 	ps := m.sizes.PatchSize
 	switch {
-	case len(images) == 0:
+	case s == 0:
 		return errors.New("model: Forward needs at least one image")
 	case h <= 0 || w <= 0 || h%ps != 0 || w%ps != 0:
 		return fmt.Errorf("model: image size %d×%d (h×w) must be positive multiples of the patch size %d", h, w, ps)
@@ -316,12 +318,12 @@ func (m *Model) checkInput(images [][]float32, h, w int, step Step) error {
 			return fmt.Errorf("model: image %d has %d values, want 3·%d·%d = %d (CHW)", i, len(img), h, w, 3*h*w)
 		}
 	}
-	if len(images) > 1 {
+	if s > 1 {
 		if step.SkipAppend || step.DeferEviction {
-			return fmt.Errorf("model: a call of %d frames is phase 1; it cannot be a non-keyframe or a deferred step", len(images))
+			return fmt.Errorf("model: a call of %d frames is phase 1; it cannot be a non-keyframe or a deferred step", s)
 		}
 		if m.cache != nil && (m.cache.Stats().FrameCount > 0 || m.committed > 0) {
-			return fmt.Errorf("model: a call of %d frames (phase 1) needs an empty cache; Reset first", len(images))
+			return fmt.Errorf("model: a call of %d frames (phase 1) needs an empty cache; Reset first", s)
 		}
 	}
 	if m.cache != nil && (h != m.h || w != m.w) && m.cache.Stats().FrameCount > 0 {

@@ -29,6 +29,9 @@ type Pass struct {
 	i     int // step inside the stage
 
 	seq    backend.Tensor // DINO token sequences between blocks
+	encs   []*Encoding    // a call on frames encoded ahead (BeginEncoded)
+	encode bool           // an encoding pass (Encode): DINO only
+	enc    *Encoding      // its result
 	agg    *aggRun
 	layers []backend.Tensor
 	dl     downloads
@@ -69,10 +72,38 @@ var ErrBusy = errors.New("model: a sliced call is in progress on this model stat
 // returns it as a pass to be run with Step. The cache pages are reserved
 // now; the work happens in the steps.
 func (m *Model) Begin(ctx context.Context, images [][]float32, h, w int, step Step) (*Pass, error) {
-	if err := m.checkInput(images, h, w, step); err != nil {
+	return m.begin(ctx, images, nil, h, w, step)
+}
+
+// BeginEncoded starts a call as Begin does on frames whose DINO encoding ran
+// ahead (Encode): the pass starts at the aggregator. It takes the encodings
+// and frees them.
+func (m *Model) BeginEncoded(ctx context.Context, encs []*Encoding, step Step) (*Pass, error) {
+	if len(encs) == 0 {
+		return nil, errors.New("model: BeginEncoded needs at least one encoding")
+	}
+	h, w := encs[0].h, encs[0].w
+	for i, e := range encs {
+		if e == nil || e.t == nil || e.h != h || e.w != w {
+			return nil, fmt.Errorf("model: encoding %d is missing, freed or of another size than encoding 0 (%d×%d)", i, w, h)
+		}
+	}
+	p, err := m.begin(ctx, nil, encs, h, w, step)
+	if err != nil {
 		return nil, err
 	}
+	p.stage = stageAggregator
+	return p, nil
+}
+
+func (m *Model) begin(ctx context.Context, images [][]float32, encs []*Encoding, h, w int, step Step) (*Pass, error) {
 	s := len(images)
+	if encs != nil {
+		s = len(encs)
+	}
+	if err := m.checkInput(images, s, h, w, step); err != nil {
+		return nil, err
+	}
 	gh, gw := h/m.sizes.PatchSize, w/m.sizes.PatchSize
 	if err := m.ensureCache(h, w, gh*gw); err != nil {
 		return nil, err
@@ -130,7 +161,7 @@ func (m *Model) Begin(ctx context.Context, images [][]float32, h, w int, step St
 		call.pages, call.lastPageLen = m.cache.Visible(m.visibleBuf)
 		m.visibleBuf = call.pages
 	}
-	p := &Pass{m: m, ctx: ctx, imgs: images, h: h, w: w, step: step, call: call, out: &Output{}}
+	p := &Pass{m: m, ctx: ctx, imgs: images, encs: encs, h: h, w: w, step: step, call: call, out: &Output{}}
 	m.busy = p
 	return p, nil
 }
@@ -164,6 +195,11 @@ func (p *Pass) Step() (done bool, err error) {
 		}
 		patches := m.dino.patchTokens(be, p.seq)
 		p.seq = nil
+		if p.encode {
+			p.enc = &Encoding{be: be, t: patches, h: p.h, w: p.w}
+			p.stage = stageDone
+			return true, nil
+		}
 		if m.opt.KeepIntermediates {
 			host := be.ToHost(patches)
 			n := len(host) / s
@@ -176,6 +212,13 @@ func (p *Pass) Step() (done bool, err error) {
 		be.Free(patches)
 		p.stage, p.i = stageAggregator, 0
 	case stageAggregator:
+		if p.agg == nil {
+			// frames encoded ahead: their tokens together, as DINO gives them
+			patches := p.takeEncodings()
+			m.agg.prepare(be, gh, gw)
+			p.agg = m.agg.begin(be, patches, p.call)
+			be.Free(patches)
+		}
 		m.agg.pair(be, p.agg, p.i)
 		p.i++
 		if p.i < m.agg.depth() {
@@ -227,6 +270,9 @@ func (p *Pass) Output() *Output {
 func (p *Pass) Cost() int {
 	s := p.call.s
 	m := p.m
+	if p.encode {
+		return s * (len(m.dino.blocks) - p.i) * btoi(p.stage == stageDINO)
+	}
 	switch p.stage {
 	case stageDINO:
 		return s*(len(m.dino.blocks)-p.i) + 2*s*m.agg.depth() + s*(costCameraPerFrame+costHeadsPerFrame)
@@ -276,6 +322,15 @@ func (p *Pass) fail(err error) error {
 	m, be := p.m, p.m.be
 	be.Free(p.seq)
 	p.seq = nil
+	for _, e := range p.encs {
+		e.Free()
+	}
+	p.encs = nil
+	if p.encode {
+		p.stage = stageDone
+		p.err = err
+		return err
+	}
 	if p.agg != nil {
 		p.agg.free(be)
 		p.agg = nil
@@ -307,4 +362,76 @@ func (p *Pass) end() {
 	if p.m.busy == p {
 		p.m.busy = nil
 	}
+}
+
+// Encoding is one frame's DINO patch tokens, computed ahead of the call that
+// takes it (BeginEncoded), so that a phase 1 whose frames arrive one by one
+// can encode each as it comes. Encoding frames one at a time computes what
+// the call's own DINO stage would: the encoder works on each frame alone.
+type Encoding struct {
+	be   backend.Backend
+	t    backend.Tensor // [1, NP, E]
+	h, w int
+}
+
+// Free releases the tokens (BeginEncoded frees the encodings it takes).
+func (e *Encoding) Free() {
+	if e != nil && e.t != nil {
+		e.be.Free(e.t)
+		e.t = nil
+	}
+}
+
+// Encode begins the DINO encoding of one frame (CHW in [0,1], h×w) as a pass
+// of one step per DINO block; Encoding gives the result once it is done. It
+// reads only the weights, so it runs beside any call of any model state.
+func (m *Model) Encode(ctx context.Context, img []float32, h, w int) (*Pass, error) {
+	ps := m.sizes.PatchSize
+	switch {
+	case m.closed:
+		return nil, errors.New("model: Encode after Close")
+	case h <= 0 || w <= 0 || h%ps != 0 || w%ps != 0:
+		return nil, fmt.Errorf("model: image size %d×%d (h×w) must be positive multiples of the patch size %d", h, w, ps)
+	case len(img) != 3*h*w:
+		return nil, fmt.Errorf("model: image has %d values, want 3·%d·%d = %d (CHW)", len(img), h, w, 3*h*w)
+	}
+	return &Pass{m: m, ctx: ctx, imgs: [][]float32{img}, h: h, w: w, call: aggCall{s: 1}, encode: true, out: &Output{}}, nil
+}
+
+// Encoding is an encoding pass's result once it is done, else nil. The
+// caller owns it.
+func (p *Pass) Encoding() *Encoding {
+	if !p.encode || p.err != nil {
+		return nil
+	}
+	return p.enc
+}
+
+// EncodeCost is what encoding one frame costs, in Cost's units.
+func (m *Model) EncodeCost() int { return len(m.dino.blocks) }
+
+// takeEncodings concatenates the pass's encodings into [S, NP, E] and frees
+// them.
+func (p *Pass) takeEncodings() backend.Tensor {
+	be := p.m.be
+	parts := make([]backend.Tensor, len(p.encs))
+	var np, e int
+	for i, enc := range p.encs {
+		sh := enc.t.Shape()
+		np, e = sh[len(sh)-2], sh[len(sh)-1]
+		parts[i] = be.Reshape(enc.t, np, e)
+	}
+	all := be.Reshape(be.ConcatRows(parts...), len(parts), np, e)
+	for _, enc := range p.encs {
+		enc.Free()
+	}
+	p.encs = nil
+	return all
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -161,3 +161,72 @@ func TestPassAbortAndCancel(t *testing.T) {
 		t.Fatalf("after aborted passes the frame gives %v, a fresh model %v", a.PoseEnc, b.PoseEnc)
 	}
 }
+
+// TestEncodedPhase1EqualsForward: phase 1 on frames encoded one at a time
+// ahead of the call gives Forward's outputs bit for bit on the CPU (the
+// encoder works on each frame alone), and the encodings are consumed.
+func TestEncodedPhase1EqualsForward(t *testing.T) {
+	gc := loadCase(t, "stream_kf1")
+	ctx := context.Background()
+	alone := loadTiny(t, gc.m, false)
+	want, err := alone.Forward(ctx, gc.images[:3], gc.h, gc.w, Step{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := loadTiny(t, gc.m, false)
+	var encs []*Encoding
+	for f := 0; f < 3; f++ {
+		p, err := m.Encode(ctx, gc.images[f], gc.h, gc.w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps := 0
+		for {
+			if p.Cost() != m.EncodeCost()-steps {
+				t.Fatalf("frame %d: cost %d after %d steps, want %d", f, p.Cost(), steps, m.EncodeCost()-steps)
+			}
+			done, err := p.Step()
+			if err != nil {
+				t.Fatal(err)
+			}
+			steps++
+			if done {
+				break
+			}
+		}
+		encs = append(encs, p.Encoding())
+	}
+	p, err := m.BeginEncoded(ctx, encs, Step{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Cost() != m.CallCost(3)-3*m.EncodeCost() {
+		t.Fatalf("an encoded phase 1 costs %d, want %d", p.Cost(), m.CallCost(3)-3*m.EncodeCost())
+	}
+	for {
+		done, err := p.Step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done {
+			break
+		}
+	}
+	got := p.Output()
+	if !slices.Equal(got.PoseEnc, want.PoseEnc) {
+		t.Fatalf("encoded phase 1 poses %v, Forward %v", got.PoseEnc, want.PoseEnc)
+	}
+	for f := range want.Depth {
+		if !slices.Equal(got.Depth[f], want.Depth[f]) || !slices.Equal(got.Points[f], want.Points[f]) {
+			t.Fatalf("frame %d: dense outputs differ from Forward's", f)
+		}
+	}
+	if m.Stats() != alone.Stats() {
+		t.Fatalf("cache %+v, Forward's %+v", m.Stats(), alone.Stats())
+	}
+	// the call took the encodings
+	m.Reset()
+	if _, err := m.BeginEncoded(ctx, encs, Step{}); err == nil {
+		t.Fatal("BeginEncoded took freed encodings")
+	}
+}
