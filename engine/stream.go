@@ -382,7 +382,9 @@ type call struct {
 // startCall begins w's next call on ins: phase 1 while w has run nothing,
 // else one frame, a keyframe or not by the interval rule relative to the
 // window's first streaming frame.
-func (s *stream) startCall(ctx context.Context, w *window, m *model.Model, ins []input, bg bool) (*call, error) {
+// encs, when set, are the frames' DINO encodings, run ahead; the call takes
+// them.
+func (s *stream) startCall(ctx context.Context, w *window, m *model.Model, ins []input, encs []*model.Encoding, bg bool) (*call, error) {
 	c := &call{w: w, m: m, ins: ins, kind: Scale, bg: bg}
 	var step model.Step
 	if w.n > 0 {
@@ -392,11 +394,21 @@ func (s *stream) startCall(ctx context.Context, w *window, m *model.Model, ins [
 			c.kind, step.SkipAppend = NonKeyframe, true
 		}
 	}
-	imgs := make([][]float32, len(ins))
-	for i, in := range ins {
-		imgs[i] = in.pix
+	var p *model.Pass
+	var err error
+	if encs != nil {
+		if p, err = m.BeginEncoded(ctx, encs, step); err != nil {
+			for _, e := range encs {
+				e.Free()
+			}
+		}
+	} else {
+		imgs := make([][]float32, len(ins))
+		for i, in := range ins {
+			imgs[i] = in.pix
+		}
+		p, err = m.Begin(ctx, imgs, s.h, s.w, step)
 	}
-	p, err := m.Begin(ctx, imgs, s.h, s.w, step)
 	if err != nil {
 		return nil, err
 	}
@@ -440,7 +452,7 @@ func (s *stream) finishCall(c *call) []Result {
 
 // runCall runs a call of w whole.
 func (s *stream) runCall(ctx context.Context, w *window, m *model.Model, ins []input) ([]Result, error) {
-	c, err := s.startCall(ctx, w, m, ins, false)
+	c, err := s.startCall(ctx, w, m, ins, nil, false)
 	if err != nil {
 		return nil, err
 	}

@@ -12,17 +12,32 @@ import (
 // current window's last overlap frames) are known as they arrive, so a
 // second model state (a fork of the weights) runs them in the background,
 // a bounded slice of work after each frame of the current window, and takes
-// over when the current window ends without re-running anything then. The
+// over when the current window ends without re-running anything then. Its
+// phase 1 needs all its scale frames, so their DINO encodings run one by one
+// as they arrive, and the rest of the phase when the last one is in. The
 // values are those of running the window change serially: each state's
-// calls see only its own caches, so interleaving changes no result.
+// calls see only its own caches, so interleaving changes no result, and the
+// encoder works on each frame alone.
 
 // warmup is a next window warming up.
 type warmup struct {
 	win   *window
 	m     *model.Model
-	queue []input  // arrived frames it has not started yet
-	call  *call    // the call in progress, run step by step
-	raw   []Result // its results: the re-runs its alignment needs
+	p1    []input           // its phase-1 frames so far
+	encs  []*model.Encoding // their encodings so far, in order
+	enc   *model.Pass       // the encoding in progress, of p1[len(encs)]
+	queue []input           // later frames it has not started yet
+	call  *call             // the call in progress, run step by step
+	raw   []Result          // its results: the re-runs its alignment needs
+}
+
+// add takes an arrived re-run frame.
+func (nx *warmup) add(in input, scaleFrames int) {
+	if nx.win.n == 0 && nx.call == nil && len(nx.p1) < scaleFrames {
+		nx.p1 = append(nx.p1, in)
+		return
+	}
+	nx.queue = append(nx.queue, in)
 }
 
 // WarmupStats describes the live windows' background work during the last
@@ -104,12 +119,12 @@ func (s *stream) warm(ctx context.Context, in input) error {
 		first := w.n - len(w.tail)
 		for i, t := range w.tail {
 			if first+i >= start {
-				nx.queue = append(nx.queue, t)
+				nx.add(t, s.cfg.ScaleFrames)
 			}
 		}
 		s.next = nx
 	} else {
-		s.next.queue = append(s.next.queue, in)
+		s.next.add(in, s.cfg.ScaleFrames)
 	}
 	// Spread the work left evenly over the frames left in this window,
 	// this one included, so that the warm-up is done when the window ends.
@@ -129,6 +144,11 @@ func (s *stream) warmupCost(notYet int) int {
 	c := s.m.CallCost(len(nx.queue) + notYet)
 	if nx.call != nil {
 		c += nx.call.pass.Cost()
+	} else if nx.win.n == 0 {
+		c += s.m.CallCost(len(nx.p1)) - len(nx.encs)*s.m.EncodeCost()
+		if nx.enc != nil {
+			c -= s.m.EncodeCost() - nx.enc.Cost()
+		}
 	}
 	return c
 }
@@ -139,17 +159,42 @@ func (s *stream) advance(ctx context.Context, budget int) (steps, cost int, err 
 	nx := s.next
 	for cost < budget {
 		if nx.call == nil {
-			n := 1
-			if nx.win.n == 0 {
-				n = s.cfg.ScaleFrames
-			}
-			if len(nx.queue) < n {
+			switch {
+			case nx.win.n == 0 && len(nx.encs) == s.cfg.ScaleFrames:
+				ins, encs := nx.p1, nx.encs
+				nx.p1, nx.encs = nil, nil
+				if nx.call, err = s.startCall(ctx, nx.win, nx.m, ins, encs, true); err != nil {
+					return steps, cost, err
+				}
+			case nx.win.n == 0:
+				// encode the phase-1 frames as they come
+				if nx.enc == nil {
+					if len(nx.encs) == len(nx.p1) {
+						return steps, cost, nil
+					}
+					if nx.enc, err = nx.m.Encode(ctx, nx.p1[len(nx.encs)].pix, s.h, s.w); err != nil {
+						return steps, cost, err
+					}
+				}
+				cost += nx.enc.NextCost()
+				steps++
+				done, err := nx.enc.Step()
+				if err != nil {
+					return steps, cost, err
+				}
+				if done {
+					nx.encs = append(nx.encs, nx.enc.Encoding())
+					nx.enc = nil
+				}
+				continue
+			case len(nx.queue) > 0:
+				ins := []input{nx.queue[0]}
+				nx.queue = nx.queue[1:]
+				if nx.call, err = s.startCall(ctx, nx.win, nx.m, ins, nil, true); err != nil {
+					return steps, cost, err
+				}
+			default:
 				return steps, cost, nil
-			}
-			ins := append([]input(nil), nx.queue[:n]...)
-			nx.queue = nx.queue[n:]
-			if nx.call, err = s.startCall(ctx, nx.win, nx.m, ins, true); err != nil {
-				return steps, cost, err
 			}
 		}
 		cost += nx.call.pass.NextCost()
@@ -195,6 +240,12 @@ func (s *stream) switchWindow(ctx context.Context) ([]Result, error) {
 func (s *stream) dropWarmup() {
 	if s.next == nil {
 		return
+	}
+	if s.next.enc != nil {
+		s.next.enc.Abort()
+	}
+	for _, e := range s.next.encs {
+		e.Free()
 	}
 	s.next.m.Reset()
 	if s.spare == nil {
