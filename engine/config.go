@@ -69,7 +69,9 @@ type Config struct {
 	// window, which replaces them; window 0 waits for a second window), for
 	// verify and offline runs; "live" emits every frame as soon as the window
 	// that first processes it has it, and warms the next window up in the
-	// background so that a window change does not stall the stream.
+	// background so that a window change does not stall the stream (with
+	// fixed-interval windows whose overlap holds the scale frames and starts
+	// after the window's own; flow windows change serially).
 	WindowMode string `mapstructure:"window_mode"`
 
 	// CUDA tunes the CUDA backend; the CPU backend ignores it.
