@@ -64,6 +64,15 @@ type Config struct {
 	Windowed    bool `mapstructure:"windowed"`
 	WindowSize  int  `mapstructure:"window_size"`
 	OverlapSize int  `mapstructure:"overlap_size"`
+	// WindowMode is how windows are joined: "reference" stitches them as the
+	// reference does (a window's last overlap results wait for the next
+	// window, which replaces them; window 0 waits for a second window), for
+	// verify and offline runs; "live" emits every frame as soon as the window
+	// that first processes it has it, and warms the next window up in the
+	// background so that a window change does not stall the stream (with
+	// fixed-interval windows whose overlap holds the scale frames and starts
+	// after the window's own; flow windows change serially).
+	WindowMode string `mapstructure:"window_mode"`
 
 	// CUDA tunes the CUDA backend; the CPU backend ignores it.
 	CUDA CUDAConfig `mapstructure:"cuda"`
@@ -78,6 +87,12 @@ type Config struct {
 	Decide func(decision int, flow float64, keyframe bool) bool `mapstructure:"-" json:"-"`
 }
 
+// The values of Config.WindowMode.
+const (
+	WindowReference = "reference"
+	WindowLive      = "live"
+)
+
 // TraceEvent describes one step of the schedule.
 type TraceEvent struct {
 	// Event is "call" (a model forward), "commit" or "rollback" (flow
@@ -88,6 +103,9 @@ type TraceEvent struct {
 	SkipAppend bool
 	// Flow is the measured flow for "commit"/"rollback".
 	Flow float64
+	// Background marks a call of the next window's warm-up (live windows),
+	// run between the current window's frames.
+	Background bool
 	// Stats right after the event.
 	Stats CacheStats
 }
@@ -151,6 +169,7 @@ func DefaultConfig() Config {
 		MaxNonKeyframeGap: 30,
 		WindowSize:        64,
 		OverlapSize:       16,
+		WindowMode:        WindowReference,
 		CUDA: CUDAConfig{
 			GEMMTuning:  true,
 			PDL:         true,
@@ -219,6 +238,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxNonKeyframeGap < 1 {
 		bad("max_non_keyframe_gap", "must be ≥ 1, not %d", c.MaxNonKeyframeGap)
+	}
+	if c.WindowMode != WindowReference && c.WindowMode != WindowLive {
+		bad("window_mode", "must be %s or %s, not %q", WindowReference, WindowLive, c.WindowMode)
 	}
 	if c.Windowed {
 		if c.WindowSize <= c.ScaleFrames {

@@ -38,7 +38,7 @@ import (
 // All numbers are little-endian; lengths are int64, −1 for nil.
 
 // StateVersion is the state file format this build writes and reads.
-const StateVersion = 1
+const StateVersion = 2
 
 var stateMagic = [8]byte{'L', 'B', 'M', 'S', 'T', 'A', 'T', 'E'}
 
@@ -91,6 +91,7 @@ func resultSettings(c Config) map[string]string {
 		"windowed":             fmt.Sprint(c.Windowed),
 		"window_size":          fmt.Sprint(c.WindowSize),
 		"overlap_size":         fmt.Sprint(c.OverlapSize),
+		"window_mode":          c.WindowMode,
 		"cuda.exact_attention": fmt.Sprint(c.CUDA.ExactAttention && c.Device == "cuda"),
 	}
 }
@@ -292,6 +293,7 @@ func (s *stream) saveStream(w *binstate.Writer) {
 	saveInputs(w, win.buf)
 	saveResults(w, win.raw)
 	saveInputs(w, win.tail)
+	w.Int(win.rerun)
 	saveResults(w, s.held)
 	w.Bool(s.prevTail != nil)
 	if s.prevTail != nil {
@@ -340,6 +342,7 @@ func (s *stream) loadStream(r *binstate.Reader) {
 	win.buf = loadInputs(r, px, s.cfg.ScaleFrames)
 	win.raw = loadResults(r, s.h, s.w)
 	win.tail = loadInputs(r, px, max(s.cfg.OverlapSize, 0))
+	win.rerun = r.Int("re-run frames", 0, max(s.cfg.OverlapSize, 0))
 	s.win = win
 	s.held = loadResults(r, s.h, s.w)
 	s.prevTail = nil

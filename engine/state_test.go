@@ -109,6 +109,15 @@ func TestResumeEqualsUninterrupted(t *testing.T) {
 		// keep; 16 and 20 in window 1 (unaligned, then aligned with results
 		// held); 27 in window 2
 		{"windowed", "windowed_kf2", func(c *Config) { c.Windowed = true; c.KeyframeInterval = 2 }, []int{13, 16, 20, 27}},
+		// live windows of 9 frames stepping by 6: 7 in window 0, 10 in
+		// window 1's re-runs, 13 and 20 after alignments
+		{"windowed live", "stream_kf1", func(c *Config) { c.Windowed = true; c.WindowMode = WindowLive }, []int{7, 10, 13, 20}},
+		// live windows of 15 frames stepping by 9, the next window warming
+		// up over frames 9–14: 13 with a warm-up call half way (the state
+		// leaves the warm-up out; the resumed stream redoes it)
+		{"windowed live early", "stream_kf1", func(c *Config) {
+			c.Windowed, c.WindowMode, c.OverlapSize, c.WindowSize = true, WindowLive, 6, 15
+		}, []int{13, 16, 22}},
 		// flow windows close after 6 keyframes: cuts across two windows
 		{"windowed flow", "stream_flow", func(c *Config) { c.Windowed = true; c.FlowThreshold = 14 }, []int{8, 14, 21}},
 	}

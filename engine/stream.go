@@ -166,6 +166,7 @@ type window struct {
 	aligned bool
 	raw     []Result // results not yet aligned (windows after the first)
 	tail    []input  // the last Overlap inputs, re-run by the next window
+	rerun   int      // leading frames that re-run the previous window's tail
 }
 
 type stream struct {
@@ -184,10 +185,18 @@ type stream struct {
 	flowDecs int // flow keyframe decisions so far, for Config.Decide
 
 	// windowed mode
-	held     []Result // results that a next window may still replace
+	held     []Result // reference: results that a next window may still replace; live: the emitted tail a next window aligns to
 	prevTail *geom.WindowFrames
 	sims     []geom.Similarity
 	closed   bool
+
+	// live windows (warmup.go): the next window warming up, the model state
+	// it takes when none is (a fork of the first), the last Push's
+	// background work, and a test hook that switches the early start off
+	next          *warmup
+	spare         *model.Model
+	bg            WarmupStats
+	serialWindows bool
 }
 
 func newStream(cfg Config, log *slog.Logger, be backend.Backend, m *model.Model) *stream {
@@ -223,6 +232,9 @@ func (s *stream) newWindow(index int) *window {
 	return &window{index: index, sim: geom.Identity(), aligned: index == 0}
 }
 
+// live says whether windows are joined live (Config.WindowMode).
+func (s *stream) live() bool { return s.cfg.Windowed && s.cfg.WindowMode == WindowLive }
+
 // overlap is the number of frames consecutive windows share.
 func (s *stream) overlap() int { return s.cfg.OverlapSize }
 
@@ -242,6 +254,7 @@ func (s *stream) Push(ctx context.Context, f Frame) ([]Result, error) {
 		return nil, err
 	}
 	s.framesIn++
+	s.bg = WarmupStats{}
 	var out []Result
 	if s.cfg.Windowed && s.windowDone() {
 		res, err := s.nextWindow(ctx)
@@ -254,7 +267,13 @@ func (s *stream) Push(ctx context.Context, f Frame) ([]Result, error) {
 	if err != nil {
 		return out, err
 	}
-	return append(out, res...), nil
+	out = append(out, res...)
+	if s.early() {
+		if err := s.warm(ctx, in); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
 }
 
 // prepare brings a frame to the model resolution.
@@ -321,63 +340,131 @@ func (s *stream) feed(ctx context.Context, in input) ([]Result, error) {
 	if !s.cfg.Windowed && s.m.Stats().FrameCount >= s.cfg.MaxFrames {
 		return nil, fmt.Errorf("%w: %d frames committed since the last reset (max_frames %d); use windowed mode, a larger keyframe interval or reset", ErrCacheFull, s.m.Stats().FrameCount, s.cfg.MaxFrames)
 	}
-	local := w.n
-	var r Result
-	var err error
 	if s.cfg.FlowThreshold > 0 {
-		r, err = s.runFlowFrame(ctx, in, local)
-	} else {
-		kf := s.cfg.KeyframeInterval <= 1 || (local-w.scaleN)%s.cfg.KeyframeInterval == 0
-		var out *model.Output
-		out, err = s.m.Forward(ctx, [][]float32{in.pix}, s.h, s.w, model.Step{SkipAppend: !kf})
-		s.trace(TraceEvent{Event: "call", Frames: 1, SkipAppend: !kf})
+		r, err := s.runFlowFrame(ctx, in, w.n)
 		if err == nil {
-			kind := Keyframe
-			if !kf {
-				kind = NonKeyframe
-			}
-			r = s.result(in, out, 0, kind)
+			err = s.deviceErr()
 		}
+		if err != nil {
+			return nil, err
+		}
+		w.n++
+		s.remember(w, in)
+		return s.emit([]Result{r})
 	}
-	if err == nil {
-		err = s.deviceErr()
-	}
+	res, err := s.runCall(ctx, w, s.m, []input{in})
 	if err != nil {
 		return nil, err
 	}
-	w.n++
-	s.remember(in)
-	return s.emit([]Result{r})
+	return s.emit(res)
 }
 
 func (s *stream) runPhase1(ctx context.Context) ([]Result, error) {
-	w := s.win
-	imgs := make([][]float32, len(w.buf))
-	for i, in := range w.buf {
-		imgs[i] = in.pix
+	res, err := s.runCall(ctx, s.win, s.m, s.win.buf)
+	if err != nil {
+		return nil, err
 	}
-	out, err := s.m.Forward(ctx, imgs, s.h, s.w, model.Step{})
-	if err == nil {
-		err = s.deviceErr()
+	return s.emit(res)
+}
+
+// call is one model call of a window: its phase 1 (the scale frames
+// together) or one interval frame. The current window runs a call whole;
+// a next window warming up runs it step by step between frames.
+type call struct {
+	w    *window
+	m    *model.Model
+	ins  []input
+	kind FrameKind
+	pass *model.Pass
+	bg   bool // a next window's warm-up
+}
+
+// startCall begins w's next call on ins: phase 1 while w has run nothing,
+// else one frame, a keyframe or not by the interval rule relative to the
+// window's first streaming frame.
+// encs, when set, are the frames' DINO encodings, run ahead; the call takes
+// them.
+func (s *stream) startCall(ctx context.Context, w *window, m *model.Model, ins []input, encs []*model.Encoding, bg bool) (*call, error) {
+	c := &call{w: w, m: m, ins: ins, kind: Scale, bg: bg}
+	var step model.Step
+	if w.n > 0 {
+		kf := s.cfg.KeyframeInterval <= 1 || (w.n-w.scaleN)%s.cfg.KeyframeInterval == 0
+		c.kind = Keyframe
+		if !kf {
+			c.kind, step.SkipAppend = NonKeyframe, true
+		}
+	}
+	var p *model.Pass
+	var err error
+	if encs != nil {
+		if p, err = m.BeginEncoded(ctx, encs, step); err != nil {
+			for _, e := range encs {
+				e.Free()
+			}
+		}
+	} else {
+		imgs := make([][]float32, len(ins))
+		for i, in := range ins {
+			imgs[i] = in.pix
+		}
+		p, err = m.Begin(ctx, imgs, s.h, s.w, step)
 	}
 	if err != nil {
 		return nil, err
 	}
-	s.trace(TraceEvent{Event: "call", Frames: len(imgs)})
-	res := make([]Result, len(w.buf))
-	for i, in := range w.buf {
-		res[i] = s.result(in, out, i, Scale)
-		s.remember(in)
+	c.pass = p
+	return c, nil
+}
+
+// stepCall runs the next step of c and, when that completes the call,
+// checks the device.
+func (s *stream) stepCall(c *call) (bool, error) {
+	done, err := c.pass.Step()
+	if err == nil && done {
+		err = s.deviceErr()
 	}
-	w.scaleN = len(w.buf)
-	w.n = len(w.buf)
-	w.lastKF = out.PoseEnc[len(w.buf)-1]
-	w.lastKn = len(w.buf) - 1
+	return done, err
+}
+
+// finishCall turns a completed call into results and advances its window.
+func (s *stream) finishCall(c *call) []Result {
+	out, w := c.pass.Output(), c.w
+	s.trace(TraceEvent{Event: "call", Frames: len(c.ins), SkipAppend: c.kind == NonKeyframe, Background: c.bg})
+	res := make([]Result, len(c.ins))
+	for i, in := range c.ins {
+		res[i] = s.result(w, in, out, i, c.kind)
+		s.remember(w, in)
+	}
+	if c.kind != Scale {
+		w.n++
+		return res
+	}
+	w.scaleN = len(c.ins)
+	w.n = len(c.ins)
+	w.lastKF = out.PoseEnc[len(c.ins)-1]
+	w.lastKn = len(c.ins) - 1
 	w.buf = nil
 	// phase 1 works on several frames at once; a GPU backend can give the
 	// memory it cached for those shapes back now
 	s.trimBackend()
-	return s.emit(res)
+	return res
+}
+
+// runCall runs a call of w whole.
+func (s *stream) runCall(ctx context.Context, w *window, m *model.Model, ins []input) ([]Result, error) {
+	c, err := s.startCall(ctx, w, m, ins, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		done, err := s.stepCall(c)
+		if err != nil {
+			return nil, err
+		}
+		if done {
+			return s.finishCall(c), nil
+		}
+	}
 }
 
 // runFlowFrame attends with eviction deferred, measures the flow to the last
@@ -416,30 +503,29 @@ func (s *stream) runFlowFrame(ctx context.Context, in input, local int) (Result,
 		ev = "commit"
 	}
 	s.trace(TraceEvent{Event: ev, Flow: float64(flow)})
-	r := s.result(in, out, 0, kind)
+	r := s.result(w, in, out, 0, kind)
 	r.Flow = float64(flow)
 	return r, nil
 }
 
 // remember keeps the inputs a next window re-runs.
-func (s *stream) remember(in input) {
+func (s *stream) remember(w *window, in input) {
 	if !s.cfg.Windowed {
 		return
 	}
-	w := s.win
 	w.tail = append(w.tail, in)
 	if ov := s.overlap(); len(w.tail) > ov {
 		w.tail = append(w.tail[:0], w.tail[len(w.tail)-ov:]...)
 	}
 }
 
-// result turns frame i of a model output into a Result.
-func (s *stream) result(in input, out *model.Output, i int, kind FrameKind) Result {
+// result turns frame i of a model output of window w into a Result.
+func (s *stream) result(w *window, in input, out *model.Output, i int, kind FrameKind) Result {
 	enc := out.PoseEnc[i]
 	r := Result{
 		Seq: in.seq, Stamp: in.stamp, Kind: kind,
 		PoseEnc: enc, Width: s.w, Height: s.h,
-		Window: s.win.index,
+		Window: w.index,
 		RGB:    in.rgb.get(),
 	}
 	r.CamToWorld = geom.PoseEncToCamToWorld(enc)
@@ -463,6 +549,9 @@ func (s *stream) emit(res []Result) ([]Result, error) {
 	if !s.cfg.Windowed {
 		return res, nil
 	}
+	if s.live() {
+		return s.emitLive(res)
+	}
 	w := s.win
 	if !w.aligned {
 		w.raw = append(w.raw, res...)
@@ -485,6 +574,34 @@ func (s *stream) emit(res []Result) ([]Result, error) {
 	return s.release(s.overlap()), nil
 }
 
+// emitLive passes results on at once (live windows): window 0 as produced,
+// later windows warped by their similarity. A window's re-runs of the
+// previous window's tail only serve its alignment: those frames were emitted
+// already. The emitted tail is kept for the next window's alignment.
+func (s *stream) emitLive(res []Result) ([]Result, error) {
+	w := s.win
+	if !w.aligned {
+		w.raw = append(w.raw, res...)
+		if len(w.raw) < w.rerun {
+			return nil, nil
+		}
+		if err := s.align(); err != nil {
+			return nil, err
+		}
+		res, w.raw = w.raw[w.rerun:], nil
+	}
+	if w.index > 0 {
+		for i := range res {
+			warpResult(&res[i], w.sim)
+		}
+	}
+	s.held = append(s.held, res...)
+	if ov := s.overlap(); len(s.held) > ov {
+		s.held = append(s.held[:0], s.held[len(s.held)-ov:]...)
+	}
+	return res, nil
+}
+
 // release returns all held results but the newest keep.
 func (s *stream) release(keep int) []Result {
 	n := max(len(s.held)-keep, 0)
@@ -497,7 +614,11 @@ func (s *stream) release(keep int) []Result {
 func (s *stream) align() error {
 	w := s.win
 	cur := framesOf(w.raw)
-	sim, err := geom.PairwiseAlignment(*s.prevTail, cur, s.overlap())
+	overlap := s.overlap()
+	if s.live() {
+		overlap = w.rerun // the emitted tail holds exactly the re-run frames
+	}
+	sim, err := geom.PairwiseAlignment(*s.prevTail, cur, overlap)
 	if err != nil {
 		return fmt.Errorf("engine: aligning window %d: %w", w.index, err)
 	}
@@ -553,21 +674,6 @@ func framesOf(res []Result) geom.WindowFrames {
 // nextWindow closes the current window and starts the next one on its tail.
 func (s *stream) nextWindow(ctx context.Context) ([]Result, error) {
 	old := s.win
-	var out []Result
-	if old.index == 0 {
-		// window 0 becomes part of a multi-window map: warp it by the identity,
-		// which re-encodes its quaternions as the reference does.
-		s.sims = append(s.sims, geom.Identity())
-		for i := range s.held {
-			warpResult(&s.held[i], geom.Identity())
-		}
-	}
-	out = append(out, s.release(s.overlap())...)
-	// the held tail (aligned) is what the next window aligns to; it is not emitted
-	tail := framesOf(s.held)
-	s.prevTail = &tail
-	s.held = s.held[:0]
-
 	// next window start: fixed windows step by (length − overlap); flow windows
 	// restart overlap frames back, but never inside the old window's scale frames.
 	retained := old.tail
@@ -579,9 +685,37 @@ func (s *stream) nextWindow(ctx context.Context) ([]Result, error) {
 			retained = retained[dropped:]
 		}
 	}
+	var out []Result
+	if old.index == 0 {
+		s.sims = append(s.sims, geom.Identity())
+	}
+	if s.live() {
+		// emitted already; the next window aligns to the results of the
+		// frames it re-runs
+		tail := framesOf(s.held[max(len(s.held)-len(retained), 0):])
+		s.prevTail = &tail
+		s.held = nil
+		if s.next != nil {
+			return s.switchWindow(ctx)
+		}
+	} else {
+		if old.index == 0 {
+			// window 0 becomes part of a multi-window map: warp it by the
+			// identity, which re-encodes its quaternions as the reference does.
+			for i := range s.held {
+				warpResult(&s.held[i], geom.Identity())
+			}
+		}
+		out = append(out, s.release(s.overlap())...)
+		// the held tail (aligned) is what the next window aligns to; it is not emitted
+		tail := framesOf(s.held)
+		s.prevTail = &tail
+		s.held = s.held[:0]
+	}
 	s.m.Reset()
 	s.trimBackend()
 	s.win = s.newWindow(old.index + 1)
+	s.win.rerun = len(retained)
 	s.trace(TraceEvent{Event: "reset"})
 	s.log.Info("new window", "window", s.win.index, "overlap_frames", len(retained))
 	for _, in := range retained {
@@ -603,6 +737,13 @@ func (s *stream) Flush(ctx context.Context) ([]Result, error) {
 			return nil, err
 		}
 		out = append(out, res...)
+	}
+	if s.live() {
+		// what is not aligned yet re-runs frames emitted already, and so
+		// does a warm-up
+		s.win.raw = nil
+		s.dropWarmup()
+		return out, nil
 	}
 	if s.cfg.Windowed {
 		w := s.win
@@ -684,6 +825,13 @@ func (s *stream) Reset() error {
 	if err := s.m.ReleaseCache(); err != nil {
 		s.log.Warn("reset: the KV cache keeps its memory", "err", err)
 	}
+	s.dropWarmup()
+	if s.spare != nil {
+		s.spare.Reset()
+		if err := s.spare.ReleaseCache(); err != nil {
+			s.log.Warn("reset: the second KV cache keeps its memory", "err", err)
+		}
+	}
 	s.trimBackend()
 	s.win = s.newWindow(0)
 	s.held, s.prevTail, s.sims = nil, nil, nil
@@ -732,6 +880,10 @@ func (s *stream) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.dropWarmup()
+	if s.spare != nil {
+		s.spare.Close()
+	}
 	s.m.Close()
 	if c, ok := s.be.(io.Closer); ok {
 		return c.Close()

@@ -124,9 +124,19 @@ type aggCall struct {
 	store        backend.KVStore
 }
 
-// forward runs the aggregator on DINO patch tokens [S, NP, E] and returns the
-// selected layers' outputs concat(frame, global) as [S, P, 2E] each.
-func (a *aggregator) forward(be backend.Backend, patches backend.Tensor, call aggCall, cancelled func() error) ([]backend.Tensor, error) {
+// aggRun is an aggregator forward in progress: a sliced call (Pass) runs it
+// one frame/global block pair at a time.
+type aggRun struct {
+	call       aggCall
+	x          backend.Tensor   // the residual stream [S, P, E] entering the next pair
+	cos3, sin3 backend.Tensor   // the call's 3D RoPE tables
+	outs       []backend.Tensor // selected layers so far
+	next       int              // index into call.keepLayers
+}
+
+// begin prepares a forward on DINO patch tokens [S, NP, E] (not freed): the
+// special tokens in front of each frame's patches and the 3D RoPE tables.
+func (a *aggregator) begin(be backend.Backend, patches backend.Tensor, call aggCall) *aggRun {
 	s, e := call.s, a.dim
 	np := a.gh * a.gw
 	p := a.numSpecial + np
@@ -150,33 +160,41 @@ func (a *aggregator) forward(be backend.Backend, patches backend.Tensor, call ag
 	}
 
 	cos3h, sin3h := a.rope3.tables(call.timeIndex, s, a.numSpecial, a.gh, a.gw)
-	cos3 := be.FromHost(cos3h, s*p, aggHeadDim/2)
-	sin3 := be.FromHost(sin3h, s*p, aggHeadDim/2)
-	defer be.Free(cos3)
-	defer be.Free(sin3)
-
-	var outs []backend.Tensor
-	next := 0
-	for i := range a.frame {
-		if err := cancelled(); err != nil {
-			be.Free(x)
-			for _, o := range outs {
-				be.Free(o)
-			}
-			return nil, err
-		}
-		fo := a.frameBlock(be, a.frame[i], x)
-		be.Free(x)
-		gOut := a.globalBlock(be, a.global[i], i, fo, call, cos3, sin3)
-		if next < len(call.keepLayers) && call.keepLayers[next] == i {
-			outs = append(outs, be.ConcatCols(fo, gOut))
-			next++
-		}
-		be.Free(fo)
-		x = gOut
+	return &aggRun{
+		call: call, x: x,
+		cos3: be.FromHost(cos3h, s*p, aggHeadDim/2),
+		sin3: be.FromHost(sin3h, s*p, aggHeadDim/2),
 	}
-	be.Free(x)
-	return outs, nil
+}
+
+// pair runs frame block i and global block i.
+func (a *aggregator) pair(be backend.Backend, r *aggRun, i int) {
+	fo := a.frameBlock(be, a.frame[i], r.x)
+	be.Free(r.x)
+	gOut := a.globalBlock(be, a.global[i], i, fo, r.call, r.cos3, r.sin3)
+	if r.next < len(r.call.keepLayers) && r.call.keepLayers[r.next] == i {
+		r.outs = append(r.outs, be.ConcatCols(fo, gOut))
+		r.next++
+	}
+	be.Free(fo)
+	r.x = gOut
+}
+
+// finish ends a forward whose pairs all ran and returns the selected
+// layers' outputs concat(frame, global) as [S, P, 2E] each.
+func (r *aggRun) finish(be backend.Backend) []backend.Tensor {
+	outs := r.outs
+	r.outs = nil
+	r.free(be)
+	return outs
+}
+
+// free drops what the run holds (a call that stops half way).
+func (r *aggRun) free(be backend.Backend) {
+	for _, t := range append([]backend.Tensor{r.x, r.cos3, r.sin3}, r.outs...) {
+		be.Free(t)
+	}
+	r.x, r.cos3, r.sin3, r.outs = nil, nil, nil, nil
 }
 
 // frameBlock: attention inside each frame, 2D RoPE. x [S, P, E].

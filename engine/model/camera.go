@@ -27,11 +27,35 @@ type cameraHead struct {
 	embedPose, modulation linear
 	fc1, fc2              linear
 	trunk                 []*block
+	iterations            int
+}
 
-	// kv[i][j] are the cached keys and values of iteration i, block j:
-	// [frames, H, D] each, nil while empty.
+// camCache is the camera head's state: k[i][j] and v[i][j] are the cached
+// keys and values of iteration i, block j, [frames, H, D] each, nil while
+// empty. It belongs to a model state, not to the weights.
+type camCache struct {
 	k, v   [][]backend.Tensor
 	frames int
+}
+
+func newCamCache(iterations, blocks int) camCache {
+	c := camCache{k: make([][]backend.Tensor, iterations), v: make([][]backend.Tensor, iterations)}
+	for i := range c.k {
+		c.k[i] = make([]backend.Tensor, blocks)
+		c.v[i] = make([]backend.Tensor, blocks)
+	}
+	return c
+}
+
+func (c *camCache) reset(be backend.Backend) {
+	for i := range c.k {
+		for j := range c.k[i] {
+			be.Free(c.k[i][j])
+			be.Free(c.v[i][j])
+			c.k[i][j], c.v[i][j] = nil, nil
+		}
+	}
+	c.frames = 0
 }
 
 func loadCameraHead(be backend.Backend, c *weights.Cursor, dim, iterations int) (*cameraHead, error) {
@@ -74,32 +98,16 @@ func loadCameraHead(be backend.Backend, c *weights.Cursor, dim, iterations int) 
 		}
 		h.trunk = append(h.trunk, blk)
 	}
-	h.k = make([][]backend.Tensor, iterations)
-	h.v = make([][]backend.Tensor, iterations)
-	for i := range h.k {
-		h.k[i] = make([]backend.Tensor, n)
-		h.v[i] = make([]backend.Tensor, n)
-	}
+	h.iterations = iterations
 	return h, nil
-}
-
-func (h *cameraHead) reset(be backend.Backend) {
-	for i := range h.k {
-		for j := range h.k[i] {
-			be.Free(h.k[i][j])
-			be.Free(h.v[i][j])
-			h.k[i][j], h.v[i][j] = nil, nil
-		}
-	}
-	h.frames = 0
 }
 
 // forward takes the last selected aggregator layer [S, P, dim] and queues
 // the head's work; once the device tensor it adds to dl is downloaded, *dst
 // holds the activated encoding of every iteration, [iters][S][9]. With store
-// the frames' camera tokens join the caches; without (non-keyframes) they
-// only attend.
-func (h *cameraHead) forward(be backend.Backend, last backend.Tensor, store bool, dl *downloads, dst *[][][poseDim]float32) {
+// the frames' camera tokens join the caches in cc; without (non-keyframes)
+// they only attend.
+func (h *cameraHead) forward(be backend.Backend, cc *camCache, last backend.Tensor, store bool, dl *downloads, dst *[][][poseDim]float32) {
 	sh := last.Shape()
 	s := sh[0]
 	tok := be.SliceCols(be.Reshape(last, s, sh[1]*sh[2]), 0, h.dim) // camera token, index 0
@@ -109,7 +117,7 @@ func (h *cameraHead) forward(be backend.Backend, last backend.Tensor, store bool
 	defer be.Free(c)
 	defer be.Free(cn)
 
-	iters := len(h.k)
+	iters := h.iterations
 	// Each iteration's encoding stays on the device until the end: one copy
 	// to the host per frame rather than a pipeline stall per iteration.
 	preds := make([]backend.Tensor, 0, iters)
@@ -148,23 +156,23 @@ func (h *cameraHead) forward(be backend.Backend, last backend.Tensor, store bool
 			k3 := be.Reshape(k, s, blk.heads, blk.hd)
 			v3 := be.Reshape(v, s, blk.heads, blk.hd)
 			keys, vals := k3, v3
-			if h.k[i][j] != nil {
-				keys = be.ConcatRows(h.k[i][j], k3)
-				vals = be.ConcatRows(h.v[i][j], v3)
+			if cc.k[i][j] != nil {
+				keys = be.ConcatRows(cc.k[i][j], k3)
+				vals = be.ConcatRows(cc.v[i][j], v3)
 			}
 			nk := keys.Shape()[0]
 			att := be.Attention(q, be.Reshape(keys, 1, nk, blk.heads, blk.hd), be.Reshape(vals, 1, nk, blk.heads, blk.hd), blk.scale())
 			be.Free(q)
 			switch {
-			case store && h.k[i][j] != nil:
-				be.Free(h.k[i][j])
-				be.Free(h.v[i][j])
+			case store && cc.k[i][j] != nil:
+				be.Free(cc.k[i][j])
+				be.Free(cc.v[i][j])
 				be.Free(k3)
 				be.Free(v3)
-				h.k[i][j], h.v[i][j] = keys, vals
+				cc.k[i][j], cc.v[i][j] = keys, vals
 			case store:
-				h.k[i][j], h.v[i][j] = k3, v3
-			case h.k[i][j] != nil:
+				cc.k[i][j], cc.v[i][j] = k3, v3
+			case cc.k[i][j] != nil:
 				be.Free(keys)
 				be.Free(vals)
 				be.Free(k3)
@@ -196,7 +204,7 @@ func (h *cameraHead) forward(be backend.Backend, last backend.Tensor, store bool
 		be.Free(p)
 	}
 	if store {
-		h.frames += s
+		cc.frames += s
 	}
 	dl.add(all, func(raw []float32) {
 		out := make([][][poseDim]float32, iters)

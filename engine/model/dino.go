@@ -166,9 +166,12 @@ func (d *dino) release(be backend.Backend) {
 	}
 }
 
-// forward runs S images (host CHW in [0,1], h×w) and returns the normalised
-// patch tokens [S, gh·gw, dim].
-func (d *dino) forward(be backend.Backend, images [][]float32, h, w int) backend.Tensor {
+// The encoder runs in three parts so that a sliced call (Pass) can stop
+// between its blocks: embed, then each block, then patchTokens.
+
+// embed turns S images (host CHW in [0,1], h×w) into the token sequences
+// [S, 1+registers+gh·gw, dim] that the first block takes.
+func (d *dino) embed(be backend.Backend, images [][]float32, h, w int) backend.Tensor {
 	s := len(images)
 	gh, gw := h/d.patch, w/d.patch
 	np := gh * gw
@@ -202,17 +205,28 @@ func (d *dino) forward(be backend.Backend, images [][]float32, h, w int) backend
 		be.Free(parts[2*f+1])
 	}
 	be.Free(withPos)
+	return seq
+}
 
-	for _, blk := range d.blocks {
-		q, k, v := blk.qkvHeads(be, seq, nil, nil, 0) // no RoPE in DINO
-		a := be.Attention(q, k, v, blk.scale())
-		be.Free(q)
-		be.Free(k)
-		be.Free(v)
-		next := blk.finish(be, seq, a)
-		be.Free(seq)
-		seq = next
-	}
+// block runs block i on seq and frees it.
+func (d *dino) block(be backend.Backend, i int, seq backend.Tensor) backend.Tensor {
+	blk := d.blocks[i]
+	q, k, v := blk.qkvHeads(be, seq, nil, nil, 0) // no RoPE in DINO
+	a := be.Attention(q, k, v, blk.scale())
+	be.Free(q)
+	be.Free(k)
+	be.Free(v)
+	next := blk.finish(be, seq, a)
+	be.Free(seq)
+	return next
+}
+
+// patchTokens applies the final norm to the last block's output, frees it
+// and returns the normalised patch tokens [S, gh·gw, dim].
+func (d *dino) patchTokens(be backend.Backend, seq backend.Tensor) backend.Tensor {
+	sh := seq.Shape()
+	s, n, e := sh[0], sh[1], d.dim
+	np := d.gh * d.gw
 	out := d.norm.forward(be, seq)
 	be.Free(seq)
 

@@ -152,12 +152,17 @@ type Model struct {
 	camera *cameraHead
 	heads  heads
 
+	// The state: everything a call changes. A fork has its own and shares
+	// the rest (weights, per-resolution tables, the backend).
+	forked     bool
+	cam        camCache
 	cache      *kvcache.Cache
 	store      backend.KVStore
 	storeSpec  backend.KVSpec
 	h, w       int
 	committed  int // RoPE time index of the next frame: frames committed since reset
 	pending    bool
+	busy       *Pass // the sliced call in progress
 	visibleBuf []int32
 	closed     bool
 }
@@ -215,6 +220,7 @@ func Load(be backend.Backend, store weights.Store, opt Options) (*Model, error) 
 		}
 		opt.Log.Warn("model: "+msg, "count", len(unused))
 	}
+	m.cam = newCamCache(opt.CameraIterations, len(m.camera.trunk))
 	m.sizes = Sizes{
 		Embed: e, Heads: e / aggHeadDim, Depth: depth,
 		DinoDepth: len(m.dino.blocks), DinoGrid: m.dino.grid, PatchSize: m.dino.patch,
@@ -233,6 +239,25 @@ func summarizeKeys(keys []string) string {
 	return strings.Join(keys, ", ")
 }
 
+// Fork returns a second model state over the same weights: it shares every
+// weight, the per-resolution tables and the backend, and has its own KV
+// cache (a new store from the backend, sized at its first call), camera-head
+// cache, RoPE frame counter and pending flags. The two may run calls
+// interleaved on one goroutine (not at once) at the same resolution. Closing
+// a fork frees only its caches; the weights live as long as the model that
+// loaded them, which must outlive its forks.
+func (m *Model) Fork() (*Model, error) {
+	if m.closed {
+		return nil, errors.New("model: Fork after Close")
+	}
+	return &Model{
+		be: m.be, opt: m.opt, sizes: m.sizes,
+		dino: m.dino, agg: m.agg, camera: m.camera, heads: m.heads,
+		forked: true,
+		cam:    newCamCache(m.opt.CameraIterations, len(m.camera.trunk)),
+	}, nil
+}
+
 // Sizes reports the dimensions read from the weights.
 func (m *Model) Sizes() Sizes {
 	s := m.sizes
@@ -249,146 +274,39 @@ var ErrPending = errors.New("model: the previous deferred-eviction frame was nei
 
 // Forward runs one call: several frames (phase 1, on an empty cache) or one.
 // images are CHW float32 in [0,1], 3·h·w values each, h and w multiples of the
-// patch size; the resolution stays fixed until Reset.
+// patch size; the resolution stays fixed until Reset. It is Begin and then
+// every Step of the pass.
 func (m *Model) Forward(ctx context.Context, images [][]float32, h, w int, step Step) (*Output, error) {
-	if err := m.checkInput(images, h, w, step); err != nil {
-		return nil, err
-	}
-	s := len(images)
-	gh, gw := h/m.sizes.PatchSize, w/m.sizes.PatchSize
-	if err := m.ensureCache(h, w, gh*gw); err != nil {
-		return nil, err
-	}
-	be := m.be
-	cancelled := func() error {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("model: forward cancelled: %w", err)
-		}
-		return nil
-	}
-	if err := cancelled(); err != nil {
-		return nil, err
-	}
-	if m.committed+s > m.opt.MaxFrames {
-		return nil, fmt.Errorf("model: %d frames committed since the last reset reach the limit of %d (MaxFrames); reset or start a new window", m.committed, m.opt.MaxFrames)
-	}
-
-	// Reserve the cache pages first: the bookkeeping is shared by all global
-	// blocks, so it runs once per call and each block writes where it says.
-	call := aggCall{
-		s:            s,
-		cachedFrames: m.cache.Stats().FrameCount,
-		scaleFor:     m.opt.ScaleFrames,
-		timeIndex:    m.committed,
-		dense:        s > 1,
-		keepLayers:   m.opt.SelectedLayers,
-		store:        m.store,
-	}
-	if s > 1 {
-		call.scaleFor = s
-	}
-	defer m.cache.SetDeferEviction(false)
-	switch {
-	case s > 1:
-		for f := 0; f < s; f++ {
-			plan, err := m.cache.Append(m.agg.numSpecial)
-			if err != nil {
-				m.cache.Reset()
-				return nil, fmt.Errorf("model: phase 1 with %d frames: %w", s, err)
-			}
-			plan.Special = slices.Clone(plan.Special)
-			call.plans = append(call.plans, plan)
-			m.cache.Evict()
-		}
-	case step.SkipAppend || step.DeferEviction:
-		m.cache.SetDeferEviction(true)
-		plan, err := m.cache.Append(m.agg.numSpecial)
-		if err != nil {
-			return nil, fmt.Errorf("model: %w", err)
-		}
-		call.plans = []kvcache.AppendPlan{plan}
-	default:
-		plan, err := m.cache.Append(m.agg.numSpecial)
-		if err != nil {
-			return nil, fmt.Errorf("model: %w", err)
-		}
-		call.plans = []kvcache.AppendPlan{plan}
-		m.cache.Evict()
-	}
-	if s == 1 {
-		call.pages, call.lastPageLen = m.cache.Visible(m.visibleBuf)
-		m.visibleBuf = call.pages
-	}
-	// undo puts the cache back as it was when the call fails half way.
-	undo := func() {
-		if s > 1 {
-			m.cache.Reset()
-			return
-		}
-		if step.SkipAppend || step.DeferEviction {
-			_ = m.cache.Rollback()
-		}
-		// A committed keyframe whose eviction already ran cannot be undone; the
-		// caller must Reset after an error.
-	}
-
-	out := &Output{}
-	patches := m.dino.forward(be, images, h, w)
-	if m.opt.KeepIntermediates {
-		host := be.ToHost(patches)
-		n := len(host) / s
-		for f := 0; f < s; f++ {
-			out.DinoTokens = append(out.DinoTokens, host[f*n:(f+1)*n])
-		}
-	}
-	m.agg.prepare(be, gh, gw)
-	layers, err := m.agg.forward(be, patches, call, cancelled)
-	be.Free(patches)
+	p, err := m.Begin(ctx, images, h, w, step)
 	if err != nil {
-		undo()
 		return nil, err
 	}
-	defer func() {
-		for _, l := range layers {
-			be.Free(l)
+	for {
+		done, err := p.Step()
+		if err != nil {
+			return nil, err
 		}
-	}()
-	if step.SkipAppend {
-		if err := m.cache.Rollback(); err != nil {
-			return nil, fmt.Errorf("model: rolling back a non-keyframe: %w", err)
-		}
-	} else {
-		m.committed += s
-		m.pending = step.DeferEviction
-	}
-	if m.opt.KeepIntermediates {
-		for _, l := range layers {
-			out.AggLayers = append(out.AggLayers, be.ToHost(l))
+		if done {
+			return p.Output(), nil
 		}
 	}
-
-	// Queue all heads before the first copy to the host synchronises.
-	var dl downloads
-	m.camera.forward(be, layers[len(layers)-1], !step.SkipAppend, &dl, &out.PoseIters)
-	if err := m.heads.run(be, layers, m.agg.numSpecial, gh, gw, h, w, &dl, out); err != nil {
-		dl.free(be)
-		return nil, err
-	}
-	dl.fetch(be)
-	out.PoseEnc = out.PoseIters[len(out.PoseIters)-1]
-	return out, nil
 }
 
-func (m *Model) checkInput(images [][]float32, h, w int, step Step) error {
+// checkInput vets a call of s frames: images, or their encodings when
+// images is nil.
+func (m *Model) checkInput(images [][]float32, s, h, w int, step Step) error {
 	if m.closed {
 		return errors.New("model: Forward after Close")
+	}
+	if m.busy != nil {
+		return ErrBusy
 	}
 	if m.pending {
 		return ErrPending
 	}
 	ps := m.sizes.PatchSize
 	switch {
-	case len(images) == 0:
+	case s == 0:
 		return errors.New("model: Forward needs at least one image")
 	case h <= 0 || w <= 0 || h%ps != 0 || w%ps != 0:
 		return fmt.Errorf("model: image size %d×%d (h×w) must be positive multiples of the patch size %d", h, w, ps)
@@ -400,12 +318,12 @@ func (m *Model) checkInput(images [][]float32, h, w int, step Step) error {
 			return fmt.Errorf("model: image %d has %d values, want 3·%d·%d = %d (CHW)", i, len(img), h, w, 3*h*w)
 		}
 	}
-	if len(images) > 1 {
+	if s > 1 {
 		if step.SkipAppend || step.DeferEviction {
-			return fmt.Errorf("model: a call of %d frames is phase 1; it cannot be a non-keyframe or a deferred step", len(images))
+			return fmt.Errorf("model: a call of %d frames is phase 1; it cannot be a non-keyframe or a deferred step", s)
 		}
 		if m.cache != nil && (m.cache.Stats().FrameCount > 0 || m.committed > 0) {
-			return fmt.Errorf("model: a call of %d frames (phase 1) needs an empty cache; Reset first", len(images))
+			return fmt.Errorf("model: a call of %d frames (phase 1) needs an empty cache; Reset first", s)
 		}
 	}
 	if m.cache != nil && (h != m.h || w != m.w) && m.cache.Stats().FrameCount > 0 {
@@ -437,7 +355,7 @@ func (m *Model) ensureCache(h, w, np int) error {
 		return fmt.Errorf("model: KV cache for %d×%d images: %w", h, w, err)
 	}
 	m.cache, m.store, m.storeSpec, m.h, m.w = cache, store, spec, h, w
-	m.camera.reset(m.be)
+	m.cam.reset(m.be)
 	m.committed = 0
 	m.pending = false
 	return nil
@@ -471,10 +389,13 @@ func (m *Model) Rollback() error {
 // Reset clears every cache (clean_kv_cache): aggregator pages, camera head and
 // frame counters. The storage is kept for the next stream.
 func (m *Model) Reset() {
+	if m.busy != nil {
+		m.busy.Abort()
+	}
 	if m.cache != nil {
 		m.cache.Reset()
 	}
-	m.camera.reset(m.be)
+	m.cam.reset(m.be)
 	m.committed = 0
 	m.pending = false
 }
@@ -509,7 +430,7 @@ func (m *Model) Width() int  { return m.w }
 func (m *Model) Height() int { return m.h }
 
 // CameraFrames is the number of frames in the camera head's cache.
-func (m *Model) CameraFrames() int { return m.camera.frames }
+func (m *Model) CameraFrames() int { return m.cam.frames }
 
 // KVBytes is the storage of the aggregator KV cache at float32 plus the camera
 // head's cache now (a backend storing bf16 uses half of the first part).
@@ -520,7 +441,7 @@ func (m *Model) KVBytes() int64 {
 	} else if m.store != nil {
 		n = m.storeSpec.Bytes(4)
 	}
-	return n + int64(m.camera.frames)*int64(len(m.camera.k)*len(m.camera.trunk))*2*int64(m.sizes.CamDim)*4
+	return n + int64(m.cam.frames)*int64(len(m.cam.k)*len(m.camera.trunk))*2*int64(m.sizes.CamDim)*4
 }
 
 // Close releases the caches and per-resolution tables. The backend owns the
@@ -529,9 +450,14 @@ func (m *Model) Close() {
 	if m.closed {
 		return
 	}
-	m.camera.reset(m.be)
-	m.dino.release(m.be)
-	m.agg.release(m.be)
+	if m.busy != nil {
+		m.busy.Abort()
+	}
+	m.cam.reset(m.be)
+	if !m.forked {
+		m.dino.release(m.be)
+		m.agg.release(m.be)
+	}
 	m.releaseStore()
 	m.cache = nil
 	m.closed = true

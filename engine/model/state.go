@@ -28,6 +28,9 @@ func (m *Model) SaveState(w *binstate.Writer) error {
 	if m.closed {
 		return errors.New("model: SaveState after Close")
 	}
+	if m.busy != nil {
+		return ErrBusy
+	}
 	if m.pending {
 		return ErrPending
 	}
@@ -63,7 +66,7 @@ func (m *Model) SaveState(w *binstate.Writer) error {
 		return fmt.Errorf("model: saving the KV cache: %w", err)
 	}
 
-	cam := m.camera
+	cam := &m.cam
 	w.Int(cam.frames)
 	if cam.frames > 0 {
 		for i := range cam.k {
@@ -145,14 +148,14 @@ func (m *Model) loadState(r *binstate.Reader, allow func(h, w int) error) error 
 		return err
 	}
 
-	cam := m.camera
+	cam := &m.cam
 	frames := r.Int("camera frames", 0, 1<<24)
 	if err := r.Err(); err != nil {
 		return err
 	}
 	if frames > 0 {
 		for i := range cam.k {
-			for j, blk := range cam.trunk {
+			for j, blk := range m.camera.trunk {
 				k := r.F32s("camera keys", frames*blk.heads*blk.hd)
 				v := r.F32s("camera values", frames*blk.heads*blk.hd)
 				if err := r.Err(); err != nil {

@@ -1,0 +1,232 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+)
+
+// TestPassEqualsForward: calls run as passes, step by step, with a fork's
+// whole calls between the steps, give bit-identical outputs to Forward; the
+// cost left falls by each step's cost to zero; a model with an open pass
+// refuses other calls.
+func TestPassEqualsForward(t *testing.T) {
+	gc := loadCase(t, "stream_kf1")
+	ctx := context.Background()
+	calls := []struct {
+		imgs [][]float32
+		step Step
+	}{
+		{gc.images[:3], Step{}},
+		{gc.images[3:4], Step{}},
+		{gc.images[4:5], Step{SkipAppend: true}},
+		{gc.images[5:6], Step{}},
+	}
+	alone := loadTiny(t, gc.m, false)
+	var want []*Output
+	for _, c := range calls {
+		out, err := alone.Forward(ctx, c.imgs, gc.h, gc.w, c.step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, out)
+	}
+
+	m := loadTiny(t, gc.m, false)
+	other, err := m.Fork()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	otherFrame := 0
+	for ci, c := range calls {
+		p, err := m.Begin(ctx, c.imgs, gc.h, gc.w, c.step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Forward(ctx, c.imgs, gc.h, gc.w, c.step); !errors.Is(err, ErrBusy) {
+			t.Fatalf("Forward during a pass: %v, want ErrBusy", err)
+		}
+		total := p.Cost()
+		if total != m.CallCost(len(c.imgs)) {
+			t.Fatalf("call %d: a new pass costs %d, CallCost says %d", ci, total, m.CallCost(len(c.imgs)))
+		}
+		steps := 0
+		for {
+			before, next := p.Cost(), p.NextCost()
+			done, err := p.Step()
+			if err != nil {
+				t.Fatal(err)
+			}
+			steps++
+			if p.Cost() != before-next {
+				t.Fatalf("call %d step %d: cost %d → %d, the step costs %d", ci, steps, before, p.Cost(), next)
+			}
+			if done {
+				break
+			}
+			if p.Output() != nil {
+				t.Fatal("output before the pass is done")
+			}
+			// the other state streams its own frames between the steps
+			imgs := gc.images[otherFrame%16 : otherFrame%16+1]
+			if otherFrame == 0 {
+				imgs = gc.images[:3]
+			}
+			if _, err := other.Forward(ctx, imgs, gc.h, gc.w, Step{SkipAppend: otherFrame > 6}); err != nil {
+				t.Fatal(err)
+			}
+			otherFrame++
+		}
+		if p.Cost() != 0 {
+			t.Fatalf("call %d: cost %d left when done", ci, p.Cost())
+		}
+		if wantSteps := len(m.dino.blocks) + m.agg.depth() + 2; steps != wantSteps {
+			t.Fatalf("call %d: %d steps, want %d", ci, steps, wantSteps)
+		}
+		got, w := p.Output(), want[ci]
+		if !slices.Equal(got.PoseEnc, w.PoseEnc) {
+			t.Fatalf("call %d: pose %v, Forward %v", ci, got.PoseEnc, w.PoseEnc)
+		}
+		for f := range w.Depth {
+			if !slices.Equal(got.Depth[f], w.Depth[f]) || !slices.Equal(got.DepthConf[f], w.DepthConf[f]) || !slices.Equal(got.Points[f], w.Points[f]) {
+				t.Fatalf("call %d frame %d: dense outputs differ from Forward's", ci, f)
+			}
+		}
+	}
+	if m.Stats() != alone.Stats() || m.CameraFrames() != alone.CameraFrames() {
+		t.Fatalf("after the passes: %+v (camera %d), Forward alone %+v (camera %d)", m.Stats(), m.CameraFrames(), alone.Stats(), alone.CameraFrames())
+	}
+}
+
+// TestPassAbortAndCancel: an aborted or cancelled pass of a frame that is
+// not committed yet gives its pages back (a keyframe's eviction runs when it
+// is appended, so as after a failed Forward only a Reset undoes it) and the
+// model takes the same call again with the same result.
+func TestPassAbortAndCancel(t *testing.T) {
+	gc := loadCase(t, "stream_kf1")
+	m := loadTiny(t, gc.m, false)
+	ctx := context.Background()
+	if _, err := m.Forward(ctx, gc.images[:3], gc.h, gc.w, Step{}); err != nil {
+		t.Fatal(err)
+	}
+	before, cam := m.Stats(), m.CameraFrames()
+	for _, step := range []Step{{SkipAppend: true}, {DeferEviction: true}} {
+		p, err := m.Begin(ctx, gc.images[3:4], gc.h, gc.w, step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			if _, err := p.Step(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p.Abort()
+		if _, err := p.Step(); err == nil {
+			t.Fatal("an aborted pass stepped on")
+		}
+		if m.Stats() != before || m.CameraFrames() != cam {
+			t.Fatalf("%+v: after Abort %+v, before the call %+v", step, m.Stats(), before)
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	p, err := m.Begin(cctx, gc.images[3:4], gc.h, gc.w, Step{SkipAppend: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Step(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if _, err := p.Step(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("step after cancel: %v", err)
+	}
+	if m.Stats() != before {
+		t.Fatalf("after a cancelled pass %+v, before %+v", m.Stats(), before)
+	}
+	a, err := m.Forward(ctx, gc.images[3:4], gc.h, gc.w, Step{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := loadTiny(t, gc.m, false)
+	if _, err := ref.Forward(ctx, gc.images[:3], gc.h, gc.w, Step{}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := ref.Forward(ctx, gc.images[3:4], gc.h, gc.w, Step{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.PoseEnc, b.PoseEnc) {
+		t.Fatalf("after aborted passes the frame gives %v, a fresh model %v", a.PoseEnc, b.PoseEnc)
+	}
+}
+
+// TestEncodedPhase1EqualsForward: phase 1 on frames encoded one at a time
+// ahead of the call gives Forward's outputs bit for bit on the CPU (the
+// encoder works on each frame alone), and the encodings are consumed.
+func TestEncodedPhase1EqualsForward(t *testing.T) {
+	gc := loadCase(t, "stream_kf1")
+	ctx := context.Background()
+	alone := loadTiny(t, gc.m, false)
+	want, err := alone.Forward(ctx, gc.images[:3], gc.h, gc.w, Step{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := loadTiny(t, gc.m, false)
+	var encs []*Encoding
+	for f := 0; f < 3; f++ {
+		p, err := m.Encode(ctx, gc.images[f], gc.h, gc.w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps := 0
+		for {
+			if p.Cost() != m.EncodeCost()-steps {
+				t.Fatalf("frame %d: cost %d after %d steps, want %d", f, p.Cost(), steps, m.EncodeCost()-steps)
+			}
+			done, err := p.Step()
+			if err != nil {
+				t.Fatal(err)
+			}
+			steps++
+			if done {
+				break
+			}
+		}
+		encs = append(encs, p.Encoding())
+	}
+	p, err := m.BeginEncoded(ctx, encs, Step{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Cost() != m.CallCost(3)-3*m.EncodeCost() {
+		t.Fatalf("an encoded phase 1 costs %d, want %d", p.Cost(), m.CallCost(3)-3*m.EncodeCost())
+	}
+	for {
+		done, err := p.Step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done {
+			break
+		}
+	}
+	got := p.Output()
+	if !slices.Equal(got.PoseEnc, want.PoseEnc) {
+		t.Fatalf("encoded phase 1 poses %v, Forward %v", got.PoseEnc, want.PoseEnc)
+	}
+	for f := range want.Depth {
+		if !slices.Equal(got.Depth[f], want.Depth[f]) || !slices.Equal(got.Points[f], want.Points[f]) {
+			t.Fatalf("frame %d: dense outputs differ from Forward's", f)
+		}
+	}
+	if m.Stats() != alone.Stats() {
+		t.Fatalf("cache %+v, Forward's %+v", m.Stats(), alone.Stats())
+	}
+	// the call took the encodings
+	m.Reset()
+	if _, err := m.BeginEncoded(ctx, encs, Step{}); err == nil {
+		t.Fatal("BeginEncoded took freed encodings")
+	}
+}
