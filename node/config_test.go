@@ -227,6 +227,8 @@ func otherValue(t *testing.T, key string, v reflect.Value) (string, any) {
 		"base_to_camera":    {"0 0 0 -0.5 0.5 -0.5 0.5", "0 0 0 -0.5 0.5 -0.5 0.5"},
 		"cuda.paged_kernel": {"fa2", "fa2"},
 		"max_frames":        {"2000", 2000},
+		"cuda.arch":         {"sm_80", "sm_80"},
+		"window_mode":       {"live", "live"},
 	}
 	if s, ok := special[key]; ok {
 		return s.text, s.val
