@@ -29,12 +29,14 @@ func TestRunCheckpoints(t *testing.T) {
 	o.checkpointEvery = 3
 	var seen []string
 	o.onCheckpoint = func(_ context.Context, cp runCheckpoint) error {
-		if cp.Stream != fs || cp.Map == nil || cp.Out != o.out {
+		if cp.Out != o.out {
 			t.Errorf("checkpoint %+v", cp)
 		}
 		rec := readRunJSON(t, o.out)
+		// the checkpoint is written while the next frames go on: the
+		// trajectory holds at least the rows it covers
 		tr, err := traj.ReadTUMFile(filepath.Join(o.out, mapio.TrajectoryFile))
-		if err != nil || len(tr) != cp.Results {
+		if err != nil || len(tr) < cp.Results || (cp.Final && len(tr) != cp.Results) {
 			t.Errorf("at %d results the trajectory has %d poses (%v)", cp.Results, len(tr), err)
 		}
 		f, err := os.Open(filepath.Join(o.out, mapio.MapFile))
