@@ -624,10 +624,10 @@ func (w *runWriter) add(results []engine.Result) error {
 
 // posted is what post makes of one result off the model's thread.
 type posted struct {
-	points              []geom.Point
+	points               []geom.Point
 	clipped, confClipped int64
-	depthRange          *render.DepthRange // with --save-depth
-	took                time.Duration
+	depthRange           *render.DepthRange // with --save-depth
+	took                 time.Duration
 }
 
 // post does a result's own work, in any order and on any goroutine: it
