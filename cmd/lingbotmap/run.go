@@ -63,6 +63,10 @@ type runOptions struct {
 	saveSessions bool
 	session      sessionOptions
 
+	// workers sets the pipeline's prepare and post workers (0: its
+	// default); tests compare against one worker each.
+	workers int
+
 	version    string
 	newStream  func(context.Context, engine.Config, *slog.Logger) (engine.Stream, error)
 	openSource func(context.Context, string, source.Options) (source.Source, error)

@@ -204,7 +204,9 @@ func (m *mapping) failure() error {
 // pipelineConfig is run's pipeline: every frame is mapped (Block).
 func (m *mapping) pipelineConfig() pipeline.Config {
 	return pipeline.Config{
-		Policy: pipeline.Block,
+		Policy:      pipeline.Block,
+		Workers:     m.o.workers,
+		PostWorkers: m.o.workers,
 		Post: func(r *engine.Result, _ any) (any, error) {
 			if m.stopped.Load() {
 				return posted{}, nil // delivered to no one
