@@ -365,7 +365,7 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	// that a frame size the model cannot take is refused before the weights
 	// load.
 	fr := newFrameReader(src, log)
-	m := &mapping{o: o, rec: nil, start: start, log: log, ctx: ctx, readBefore: skipped}
+	m := &mapping{o: o, start: start, log: log, ctx: ctx, readBefore: skipped}
 	first, firstImg, firstErr := fr.first(ctx, &m.skips)
 	if firstErr == nil {
 		b := firstImg.Bounds()
