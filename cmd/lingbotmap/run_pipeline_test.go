@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -147,4 +148,38 @@ func outputFiles(t *testing.T, dir string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// A checkpoint's files are written while the model goes on: the hook of
+// the checkpoint at 3 results waits until the model has taken frame 6,
+// which could never happen if the checkpoint held the model's thread.
+func TestRunCheckpointBesideTheModel(t *testing.T) {
+	sixth := make(chan struct{})
+	var once sync.Once
+	fs := &fakeStream{scale: 2, onPush: func(n int) error {
+		if n >= 6 {
+			once.Do(func() { close(sixth) })
+		}
+		return nil
+	}}
+	o := testRunOptions(t, fs)
+	o.checkpointEvery = 3
+	var seen []int
+	o.onCheckpoint = func(_ context.Context, cp runCheckpoint) error {
+		if cp.Results == 3 {
+			select {
+			case <-sixth:
+			case <-time.After(20 * time.Second):
+				return errors.New("the model did not go on while the checkpoint was written")
+			}
+		}
+		seen = append(seen, cp.Results)
+		return nil
+	}
+	if err := runRun(context.Background(), o, true); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(seen, []int{3, 6, 9, 10}) {
+		t.Errorf("checkpoints at %v results, want 3 6 9 10", seen)
+	}
 }
