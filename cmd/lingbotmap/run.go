@@ -22,6 +22,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"github.com/lingbotmap/lingbotmap/engine/pipeline"
 	"github.com/lingbotmap/lingbotmap/engine/render"
 	"github.com/lingbotmap/lingbotmap/engine/source"
 	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
@@ -55,12 +56,16 @@ type runOptions struct {
 	// removing them first.
 	force bool
 	// onCheckpoint, when set, runs at every output checkpoint and at the
-	// end, after the outputs are written.
+	// end, after the outputs are written, on the goroutine that wrote them.
 	onCheckpoint func(ctx context.Context, cp runCheckpoint) error
 	// saveSessions adds the whole session (engine state, map, input
 	// position) to the checkpoints, for --resume (session.go).
 	saveSessions bool
 	session      sessionOptions
+
+	// workers sets the pipeline's prepare and post workers (0: its
+	// default); tests compare against one worker each.
+	workers int
 
 	version    string
 	newStream  func(context.Context, engine.Config, *slog.Logger) (engine.Stream, error)
@@ -249,12 +254,10 @@ const (
 
 // runCheckpoint is what an onCheckpoint hook is given.
 type runCheckpoint struct {
-	Out     string        // the output folder
-	Stream  engine.Stream // the engine, between two frames
-	Map     *mapio.Map    // the trajectory and map so far
-	Results int           // results written so far
-	Final   bool          // the end of the run
-	Status  string        // run.json's status as just written
+	Out     string // the output folder
+	Results int    // results the checkpoint covers
+	Final   bool   // the end of the run
+	Status  string // run.json's status as just written
 }
 
 type runInput struct {
@@ -293,15 +296,25 @@ type runFrames struct {
 	Windows      int `json:"windows"`
 }
 
+// runTimings are run.json's timings. The stages overlap (the pipeline runs
+// them at once), so their sums exceed the time they took together.
 type runTimings struct {
-	TotalS        float64 `json:"total_s"`
-	LoadS         float64 `json:"load_s"`
-	DecodeS       float64 `json:"decode_s"`
-	ModelS        float64 `json:"model_s"`
-	OutputS       float64 `json:"output_s"`
-	MsPerFrame    float64 `json:"model_ms_per_frame"`
-	FramesPerS    float64 `json:"frames_per_s"`
-	ModelFramesPS float64 `json:"model_frames_per_s"`
+	TotalS  float64 `json:"total_s"`
+	LoadS   float64 `json:"load_s"`
+	DecodeS float64 `json:"decode_s"` // reading the input in order (and a bag's or video's decoding)
+	// PrepareS is the workers' decoding (image folders) and preprocessing.
+	PrepareS float64 `json:"prepare_s"`
+	ModelS   float64 `json:"model_s"`  // the engine's Push and Flush calls
+	OutputS  float64 `json:"output_s"` // images, unprojection, map, trajectory, checkpoints
+	// MappingS runs from the first frame in to now (the last result out at
+	// the end); FramesPerS is the results of this run over it.
+	MappingS        float64 `json:"mapping_s"`
+	FramesPerS      float64 `json:"frames_per_s"`
+	OverallFramesPS float64 `json:"overall_frames_per_s"` // results over total_s, loading included
+	MsPerFrame      float64 `json:"model_ms_per_frame"`
+	ModelFramesPS   float64 `json:"model_frames_per_s"`
+	// Medians are the per-frame medians of each stage.
+	Medians *stageMedians `json:"median_ms,omitempty"`
 }
 
 func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
@@ -348,13 +361,16 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 			return err
 		}
 	}
-	// The first frame is read before the engine starts so that a frame
-	// size the model cannot take is refused before the weights load.
+	// The first frame is read (and decoded) before the engine starts so
+	// that a frame size the model cannot take is refused before the weights
+	// load.
 	fr := newFrameReader(src, log)
-	first, firstErr := fr.next(ctx)
+	m := &mapping{o: o, start: start, log: log, ctx: ctx, readBefore: skipped}
+	first, firstImg, firstErr := fr.first(ctx, &m.skips)
 	if firstErr == nil {
-		if err := engine.CheckFrameSize(first.Width, first.Height, o.cfg.ImageWidth); err != nil {
-			return fmt.Errorf("frame %d (%d×%d): %w", first.Seq, first.Width, first.Height, err)
+		b := firstImg.Bounds()
+		if err := engine.CheckFrameSize(b.Dx(), b.Dy(), o.cfg.ImageWidth); err != nil {
+			return fmt.Errorf("frame %d (%d×%d): %w", first.Seq, b.Dx(), b.Dy(), err)
 		}
 	}
 	w, err := newRunWriter(o)
@@ -388,57 +404,47 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	defer stream.Close()
 	rec.Timings.LoadS = time.Since(t0).Seconds()
 
-	prog := newProgress(o, src.Len(), log)
-	var model time.Duration
-	var runErr, srcErr error
-	for frame, ferr := first, firstErr; ; frame, ferr = fr.next(ctx) {
-		if errors.Is(ferr, io.EOF) {
-			break
-		}
-		if ferr != nil {
-			runErr, srcErr = ferr, ferr
-			break
-		}
-		rec.Frames.Read++
-		t := time.Now()
-		res, err := stream.Push(ctx, frame)
-		model += time.Since(t)
-		if err != nil {
-			runErr = fmt.Errorf("frame %d: %w", frame.Seq, err)
-			break
-		}
-		if err := w.add(res); err != nil {
-			runErr = err
-			break
-		}
-		if err := o.session.afterFrame(o, stream, w, rec.Frames.Read); err != nil {
-			runErr = err
-			break
-		}
-		if err := w.maybeCheckpoint(ctx, stream, rec, start); err != nil {
-			runErr = err
-			break
-		}
-		prog.add(1)
+	m.w, m.rec = w, rec
+	m.st = &runStream{Stream: stream, ctx: ctx, stopped: &m.stopped}
+	m.prog = newProgress(o, src.Len(), log)
+	// The pipeline ends by Close, not by the signal: what the model has
+	// computed by then is still delivered and written.
+	pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	w.mapStart = time.Now()
+	p, err := pipeline.New(pctx, m.st, m.pipelineConfig())
+	if err != nil {
+		return err
+	}
+	var srcErr error
+	if !errors.Is(firstErr, io.EOF) {
+		srcErr = firstErr
+	}
+	if srcErr == nil {
+		srcErr = m.feed(ctx, p, fr, first)
 	}
 	// The end of the input, or a source that failed part way (a cut bag, a
 	// file that cannot be read): the frames waiting for phase 1 are still
-	// mapped.
-	if (runErr == nil || runErr == srcErr) && ctx.Err() == nil {
-		t := time.Now()
-		res, err := stream.Flush(ctx)
-		model += time.Since(t)
-		if err != nil {
-			runErr = errors.Join(runErr, fmt.Errorf("flush: %w", err))
-		} else if err := w.add(res); err != nil {
-			runErr = errors.Join(runErr, err)
-		}
+	// mapped, unless the run was interrupted or failed.
+	if err := m.waitDo(); err != nil {
+		m.fail(err)
 	}
-	prog.finish()
-	skipped, skipErr := fr.skipped()
-	if skipped > 0 {
-		rec.Input.Skipped, rec.Input.SkipReason = skipped, skipErr.Error()
-		log.Warn("skipped frames that did not decode", "count", skipped, "first", skipErr)
+	if err := p.Close(pctx); err != nil {
+		m.fail(fmt.Errorf("flush: %w", err))
+	}
+	if err := w.waitWrite(); err != nil {
+		m.fail(err)
+	}
+	m.prog.finish()
+	runErr := m.failure()
+	if srcErr != nil {
+		runErr = errors.Join(srcErr, runErr)
+	}
+	rec.Frames.Read = skipped + m.st.pushed
+	skippedFrames, skipErr := fr.skipped(m.skips)
+	if skippedFrames > 0 {
+		rec.Input.Skipped, rec.Input.SkipReason = skippedFrames, skipErr.Error()
+		log.Warn("skipped frames that did not decode", "count", skippedFrames, "first", skipErr)
 	}
 	interrupted := ctx.Err() != nil
 	if interrupted {
@@ -454,23 +460,23 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		rec.Status = statusPartialInput
 	case runErr != nil:
 		rec.Status = statusFailed
-	case skipped > 0:
+	case skippedFrames > 0:
 		rec.Status = statusPartialInput
-		runErr = fmt.Errorf("%w: %d frames were used; %d did not decode and were skipped, the first %w", source.ErrPartial, w.frames.Results, skipped, skipErr)
+		runErr = fmt.Errorf("%w: %d frames were used; %d did not decode and were skipped, the first %w", source.ErrPartial, w.frames.Results, skippedFrames, skipErr)
 	default:
 		rec.Status = statusCompleted
 	}
 	if runErr != nil && !interrupted {
 		rec.Error = runErr.Error()
 	}
-	rec.Timings.DecodeS = fr.decode.Seconds()
-	rec.Timings.ModelS = model.Seconds()
+	rec.Timings.DecodeS = fr.read.Seconds()
+	rec.Timings.ModelS = m.st.model.Seconds()
 
-	if werr := w.finish(ctx, stream, rec, start); werr != nil {
+	if werr := w.finish(ctx, rec, start); werr != nil {
 		return errors.Join(runErr, werr)
 	}
 	log.Info("done", "out", o.out, "status", rec.Status, "poses", w.m.Stats().Poses, "points", rec.Map.Points,
-		"frames_per_s", fmt.Sprintf("%.2f", rec.Timings.FramesPerS))
+		"frames_per_s", fmt.Sprintf("%.2f", rec.Timings.FramesPerS), "overall_frames_per_s", fmt.Sprintf("%.2f", rec.Timings.OverallFramesPS))
 	switch {
 	case interrupted:
 		return fmt.Errorf("interrupted after %d frames; the results so far are in %s: %w", w.frames.Results, o.out, context.Cause(ctx))
@@ -478,40 +484,6 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		return fmt.Errorf("%w (the results so far are in %s)", runErr, o.out)
 	}
 	return nil
-}
-
-// frameReader reads a source's frames for run, timing the decoding and
-// logging what the source notices about its input (16-bit images).
-type frameReader struct {
-	src    source.Source
-	log    *slog.Logger
-	decode time.Duration
-}
-
-func newFrameReader(src source.Source, log *slog.Logger) *frameReader {
-	return &frameReader{src: src, log: log}
-}
-
-func (r *frameReader) next(ctx context.Context) (engine.Frame, error) {
-	t := time.Now()
-	f, err := r.src.Next(ctx)
-	r.decode += time.Since(t)
-	if n, ok := r.src.(noticer); ok {
-		for _, msg := range n.Notices() {
-			r.log.Warn(msg)
-		}
-	}
-	return f, err
-}
-
-// skipped is how many frames the source skipped as undecodable, with the first reason.
-func (r *frameReader) skipped() (int, error) {
-	if s, ok := r.src.(skipReporter); ok {
-		if n, err := s.Skipped(); n > 0 && err != nil {
-			return n, err
-		}
-	}
-	return 0, nil
 }
 
 // runOutputs are the names a run writes into its folder; a folder holding
@@ -566,10 +538,19 @@ type runWriter struct {
 	frames runFrames
 	depth  runDepth
 	ranges []depthRange
-	output time.Duration
 	window int
 	// lastCheckpoint is frames.Results at the last checkpoint.
 	lastCheckpoint int
+	// writing is the checkpoint being written on its own goroutine.
+	writing chan error
+
+	// timings: output and prepare are sums over frames, stages their
+	// per-frame values; mapStart is when the first frame went in, and
+	// resumedResults the results a resumed session brought.
+	output, prepare time.Duration
+	stages          stageTimes
+	mapStart        time.Time
+	resumedResults  int
 }
 
 // depthRange is one line of depth_color/ranges.tsv.
@@ -618,7 +599,7 @@ func newRunWriter(o *runOptions) (*runWriter, error) {
 // newRunWriter started empty, gets the map's poses again, so that it holds
 // every row once.
 func (w *runWriter) restore(m *mapio.Map, frames runFrames) error {
-	w.m, w.frames, w.lastCheckpoint = m, frames, frames.Results
+	w.m, w.frames, w.lastCheckpoint, w.resumedResults = m, frames, frames.Results, frames.Results
 	return w.tum.Append(m.Trajectory()...)
 }
 
@@ -630,23 +611,78 @@ func (w *runWriter) close() {
 	}
 }
 
+// add maps results one after the other on the caller's goroutine: post and
+// deliver in line, the serial form of what run's pipeline does.
 func (w *runWriter) add(results []engine.Result) error {
-	t := time.Now()
-	defer func() { w.output += time.Since(t) }()
 	for i := range results {
-		if err := w.addOne(&results[i]); err != nil {
+		v, err := w.post(&results[i])
+		if err == nil {
+			err = w.deliver(&results[i], v)
+		}
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (w *runWriter) addOne(r *engine.Result) error {
+// posted is what post makes of one result off the model's thread.
+type posted struct {
+	points               []geom.Point
+	clipped, confClipped int64
+	depthRange           *render.DepthRange // with --save-depth
+	took                 time.Duration
+}
+
+// post does a result's own work, in any order and on any goroutine: it
+// checks the result, writes its depth, depth preview and confidence
+// images, each whole, and unprojects its confident points. It reads only
+// settings.
+func (w *runWriter) post(r *engine.Result) (posted, error) {
+	t := time.Now()
+	var v posted
 	n := r.Width * r.Height
 	if r.Width <= 0 || r.Height <= 0 || len(r.Depth) != n || (r.Conf != nil && len(r.Conf) != n) || (r.RGB != nil && len(r.RGB) != 3*n) {
-		return fmt.Errorf("frame %d: the engine returned %d depth, %d confidence and %d colour values for a %d×%d image",
+		return v, fmt.Errorf("frame %d: the engine returned %d depth, %d confidence and %d colour values for a %d×%d image",
 			r.Seq, len(r.Depth), len(r.Conf), len(r.RGB), r.Width, r.Height)
 	}
+	name := fmt.Sprintf("%06d.png", r.Seq)
+	if w.o.saveDepth {
+		c, err := writeGray16File(filepath.Join(w.o.out, "depth", name), r.Depth, r.Width, r.Height, w.o.depthScale)
+		if err != nil {
+			return v, err
+		}
+		v.clipped = int64(c)
+		img, dr, err := render.DepthPreview(r.Depth, r.Width, r.Height)
+		if err == nil {
+			err = atomicfile.WriteFileNoSync(filepath.Join(w.o.out, "depth_color", name), func(f io.Writer) error { return png.Encode(f, img) })
+		}
+		if err != nil {
+			return v, err
+		}
+		v.depthRange = &dr
+	}
+	if w.o.saveConf && r.Conf != nil {
+		c, err := writeGray16File(filepath.Join(w.o.out, "conf", name), r.Conf, r.Width, r.Height, w.o.confScale)
+		if err != nil {
+			return v, err
+		}
+		v.confClipped = int64(c)
+	}
+	pts, err := w.m.FramePoints(r.DepthFrame())
+	if err != nil {
+		return v, fmt.Errorf("frame %d: %w", r.Seq, err)
+	}
+	v.points = pts
+	v.took = time.Since(t)
+	return v, nil
+}
+
+// deliver takes a posted result into the trajectory, the map and the
+// counts. Results must come in frame order, on one goroutine at a time.
+func (w *runWriter) deliver(r *engine.Result, v posted) error {
+	t := time.Now()
+	defer func() { w.output += v.took + time.Since(t) }()
 	if err := w.m.AddPose(r.Seq, r.Stamp, r.CamToWorld); err != nil {
 		return fmt.Errorf("frame %d: the engine returned an unusable pose: %w", r.Seq, err)
 	}
@@ -667,33 +703,12 @@ func (w *runWriter) addOne(r *engine.Result) error {
 		w.window = r.Window
 		w.frames.Windows++
 	}
-
-	name := fmt.Sprintf("%06d.png", r.Seq)
-	if w.o.saveDepth {
-		c, err := writeGray16File(filepath.Join(w.o.out, "depth", name), r.Depth, r.Width, r.Height, w.o.depthScale)
-		if err != nil {
-			return err
-		}
-		w.depth.Clipped += int64(c)
-		img, dr, err := render.DepthPreview(r.Depth, r.Width, r.Height)
-		if err == nil {
-			err = atomicfile.WriteFileNoSync(filepath.Join(w.o.out, "depth_color", name), func(f io.Writer) error { return png.Encode(f, img) })
-		}
-		if err != nil {
-			return err
-		}
-		w.ranges = append(w.ranges, depthRange{r.Seq, dr})
+	w.depth.Clipped += v.clipped
+	w.depth.ConfClipped += v.confClipped
+	if v.depthRange != nil {
+		w.ranges = append(w.ranges, depthRange{r.Seq, *v.depthRange})
 	}
-	if w.o.saveConf && r.Conf != nil {
-		c, err := writeGray16File(filepath.Join(w.o.out, "conf", name), r.Conf, r.Width, r.Height, w.o.confScale)
-		if err != nil {
-			return err
-		}
-		w.depth.ConfClipped += int64(c)
-	}
-	if _, err := w.m.AddPoints(r.DepthFrame()); err != nil {
-		return fmt.Errorf("frame %d: %w", r.Seq, err)
-	}
+	w.m.AddFramePoints(v.points)
 	return nil
 }
 
@@ -711,36 +726,105 @@ func writeGray16File(path string, vals []float32, width, height int, scale float
 
 // maybeCheckpoint writes a checkpoint when --checkpoint-every results have
 // come since the last one.
-func (w *runWriter) maybeCheckpoint(ctx context.Context, stream engine.Stream, rec *runRecord, start time.Time) error {
+func (w *runWriter) maybeCheckpoint(ctx context.Context, rec *runRecord, start time.Time) error {
 	if n := w.o.checkpointEvery; n == 0 || w.frames.Results-w.lastCheckpoint < n {
 		return nil
 	}
-	return w.checkpoint(ctx, stream, rec, start, false)
+	return w.checkpoint(ctx, rec, start, false)
+}
+
+// snapshot is what a checkpoint writes, taken between two frames: the
+// map's points, the depth ranges and run.json's record as they were then.
+type snapshot struct {
+	results  int
+	status   string
+	final    bool
+	points   []geom.Point
+	comments []string
+	ranges   []depthRange
+	path     [][3]float64 // camera positions, for the final preview
+	rec      runRecord
 }
 
 // checkpoint makes what was written so far durable and consistent: the
 // trajectory rows and depth images reach the disk, then map.ply,
 // ranges.tsv and, last, run.json (which counts the frames they cover) are
-// replaced atomically; then the onCheckpoint hook runs.
-func (w *runWriter) checkpoint(ctx context.Context, stream engine.Stream, rec *runRecord, start time.Time, final bool) error {
-	t := time.Now()
-	out := w.o.out
-	errs := []error{w.tum.Sync()}
-	if w.o.saveDepth || w.o.saveConf {
-		errs = append(errs, mapio.SyncFS(out))
+// replaced atomically; then the onCheckpoint hook runs. It takes the
+// snapshot at once and, but for the final one, writes it on a goroutine of
+// its own, so that the model goes on meanwhile; the next checkpoint waits
+// for it and returns its error.
+func (w *runWriter) checkpoint(ctx context.Context, rec *runRecord, start time.Time, final bool) error {
+	if err := w.waitWrite(); err != nil {
+		return err
 	}
-	errs = append(errs, atomicfile.WriteFile(filepath.Join(out, mapio.MapFile), func(f io.Writer) error {
-		return mapio.WritePLY(f, w.m.Points(), append([]string{
+	t := time.Now()
+	snap := w.snapshot(rec, start, final)
+	w.lastCheckpoint = w.frames.Results
+	w.output += time.Since(t)
+	if final {
+		return w.write(ctx, snap)
+	}
+	done := make(chan error, 1)
+	w.writing = done
+	go func() { done <- w.write(context.WithoutCancel(ctx), snap) }()
+	return nil
+}
+
+// waitWrite waits for the checkpoint being written, if any, and returns
+// its error.
+func (w *runWriter) waitWrite() error {
+	if w.writing == nil {
+		return nil
+	}
+	err := <-w.writing
+	w.writing = nil
+	return err
+}
+
+// snapshot takes what a checkpoint writes from the writer's state.
+func (w *runWriter) snapshot(rec *runRecord, start time.Time, final bool) *snapshot {
+	w.fillRecord(rec, start)
+	s := &snapshot{
+		results: w.frames.Results, status: rec.Status, final: final,
+		points: w.m.Points(),
+		comments: append([]string{
 			"lingbotmap " + w.o.version,
 			"source " + rec.Input.Path,
 			fmt.Sprintf("frames %d", w.frames.Results),
 			"frame world = first camera, OpenCV axes (x right, y down, z forward)",
-		}, w.m.FilterComments()...)...)
+		}, w.m.FilterComments()...),
+		// ranges only grows: the rows up to here stay as they are while
+		// later frames append
+		ranges: w.ranges[:len(w.ranges):len(w.ranges)],
+		rec:    *rec,
+	}
+	if final {
+		for _, p := range w.m.Path() {
+			s.path = append(s.path, p.T)
+		}
+	}
+	return s
+}
+
+// write writes a snapshot's files in the order that keeps them consistent
+// on a crash, then runs the onCheckpoint hook.
+func (w *runWriter) write(ctx context.Context, s *snapshot) error {
+	out := w.o.out
+	// the trajectory's rows up to the snapshot (and maybe more) are in the
+	// file already; syncfs covers it with the images
+	var errs []error
+	if w.o.saveDepth || w.o.saveConf {
+		errs = append(errs, mapio.SyncFS(out))
+	} else {
+		errs = append(errs, syncFile(filepath.Join(out, mapio.TrajectoryFile)))
+	}
+	errs = append(errs, atomicfile.WriteFile(filepath.Join(out, mapio.MapFile), func(f io.Writer) error {
+		return mapio.WritePLY(f, s.points, s.comments...)
 	}))
 	if w.o.saveDepth {
 		errs = append(errs, atomicfile.WriteFile(filepath.Join(out, "depth_color", "ranges.tsv"), func(f io.Writer) error {
 			fmt.Fprintln(f, "# frame\tnear\tfar (model depth units; depth_color/NNNNNN.png spans near = yellow to far = purple)")
-			for _, r := range w.ranges {
+			for _, r := range s.ranges {
 				if _, err := fmt.Fprintf(f, "%06d\t%.6g\t%.6g\n", r.seq, r.r.Near, r.r.Far); err != nil {
 					return err
 				}
@@ -748,37 +832,42 @@ func (w *runWriter) checkpoint(ctx context.Context, stream engine.Stream, rec *r
 			return nil
 		}))
 	}
-	if final {
-		errs = append(errs, w.writePreview())
+	if s.final {
+		errs = append(errs, w.writePreview(s.path, s.points))
 	}
-	w.output += time.Since(t)
 	// run.json only when the files it describes are whole.
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	if err := w.writeRecord(rec, start); err != nil {
+	if err := writeRecordFile(out, &s.rec); err != nil {
 		return err
 	}
-	w.lastCheckpoint = w.frames.Results
 	if w.o.onCheckpoint != nil {
-		cp := runCheckpoint{Out: out, Stream: stream, Map: w.m, Results: w.frames.Results, Final: final, Status: rec.Status}
+		cp := runCheckpoint{Out: out, Results: s.results, Final: s.final, Status: s.status}
 		if err := w.o.onCheckpoint(ctx, cp); err != nil {
-			return fmt.Errorf("checkpoint at %d frames: %w", w.frames.Results, err)
+			return fmt.Errorf("checkpoint at %d frames: %w", s.results, err)
 		}
 	}
 	return nil
 }
 
-// writePreview draws the trajectory over the map's points into preview.png.
-func (w *runWriter) writePreview() error {
-	pts := w.m.Points()
-	path := w.m.Path()
-	positions := make([][3]float64, len(path))
-	for i, p := range path {
-		positions[i] = p.T
+// syncFile makes a file's written data durable.
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
 	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	return nil
+}
+
+// writePreview draws the trajectory over the map's points into preview.png.
+func (w *runWriter) writePreview(positions [][3]float64, pts []geom.Point) error {
 	img, err := render.TopView(positions, pts, render.TopViewOptions{
-		Title: fmt.Sprintf("%d poses, %d map points (x right, z forward up)", len(path), len(pts)),
+		Title: fmt.Sprintf("%d poses, %d map points (x right, z forward up)", len(positions), len(pts)),
 	})
 	if err != nil {
 		return err
@@ -786,9 +875,9 @@ func (w *runWriter) writePreview() error {
 	return writePNGFile(filepath.Join(w.o.out, "preview.png"), img)
 }
 
-// writeRecord fills run.json's counts and timings from what was written so
-// far and replaces run.json atomically.
-func (w *runWriter) writeRecord(rec *runRecord, start time.Time) error {
+// fillRecord fills run.json's counts and timings from what was written so
+// far.
+func (w *runWriter) fillRecord(rec *runRecord, start time.Time) {
 	st := w.m.Stats()
 	rec.Map = runMap{ConfThreshold: w.o.confThreshold, VoxelSize: w.o.voxel, PixelStride: w.o.pixelStride, PointsIn: st.PointsIn, Points: st.Voxels}
 	rec.Depth = w.depth
@@ -807,14 +896,31 @@ func (w *runWriter) writeRecord(rec *runRecord, start time.Time) error {
 	total := time.Since(start)
 	rec.Timings.TotalS = total.Seconds()
 	rec.Timings.OutputS = w.output.Seconds()
+	rec.Timings.PrepareS = w.prepare.Seconds()
+	rec.Timings.MsPerFrame, rec.Timings.FramesPerS, rec.Timings.OverallFramesPS, rec.Timings.ModelFramesPS = 0, 0, 0, 0
+	rec.Timings.Medians = w.stages.medians()
 	if n := w.frames.Results; n > 0 {
 		rec.Timings.MsPerFrame = rec.Timings.ModelS * 1000 / float64(n)
-		rec.Timings.FramesPerS = float64(n) / total.Seconds()
+		rec.Timings.OverallFramesPS = float64(n) / total.Seconds()
+		if !w.mapStart.IsZero() {
+			rec.Timings.MappingS = time.Since(w.mapStart).Seconds()
+			rec.Timings.FramesPerS = float64(n-w.resumedResults) / rec.Timings.MappingS
+		}
 		if rec.Timings.ModelS > 0 {
-			rec.Timings.ModelFramesPS = float64(n) / rec.Timings.ModelS
+			rec.Timings.ModelFramesPS = float64(n-w.resumedResults) / rec.Timings.ModelS
 		}
 	}
-	return atomicfile.WriteFile(filepath.Join(w.o.out, "run.json"), func(f io.Writer) error {
+}
+
+// writeRecord fills run.json from what was written so far and replaces it
+// atomically.
+func (w *runWriter) writeRecord(rec *runRecord, start time.Time) error {
+	w.fillRecord(rec, start)
+	return writeRecordFile(w.o.out, rec)
+}
+
+func writeRecordFile(out string, rec *runRecord) error {
+	return atomicfile.WriteFile(filepath.Join(out, "run.json"), func(f io.Writer) error {
 		e := json.NewEncoder(f)
 		e.SetIndent("", "  ")
 		return e.Encode(rec)
@@ -823,9 +929,9 @@ func (w *runWriter) writeRecord(rec *runRecord, start time.Time) error {
 
 // finish writes the last checkpoint with the run's final status, the
 // preview included, and closes the trajectory.
-func (w *runWriter) finish(ctx context.Context, stream engine.Stream, rec *runRecord, start time.Time) error {
+func (w *runWriter) finish(ctx context.Context, rec *runRecord, start time.Time) error {
 	// The hook runs even after a cancelled run: it gets a live context.
-	err := w.checkpoint(context.WithoutCancel(ctx), stream, rec, start, true)
+	err := w.checkpoint(context.WithoutCancel(ctx), rec, start, true)
 	if w.tum != nil {
 		err = errors.Join(err, w.tum.Close())
 		w.tum = nil

@@ -113,7 +113,7 @@ func TestRunMapMatchesNodeMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &runRecord{}
-	if err := w.finish(context.Background(), nil, rec, time.Now()); err != nil {
+	if err := w.finish(context.Background(), rec, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	f, err := os.Open(filepath.Join(o.out, "map.ply"))

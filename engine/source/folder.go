@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"image"
 	_ "image/jpeg" // decoders for image.Decode
 	_ "image/png"
 	"io"
@@ -130,17 +131,56 @@ func (f *Folder) Next(ctx context.Context) (engine.Frame, error) {
 		if err != nil {
 			return engine.Frame{}, fmt.Errorf("image folder: %w", err)
 		}
-		// the engine's decoder: PIL's conventions for JPEG colour, alpha and EXIF orientation
-		img, err := preprocess.Decode(bytes.NewReader(data))
+		img, err := f.decode(data, f.files[i])
 		if err != nil {
 			f.skip(fmt.Errorf("image %s: %w", path, err))
 			continue
 		}
-		if loss, ok := preprocess.PrecisionLoss(img); ok {
-			f.note(fmt.Sprintf("%T", img), fmt.Sprintf("%s (first in %s)", loss, f.files[i]))
-		}
 		return f.opt.frame(uint64(f.index[i]), stampTime(f.stamps[i]), img)
 	}
+}
+
+// NextDeferred reads the next selected image's bytes, in order, and leaves
+// the decoding (with the EXIF orientation, then --rotate-cw90) to the
+// frame's Decode, which may run on any goroutine. An image that does not
+// decode is the caller's to count: Skipped counts only what Next skipped.
+func (f *Folder) NextDeferred(ctx context.Context) (DeferredFrame, error) {
+	if err := ctx.Err(); err != nil {
+		return DeferredFrame{}, err
+	}
+	if f.next >= len(f.files) {
+		return DeferredFrame{}, io.EOF
+	}
+	i := f.next
+	f.next++
+	name := f.files[i]
+	path := filepath.Join(f.dir, name)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return DeferredFrame{}, fmt.Errorf("image folder: %w", err)
+	}
+	seq := uint64(f.index[i])
+	decode := func() (image.Image, error) {
+		img, err := f.decode(data, name)
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %w", path, err)
+		}
+		return f.opt.orient(seq, img)
+	}
+	return DeferredFrame{Seq: seq, Stamp: stampTime(f.stamps[i]), Decode: decode}, nil
+}
+
+// decode decodes one image with the engine's decoder (PIL's conventions
+// for JPEG colour, alpha and EXIF orientation), noting a precision loss.
+func (f *Folder) decode(data []byte, name string) (image.Image, error) {
+	img, err := preprocess.Decode(bytes.NewReader(data))
+	if err != nil {
+		return nil, err
+	}
+	if loss, ok := preprocess.PrecisionLoss(img); ok {
+		f.note(fmt.Sprintf("%T", img), fmt.Sprintf("%s (first in %s)", loss, name))
+	}
+	return img, nil
 }
 
 // Len is the number of selected images.
@@ -153,6 +193,8 @@ func (f *Folder) Describe() string {
 
 // Files are the selected file names, in order.
 func (f *Folder) Files() []string { return slices.Clone(f.files) }
+
+var _ Deferred = (*Folder)(nil)
 
 // Close does nothing; files are opened one at a time.
 func (f *Folder) Close() error { return nil }

@@ -56,16 +56,46 @@ type Options struct {
 	RotateCW90 bool `json:"rotate_cw90,omitempty"`
 }
 
+// Deferred is a Source whose frames can be decoded away from the reader: NextDeferred
+// selects the next frame and reads what it needs in order, and the frame's
+// Decode, safe to call on any goroutine, does the costly rest. A pipeline
+// thereby decodes several frames at once while they stay in input order.
+type Deferred interface {
+	Source
+	// NextDeferred returns the next selected frame, or io.EOF after the
+	// last one. A frame whose Decode fails was not counted by the source
+	// (Skipped): the caller counts it, in input order.
+	NextDeferred(ctx context.Context) (DeferredFrame, error)
+}
+
+// DeferredFrame is a frame read but not yet decoded.
+type DeferredFrame struct {
+	Seq   uint64
+	Stamp time.Time
+	// Decode decodes the frame and turns it as the options ask.
+	Decode func() (image.Image, error)
+}
+
 // frame makes the engine's frame from a decoded image, turned when asked.
 func (o Options) frame(seq uint64, stamp time.Time, img image.Image) (engine.Frame, error) {
-	if o.RotateCW90 {
-		var err error
-		if img, err = preprocess.Orient(img, 6); err != nil {
-			return engine.Frame{}, fmt.Errorf("frame %d: turning it 90°: %w", seq, err)
-		}
+	img, err := o.orient(seq, img)
+	if err != nil {
+		return engine.Frame{}, err
 	}
 	b := img.Bounds()
 	return engine.Frame{Seq: seq, Stamp: stamp, Image: img, Width: b.Dx(), Height: b.Dy()}, nil
+}
+
+// orient turns a decoded image when the options ask for it.
+func (o Options) orient(seq uint64, img image.Image) (image.Image, error) {
+	if !o.RotateCW90 {
+		return img, nil
+	}
+	img, err := preprocess.Orient(img, 6)
+	if err != nil {
+		return nil, fmt.Errorf("frame %d: turning it 90°: %w", seq, err)
+	}
+	return img, nil
 }
 
 // DefaultOptions keep every frame of folders and bags and sample videos at

@@ -8,6 +8,7 @@ import (
 	"iter"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine"
@@ -34,13 +35,17 @@ func (s *skipCount) Skipped() (int, error) { return s.skipped, s.firstErr }
 
 // noticeSet holds what a source noticed about its input, each kind once, so
 // that a long run warns about a lossy conversion once rather than per frame.
+// It is safe for concurrent use: deferred decoding notes from workers.
 type noticeSet struct {
+	mu      sync.Mutex
 	noticed map[string]bool // kinds already reported
 	pending []string        // not yet taken by Notices
 }
 
 // note records text unless a notice of this kind was recorded before.
 func (n *noticeSet) note(kind, text string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	if n.noticed[kind] {
 		return
 	}
@@ -55,6 +60,8 @@ func (n *noticeSet) note(kind, text string) {
 // since the last call: 16-bit images reduced to 8 bits. The caller shows
 // them as warnings.
 func (n *noticeSet) Notices() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	p := n.pending
 	n.pending = nil
 	return p

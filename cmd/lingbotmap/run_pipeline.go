@@ -1,0 +1,385 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"image"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/pipeline"
+	"github.com/lingbotmap/lingbotmap/engine/source"
+)
+
+// run's frame path: the input is read in order on the caller's goroutine
+// (an image folder only reads the files' bytes; workers decode them), an
+// engine/pipeline.Pipeline preprocesses on workers, runs the model on its
+// own thread and posts each result (images, unprojection) on workers, and
+// delivers the results in frame order to the trajectory, the map and the
+// counts. Checkpoints and session saves run inside pipeline.Do, where the
+// engine and the written outputs stand at the same frame.
+
+// frameReader reads a source's frames in order for run's pipeline, timing
+// the reading and logging what the source notices about its input.
+type frameReader struct {
+	src      source.Source
+	deferred source.Deferred // nil: the source decodes in Next
+	log      *slog.Logger
+	read     time.Duration
+}
+
+func newFrameReader(src source.Source, log *slog.Logger) *frameReader {
+	d, _ := src.(source.Deferred)
+	return &frameReader{src: src, deferred: d, log: log}
+}
+
+// next returns the next frame as the pipeline's input: decoded, or with
+// its decoder.
+func (r *frameReader) next(ctx context.Context) (pipeline.Input, error) {
+	t := time.Now()
+	defer func() { r.read += time.Since(t) }()
+	if r.deferred != nil {
+		d, err := r.deferred.NextDeferred(ctx)
+		r.notices()
+		return pipeline.Input{Seq: d.Seq, Stamp: d.Stamp, Decode: d.Decode}, err
+	}
+	f, err := r.src.Next(ctx)
+	r.notices()
+	return pipeline.Input{Seq: f.Seq, Stamp: f.Stamp, Image: f.Image}, err
+}
+
+// first returns the first frame that decodes, decoded, so that its size is
+// checked before the engine starts. Frames before it that do not decode
+// are counted in skips.
+func (r *frameReader) first(ctx context.Context, skips *skipTally) (pipeline.Input, image.Image, error) {
+	for {
+		in, err := r.next(ctx)
+		if err != nil {
+			return in, nil, err
+		}
+		if in.Image != nil {
+			return in, in.Image, nil
+		}
+		t := time.Now()
+		img, err := in.Decode()
+		r.read += time.Since(t)
+		r.notices()
+		if err != nil {
+			skips.add(err)
+			continue
+		}
+		in.Image, in.Decode = img, nil
+		return in, img, nil
+	}
+}
+
+func (r *frameReader) notices() {
+	if n, ok := r.src.(noticer); ok {
+		for _, msg := range n.Notices() {
+			r.log.Warn(msg)
+		}
+	}
+}
+
+// skipped is how many frames did not decode, with the first reason: those
+// the source skipped and those whose deferred decoding failed.
+func (r *frameReader) skipped(deferred skipTally) (int, error) {
+	if s, ok := r.src.(skipReporter); ok {
+		if n, err := s.Skipped(); n > 0 && err != nil {
+			if deferred.n > 0 {
+				return n + deferred.n, err // a source skipping and deferring: the source's first
+			}
+			return n, err
+		}
+	}
+	return deferred.n, deferred.first
+}
+
+// skipTally counts frames that did not decode, with the first reason.
+type skipTally struct {
+	n     int
+	first error
+}
+
+func (s *skipTally) add(err error) {
+	s.n++
+	if s.first == nil {
+		s.first = err
+	}
+}
+
+// errStopped answers the frames still in the pipeline after the run failed.
+var errStopped = errors.New("the run has stopped")
+
+// runStream is the engine as run's pipeline drives it. Push and Flush use
+// the run's context, so that a signal stops a frame inside the model, and
+// do nothing once the run is interrupted or has failed, so that the frames
+// still in the pipeline are not mapped. It counts the frames pushed (the
+// session's input position) and the model's time, on the model's thread.
+type runStream struct {
+	engine.Stream
+	ctx     context.Context
+	stopped *atomic.Bool
+	pushed  int
+	model   time.Duration
+}
+
+func (s *runStream) Push(_ context.Context, f engine.Frame) ([]engine.Result, error) {
+	if err := s.ctx.Err(); err != nil {
+		return nil, err
+	}
+	if s.stopped.Load() {
+		return nil, errStopped
+	}
+	s.pushed++
+	t := time.Now()
+	res, err := s.Stream.Push(s.ctx, f)
+	s.model += time.Since(t)
+	return res, err
+}
+
+func (s *runStream) Flush(context.Context) ([]engine.Result, error) {
+	if s.ctx.Err() != nil || s.stopped.Load() {
+		return nil, nil // an interrupted or failed run maps no more
+	}
+	t := time.Now()
+	res, err := s.Stream.Flush(s.ctx)
+	s.model += time.Since(t)
+	return res, err
+}
+
+// Prepare preprocesses on the pipeline's workers when the engine can.
+func (s *runStream) Prepare(f engine.Frame) (engine.Frame, error) {
+	if p, ok := s.Stream.(engine.Preparer); ok {
+		return p.Prepare(f)
+	}
+	return f, nil
+}
+
+// mapping is one run's pass over its input through the pipeline.
+type mapping struct {
+	o     *runOptions
+	w     *runWriter
+	rec   *runRecord
+	start time.Time
+	log   *slog.Logger
+	ctx   context.Context
+	st    *runStream
+	prog  progress
+	// readBefore is the frames a resumed session had read.
+	readBefore int
+
+	stopped atomic.Bool
+	mu      sync.Mutex
+	err     error // the first error that stopped the run
+
+	skips skipTally // deliver goroutine; the first frame's before it
+
+	// the checkpoint in flight: its Do's answer
+	pendingDo chan error
+}
+
+// fail records the error that stops the run and tells the stream.
+func (m *mapping) fail(err error) {
+	m.mu.Lock()
+	if m.err == nil {
+		m.err = err
+	}
+	m.mu.Unlock()
+	m.stopped.Store(true)
+}
+
+func (m *mapping) failure() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.err
+}
+
+// pipelineConfig is run's pipeline: every frame is mapped (Block).
+func (m *mapping) pipelineConfig() pipeline.Config {
+	return pipeline.Config{
+		Policy:      pipeline.Block,
+		Workers:     m.o.workers,
+		PostWorkers: m.o.workers,
+		Post: func(r *engine.Result, _ any) (any, error) {
+			if m.stopped.Load() {
+				return posted{}, nil // delivered to no one
+			}
+			return m.w.post(r)
+		},
+		Deliver: m.deliver,
+		Log:     m.log,
+	}
+}
+
+// deliver takes each output in frame order.
+func (m *mapping) deliver(out pipeline.Output) {
+	if m.stopped.Load() {
+		return
+	}
+	if out.Err != nil {
+		switch {
+		case out.Stage == "decode":
+			m.skips.add(out.Err)
+			m.prog.add(1)
+		case m.ctx.Err() != nil:
+			// interrupted: the frame stays unmapped
+		case out.Stage == "post":
+			m.fail(out.Err)
+		default:
+			m.fail(fmt.Errorf("frame %d: %w", out.Seq, out.Err))
+		}
+		return
+	}
+	v, _ := out.Value.(posted)
+	if err := m.w.deliver(out.Result, v); err != nil {
+		m.fail(err)
+		return
+	}
+	m.w.prepare += out.Timing.Prepare
+	m.w.stages.add(out.Timing)
+	m.prog.add(1)
+}
+
+// feed submits the frames from first on, with a checkpoint (and a session
+// save) every --checkpoint-every frames. It returns the source's error, if
+// it failed part way.
+func (m *mapping) feed(ctx context.Context, p *pipeline.Pipeline, fr *frameReader, first pipeline.Input) error {
+	every := m.o.checkpointEvery
+	if s := m.o.session.every; s > 0 && (every == 0 || s < every) {
+		every = s
+	}
+	submitted := 0
+	for in, err := first, error(nil); ; in, err = fr.next(ctx) {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil || m.stopped.Load() {
+			return nil
+		}
+		if err := p.Submit(ctx, in); err != nil {
+			if ctx.Err() == nil {
+				m.fail(err)
+			}
+			return nil
+		}
+		submitted++
+		if every > 0 && submitted%every == 0 {
+			if err := m.checkpointDo(ctx, p); err != nil {
+				m.fail(err)
+				return nil
+			}
+		}
+	}
+}
+
+// checkpointDo places a checkpoint after the frames submitted so far. It
+// returns once the checkpoint has started, so that the next frames are
+// read and prepared while it runs; a previous checkpoint's Do is waited for
+// first, and its error returned.
+func (m *mapping) checkpointDo(ctx context.Context, p *pipeline.Pipeline) error {
+	if err := m.waitDo(); err != nil {
+		return err
+	}
+	started := make(chan struct{})
+	answer := make(chan error, 1)
+	go func() {
+		// the Do runs even if a signal comes: frames after it fail fast
+		answer <- p.Do(context.WithoutCancel(ctx), func(engine.Stream) error {
+			close(started)
+			return m.atCheckpoint()
+		})
+	}()
+	select {
+	case <-started:
+		m.pendingDo = answer
+		return nil
+	case err := <-answer:
+		return err
+	}
+}
+
+// waitDo waits for the checkpoint in flight, if any.
+func (m *mapping) waitDo() error {
+	if m.pendingDo == nil {
+		return nil
+	}
+	err := <-m.pendingDo
+	m.pendingDo = nil
+	if errors.Is(err, pipeline.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// atCheckpoint runs on the model's thread with every frame before it
+// delivered: the engine, the map and the counts stand at the same frame.
+func (m *mapping) atCheckpoint() error {
+	if m.ctx.Err() != nil || m.stopped.Load() {
+		return nil // the end writes what there is
+	}
+	read := m.readBefore + m.st.pushed
+	m.rec.Frames.Read = read
+	m.rec.Timings.ModelS = m.st.model.Seconds()
+	if err := m.o.session.afterFrame(m.o, m.st.Stream, m.w, read); err != nil {
+		return err
+	}
+	return m.w.maybeCheckpoint(m.ctx, m.rec, m.start)
+}
+
+// stageTimes keeps every frame's time in each stage, for the medians.
+type stageTimes struct {
+	queue, prepare, ahead, model, post, latency []float32 // milliseconds
+}
+
+func (s *stageTimes) add(t pipeline.Timing) {
+	ms := func(d time.Duration) float32 { return float32(d.Seconds() * 1000) }
+	s.queue = append(s.queue, ms(t.Queue))
+	s.prepare = append(s.prepare, ms(t.Prepare))
+	s.ahead = append(s.ahead, ms(t.Ahead))
+	s.model = append(s.model, ms(t.Model))
+	s.post = append(s.post, ms(t.Post))
+	s.latency = append(s.latency, ms(t.Latency))
+}
+
+// stageMedians are run.json's per-frame medians, in milliseconds. Model is
+// the engine call that gave the frame's result (phase 1's frames share
+// one); latency runs from a frame's submission to its delivery.
+type stageMedians struct {
+	Frames  int     `json:"frames"`
+	Queue   float64 `json:"queue"`
+	Prepare float64 `json:"prepare"`
+	Ahead   float64 `json:"ahead"`
+	Model   float64 `json:"model"`
+	Post    float64 `json:"post"`
+	Latency float64 `json:"latency"`
+}
+
+func (s *stageTimes) medians() *stageMedians {
+	if len(s.model) == 0 {
+		return nil
+	}
+	return &stageMedians{
+		Frames: len(s.model), Queue: median(s.queue), Prepare: median(s.prepare), Ahead: median(s.ahead),
+		Model: median(s.model), Post: median(s.post), Latency: median(s.latency),
+	}
+}
+
+func median(v []float32) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return float64(s[n/2])
+	}
+	return (float64(s[n/2-1]) + float64(s[n/2])) / 2
+}
