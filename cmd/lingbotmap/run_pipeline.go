@@ -205,6 +205,7 @@ func (m *mapping) failure() error {
 func (m *mapping) pipelineConfig() pipeline.Config {
 	return pipeline.Config{
 		Policy:      pipeline.Block,
+		LockThread:  m.o.cfg.Device == "cuda",
 		Workers:     m.o.workers,
 		PostWorkers: m.o.workers,
 		Post: func(r *engine.Result, _ any) (any, error) {

@@ -1,7 +1,6 @@
 // Package pipeline runs camera frames through an engine.Stream in stages, so
 // that the model never waits for the work around it: workers decode and
-// preprocess frames ahead of the model, one goroutine locked to its OS thread
-// runs the model, workers behind it do each result's own work (unprojection,
+// preprocess frames ahead of the model, one goroutine runs the model, workers behind it do each result's own work (unprojection,
 // image encoding, messages), and one goroutine delivers the results in frame
 // order. Every hand-off is bounded: a slow consumer holds the model back,
 // which holds the input back, where the policy either blocks the producer
@@ -98,6 +97,10 @@ type Config struct {
 	// (default 16).
 	Behind int
 	Policy Policy
+	// LockThread runs the model on one locked OS thread, for a backend that
+	// wants its calls on one thread. The CPU backend's fork-join then parks
+	// and wakes that thread on every operation, so it is off by default.
+	LockThread bool
 	// Post does a result's own work on a worker, off the model's thread, in
 	// any order; its value reaches Deliver. Optional.
 	Post func(r *engine.Result, meta any) (any, error)
@@ -452,14 +455,16 @@ func (p *Pipeline) prepareWorker() {
 	}
 }
 
-// model runs the stream, in submission order, on one locked OS thread (a
-// GPU backend's context stays current there).
+// model runs the stream, in submission order (on one locked OS thread with
+// LockThread).
 func (p *Pipeline) model() {
 	defer p.wg.Done()
 	defer close(p.post)
 	defer close(p.results)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	if p.cfg.LockThread {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
 	var pending []pendingFrame
 	for it := range p.order {
 		select {
