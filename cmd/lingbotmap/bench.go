@@ -31,7 +31,12 @@ type benchOptions struct {
 	// max_frames, which bench otherwise sizes for the run.
 	cfg            engine.Config
 	maxFramesGiven bool
+	windowedGiven  bool
 	settings       *config.Binding
+	// node holds every setting (the node's defaults for those bench has no
+	// flag for), for --pipeline.
+	node node.Config
+	pipe pipelineOptions
 
 	width      int
 	height     int
@@ -85,7 +90,7 @@ the default). model_size defaults to full here.`,
 			if err != nil {
 				return &exitCodeError{code: exitUsage, err: err}
 			}
-			o.cfg, o.maxFramesGiven = all.Engine, src.Given("max_frames")
+			o.cfg, o.node, o.maxFramesGiven, o.windowedGiven = all.Engine, all, src.Given("max_frames"), src.Given("windowed")
 			return runF(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
@@ -97,10 +102,14 @@ the default). model_size defaults to full here.`,
 	f.IntVar(&o.memEvery, "mem-every", 0, "print memory every N frames (0 = only at the end)")
 	f.IntVar(&o.warmup, "warmup", 0, "run phase 1 and this many frames once, then reset, before timing (kernel compiles and first-use work stay out of the figures)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed frames to this file (go tool pprof)")
+	o.pipe.flags(f)
 	return cmd
 }
 
 func runBench(ctx context.Context, o *benchOptions, out io.Writer) (err error) {
+	if o.pipe.on {
+		return runBenchPipeline(ctx, o, out)
+	}
 	if o.width%14 != 0 || o.height%14 != 0 || o.width <= 0 || o.height <= 0 {
 		return fmt.Errorf("--width and --height must be positive multiples of 14, not %d×%d", o.width, o.height)
 	}
@@ -111,6 +120,11 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) (err error) {
 		return fmt.Errorf("--frames must be ≥ 1")
 	}
 	cfg := o.cfg
+	if !o.windowedGiven {
+		// the model's yardstick is the reference's streaming schedule with
+		// a full cache; the node's windowed default is --pipeline's
+		cfg.Windowed = false
+	}
 	if !o.maxFramesGiven {
 		cfg.MaxFrames = max(cfg.MaxFrames, o.frames+cfg.ScaleFrames+1)
 	}
