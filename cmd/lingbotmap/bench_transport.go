@@ -137,8 +137,8 @@ type noParams struct{}
 
 var errNoParam = errors.New("bench: no parameters")
 
-func (noParams) IsSet(string) (bool, error)         { return false, nil }
-func (noParams) Bool(string) (bool, error)          { return false, errNoParam }
-func (noParams) Int(string) (int, error)            { return 0, errNoParam }
-func (noParams) Float64(string) (float64, error)    { return 0, errNoParam }
-func (noParams) String(string) (string, error)      { return "", errNoParam }
+func (noParams) IsSet(string) (bool, error)      { return false, nil }
+func (noParams) Bool(string) (bool, error)       { return false, errNoParam }
+func (noParams) Int(string) (int, error)         { return 0, errNoParam }
+func (noParams) Float64(string) (float64, error) { return 0, errNoParam }
+func (noParams) String(string) (string, error)   { return "", errNoParam }
