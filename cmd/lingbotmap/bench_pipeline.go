@@ -24,10 +24,10 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/diagnostic_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
-	"golang.org/x/image/draw"
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/backend"
+	"github.com/lingbotmap/lingbotmap/engine/preprocess"
 	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 	"github.com/lingbotmap/lingbotmap/node"
 )
@@ -99,9 +99,14 @@ func cameraFrames(dir string, w, h int, encoding string) ([]any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--pipeline-images: %s: %w", e.Name(), err)
 		}
-		dst := image.NewRGBA(image.Rect(0, 0, w, h))
-		draw.CatmullRom.Scale(dst, dst.Bounds(), src, src.Bounds(), draw.Src, nil)
-		msg, err := encodeFrame(dst, encoding)
+		rgb, err := preprocess.FromImage(src)
+		if err == nil {
+			rgb, err = preprocess.ResizeRGB(rgb, w, h)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--pipeline-images: %s: %w", e.Name(), err)
+		}
+		msg, err := encodeFrame(rgb, encoding)
 		if err != nil {
 			return nil, err
 		}
@@ -113,7 +118,7 @@ func cameraFrames(dir string, w, h int, encoding string) ([]any, error) {
 	return out, nil
 }
 
-func encodeFrame(img *image.RGBA, encoding string) (any, error) {
+func encodeFrame(img preprocess.RGB, encoding string) (any, error) {
 	var buf bytes.Buffer
 	switch encoding {
 	case "jpeg":
@@ -127,12 +132,7 @@ func encodeFrame(img *image.RGBA, encoding string) (any, error) {
 		}
 		return &sensor_msgs.CompressedImage{Format: "png", Data: buf.Bytes()}, nil
 	case "raw":
-		b := img.Bounds()
-		data := make([]byte, 0, 3*b.Dx()*b.Dy())
-		for i := 0; i < len(img.Pix); i += 4 {
-			data = append(data, img.Pix[i], img.Pix[i+1], img.Pix[i+2])
-		}
-		return &sensor_msgs.Image{Height: uint32(b.Dy()), Width: uint32(b.Dx()), Encoding: "rgb8", Step: uint32(3 * b.Dx()), Data: data}, nil
+		return &sensor_msgs.Image{Height: uint32(img.H), Width: uint32(img.W), Encoding: "rgb8", Step: uint32(3 * img.W), Data: img.Pix}, nil
 	}
 	return nil, fmt.Errorf("--encoding %q: want jpeg, png or raw", encoding)
 }
@@ -458,11 +458,11 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 	return nil
 }
 
-// modelInput is the model's input size for a w×h camera (width imageWidth,
-// height scaled and rounded to the patch size, as the engine does).
+// modelInput is the model's input size for a w×h camera (landscape: width
+// imageWidth, height scaled and rounded to the patch size, as the engine does).
 func modelInput(w, h, imageWidth int) (int, int) {
-	mh := int(math.Round(float64(h)*float64(imageWidth)/float64(w)/14)) * 14
-	return imageWidth, mh
+	mw, mh, _ := preprocess.TargetSize(w, h, imageWidth, 14)
+	return mw, mh
 }
 
 // failedFrames counts the frames that neither gave a pose nor were dropped.
