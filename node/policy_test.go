@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/geometry_msgs"
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/nav_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/internal/golden/replay"
@@ -150,5 +151,33 @@ func TestPolicyAllBlocksUntilRoom(t *testing.T) {
 	waitDiag(t, c.tr, map[string]string{"frames_processed": strconv.Itoa(n), "frames_dropped": "0"})
 	if idx := checkPoseOrder(t, c.tr.Messages("/lbm/pose")); len(idx) != n {
 		t.Fatalf("%d poses for %d frames", len(idx), n)
+	}
+}
+
+// ~path and ~map are not built per frame: with a map rate far below the
+// frame rate, neither goes out while frames are mapped, and the final
+// publication carries every pose.
+func TestPathAndMapLeaveTheFramePath(t *testing.T) {
+	ref := goldenReplay(t)
+	w, h := ref.Size()
+	cfg := fastConfig(t)
+	cfg.MapRate = 0.001
+	c := startCore(t, cfg, ref, nil, "/image")
+	const n = 12
+	for i := range n {
+		if err := c.tr.Deliver("/image", frame(i, w, h, "cam"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "12 poses", 10*time.Second, func() bool { return len(c.tr.Messages("/lbm/pose")) == n })
+	if p, m := len(c.tr.Messages("/lbm/path")), len(c.tr.Messages("/lbm/map")); p != 0 || m != 0 {
+		t.Fatalf("%d path and %d map messages while mapping at a map rate of one per 1000 s", p, m)
+	}
+	if err := c.stop(); err != nil {
+		t.Fatal(err)
+	}
+	paths := c.tr.Messages("/lbm/path")
+	if len(paths) != 1 || len(paths[0].(*nav_msgs.Path).Poses) != n || len(c.tr.Messages("/lbm/map")) != 1 {
+		t.Fatalf("after the end: %d path messages (want 1 of %d poses), %d maps (want 1)", len(paths), n, len(c.tr.Messages("/lbm/map")))
 	}
 }
