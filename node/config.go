@@ -57,7 +57,8 @@ type Config struct {
 	MapVoxel float64 `mapstructure:"map_voxel"`
 	// MapRate is the most map messages per second.
 	MapRate float64 `mapstructure:"map_rate"`
-	// MaxPathLength caps the poses kept in ~path (0 = unbounded).
+	// MaxPathLength caps the poses kept in ~path and saved by ~save_map
+	// (0 = unbounded: the trajectory then grows with every frame).
 	MaxPathLength int `mapstructure:"max_path_length"`
 	// DiagnosticsRate is /diagnostics messages per second.
 	DiagnosticsRate float64 `mapstructure:"diagnostics_rate"`
@@ -77,8 +78,15 @@ type Config struct {
 // DefaultConfig holds the built-in defaults; config/lingbotmap.yaml repeats
 // them and a test keeps the two equal.
 func DefaultConfig() Config {
+	// The node maps a live camera without end: windowed mode (the
+	// reference's window of 64 slots, 16 overlapping) keeps memory and the
+	// time per frame repeating per window, where streaming mode would stop
+	// mapping at max_frames. run, bench and verify keep the reference's
+	// streaming schedule (engine.DefaultConfig).
+	e := engine.DefaultConfig()
+	e.Windowed = true
 	return Config{
-		Engine:              engine.DefaultConfig(),
+		Engine:              e,
 		ImageTransport:      "raw",
 		QueueSize:           4,
 		QueuePolicy:         "latest",
@@ -88,7 +96,7 @@ func DefaultConfig() Config {
 		CloudStride:         1,
 		MapVoxel:            0.05,
 		MapRate:             1,
-		MaxPathLength:       0,
+		MaxPathLength:       18000,
 		DiagnosticsRate:     1,
 		SaveDir:             "lingbotmap_map",
 		MasterCheckInterval: 1,

@@ -373,7 +373,8 @@ func TestCoreReports16BitInputOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitDiag(t, tr, map[string]string{"frames_received": "3", "skipped_total": "0"})
+	// decoding runs on the pipeline's workers: wait until the engine has the frames
+	waitDiag(t, tr, map[string]string{"frames_received": "3", "engine_frames_in": "3", "skipped_total": "0"})
 	if got := strings.Count(c.logs.String(), "converted with a loss"); got != 1 {
 		t.Errorf("%d reports of the 16-bit reduction for 3 mono16 frames, want 1:\n%s", got, c.logs.String())
 	}

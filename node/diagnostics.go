@@ -82,13 +82,16 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 	kv := func(k string, v any) diagnostic_msgs.KeyValue {
 		return diagnostic_msgs.KeyValue{Key: k, Value: fmt.Sprint(v)}
 	}
-	dropped := n.queue.Dropped()
+	ps := n.pipe.Stats()
+	dropped := ps.Dropped
 	vals := []diagnostic_msgs.KeyValue{
 		kv("frames_received", c.received.Load()),
 		kv("frames_processed", c.processed.Load()),
-		kv("queue_length", n.queue.Len()),
-		kv("queue_capacity", n.queue.Cap()),
-		kv("queue_policy", n.queue.policy),
+		// frames submitted and not yet finished: queued, decoding, in the
+		// model (a phase 1 buffers several) or being published
+		kv("queue_length", ps.Waiting),
+		kv("queue_capacity", n.cfg.QueueSize),
+		kv("queue_policy", n.policy),
 		kv("frames_dropped", dropped),
 		kv("frames_paused", c.pausedFrames.Load()),
 		kv("paused", n.paused.Load()),

@@ -6,17 +6,16 @@ import (
 	"fmt"
 	"image"
 	"io"
-	"time"
 
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
-	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 
-	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/msgs"
 )
 
 // subscribe opens the camera inputs the configuration asks for. Their
-// handlers block on a full queue (policy all) until ctx ends.
+// handlers only count and submit the still-encoded message (decoding runs on
+// the pipeline's workers); they block on a full queue (policy all) until ctx
+// ends.
 func (n *Node) subscribe(ctx context.Context) ([]io.Closer, error) {
 	var subs []io.Closer
 	sub := func(name string, typ any, role Role, handle func(msg any, err error)) error {
@@ -30,33 +29,36 @@ func (n *Node) subscribe(ctx context.Context) ([]io.Closer, error) {
 	var err error
 	if n.cfg.ImageTransport != "compressed" {
 		err = sub(n.tr.Resolve("image"), &sensor_msgs.Image{}, RoleSensor, func(msg any, err error) {
+			n.stats.received.Add(1)
 			m, _ := msg.(*sensor_msgs.Image)
 			if err == nil && m == nil {
 				err = fmt.Errorf("unexpected message %T on the image topic", msg)
 			}
 			if err != nil {
-				n.onInput(ctx, nil, err, std_msgs.Header{})
+				n.skip(decodeKind(err), err)
 				return
 			}
-			img, err := msgs.DecodeImage(m)
-			if loss, ok := msgs.PrecisionLoss(m.Encoding); ok && err == nil {
-				n.noticeOnce("precision_"+m.Encoding, loss)
-			}
-			n.onInput(ctx, img, err, m.Header)
+			n.submit(ctx, m.Header, func() (*image.RGBA, error) {
+				img, err := msgs.DecodeImage(m)
+				if loss, ok := msgs.PrecisionLoss(m.Encoding); ok && err == nil {
+					n.noticeOnce("precision_"+m.Encoding, loss)
+				}
+				return img, err
+			})
 		})
 	}
 	if err == nil && n.cfg.ImageTransport != "raw" {
 		err = sub(n.compressedTopic(), &sensor_msgs.CompressedImage{}, RoleSensor, func(msg any, err error) {
+			n.stats.received.Add(1)
 			m, _ := msg.(*sensor_msgs.CompressedImage)
 			if err == nil && m == nil {
 				err = fmt.Errorf("unexpected message %T on the compressed image topic", msg)
 			}
 			if err != nil {
-				n.onInput(ctx, nil, err, std_msgs.Header{})
+				n.skip(decodeKind(err), err)
 				return
 			}
-			img, err := msgs.DecodeCompressed(m)
-			n.onInput(ctx, img, err, m.Header)
+			n.submit(ctx, m.Header, func() (*image.RGBA, error) { return msgs.DecodeCompressed(m) })
 		})
 	}
 	if err == nil && n.cfg.UseCameraInfo {
@@ -73,45 +75,6 @@ func (n *Node) subscribe(ctx context.Context) ([]io.Closer, error) {
 		return nil, err
 	}
 	return subs, nil
-}
-
-// onInput takes a decoded image (or the reason it could not be decoded) into the queue.
-func (n *Node) onInput(ctx context.Context, img *image.RGBA, err error, h std_msgs.Header) {
-	n.stats.received.Add(1)
-	if err != nil {
-		n.skip(decodeKind(err), err)
-		return
-	}
-	if n.paused.Load() {
-		n.stats.pausedFrames.Add(1)
-		return
-	}
-	w, hgt := img.Bounds().Dx(), img.Bounds().Dy()
-	n.mu.Lock()
-	if n.size == [2]int{} {
-		// The first frame of a map fixes its size: one the model cannot
-		// take is refused here, before it reaches the engine.
-		if err := engine.CheckFrameSize(w, hgt, n.cfg.Engine.ImageWidth); err != nil {
-			n.mu.Unlock()
-			n.skip("size", err)
-			return
-		}
-		n.size = [2]int{w, hgt}
-	}
-	start := n.size
-	n.mu.Unlock()
-	if start != [2]int{w, hgt} {
-		n.skip("size_change", fmt.Errorf("image is %d×%d but this map started at %d×%d; call ~reset to start a new map at the new size", w, hgt, start[0], start[1]))
-		return
-	}
-	qf := queuedFrame{
-		frame:    engine.Frame{Seq: n.nextSeq.Add(1) - 1, Stamp: h.Stamp, Image: img},
-		frameID:  h.FrameId,
-		received: time.Now(),
-	}
-	if err := n.queue.Push(ctx, qf); err != nil {
-		n.stats.droppedOnClose.Add(1)
-	}
 }
 
 // decodeKind names the kind of a decoding failure for counting and reporting.

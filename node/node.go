@@ -1,6 +1,7 @@
 // Package node is the LingBot-Map mapping node's core, free of any
-// middleware: it takes camera images from a Transport, feeds them through a
-// bounded queue to an engine.Stream, and hands poses, the path, odometry,
+// middleware: it takes camera images from a Transport, runs them through
+// engine/pipeline's staged frame path (decoding ahead of the model, message
+// building behind it, bounded hand-offs), and hands poses, the path, odometry,
 // point clouds, the accumulated map, depth images, TF and diagnostics back to
 // the Transport as plain message values, with services to reset, pause,
 // resume and save the map. The ROS 1 transport is package node/ros1; the
@@ -25,6 +26,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"github.com/lingbotmap/lingbotmap/engine/pipeline"
 )
 
 // StreamFactory builds the engine once the configuration is final
@@ -44,6 +46,10 @@ type Options struct {
 	ResumeStream ResumeFactory
 	// Log defaults to slog.Default().
 	Log *slog.Logger
+	// Observe, when set, is told of every frame the node finished with, in
+	// frame order, on the delivering goroutine (benchmarks, tests). It must
+	// return quickly.
+	Observe func(FrameReport)
 }
 
 // Node is one running lingbotmap node.
@@ -53,9 +59,12 @@ type Node struct {
 	log       *slog.Logger
 	newStream StreamFactory
 
+	// stream is called only by the pipeline (pipe.Do for the services)
+	// once the pipeline runs.
 	stream    engine.Stream
-	engineMu  sync.Mutex // serialises calls into stream
-	queue     *frameQueue
+	pipe      *pipeline.Pipeline
+	policy    Policy
+	observe   func(FrameReport)
 	baseToCam *[4][4]float64 // camera pose in base_frame, nil without base_frame
 	paused    atomic.Bool
 	nextSeq   atomic.Uint64
@@ -65,20 +74,26 @@ type Node struct {
 	// saved sessions (session.go)
 	resume       string
 	resumeStream ResumeFactory
-	// stepMu is held from a frame's Push to its published results, so that
-	// a saved session sees whole steps; stepsSinceSave counts the frames
-	// for session_save_every under it.
-	stepMu         sync.Mutex
+	// stepsSinceSave counts delivered results for session_save_every (the
+	// delivering goroutine only); saveNow asks sessionLoop for a save.
 	stepsSinceSave int
+	saveNow        chan struct{}
+
+	// pubMu keeps ~map and ~path publications whole and in order (a reset's
+	// empty map never overtaken by an older one).
+	pubMu sync.Mutex
 
 	mu        sync.Mutex // guards the map state and the counters below
 	m         *mapio.Map // the trajectory and the voxel map
 	lastStamp time.Time  // of the newest pose, for ~map; zero after ~reset
 	mapDirty  bool
+	pathDirty bool
 	lastMap   time.Time
-	size      [2]int            // input size the stream started with; 0 until the first frame
-	frameIDs  map[uint64]string // header frame ids of frames inside the engine
-	stats     counters
+	size      [2]int // input size the stream started with; 0 until the first frame
+	// frameIDs are the header frame ids of frames submitted and not yet
+	// delivered: bounded by the frames in the pipeline and the engine.
+	frameIDs map[uint64]string
+	stats    counters
 	// cacheStats is the engine's last Stats(), read after each frame so that
 	// diagnostics never wait for the model.
 	cacheStats engine.CacheStats
@@ -105,7 +120,9 @@ func New(opts Options) (*Node, error) {
 		tr:        opts.Transport,
 		log:       log.With("node", opts.Transport.FullName()),
 		newStream: opts.NewStream,
+		observe:   opts.Observe,
 		frameIDs:  map[uint64]string{},
+		saveNow:   make(chan struct{}, 1),
 	}
 	nd.resume, nd.resumeStream = opts.Resume, opts.ResumeStream
 	nd.stats.init()
@@ -179,28 +196,38 @@ func (n *Node) Run(ctx context.Context) error {
 		n.stream = st
 	}
 
+	// The pipeline outlives ctx: finish closes it, flushing what is queued.
+	pipeCtx, stopPipe := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPipe()
+	if err := n.startPipeline(pipeCtx); err != nil {
+		return err
+	}
 	// Callbacks may block on a full queue (policy all): runCtx releases
 	// them when the node stops.
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if err := n.advertise(); err != nil {
+		n.pipe.Close(pipeCtx)
 		return err
 	}
 	inputs, err := n.subscribe(runCtx)
 	if err != nil {
+		n.pipe.Close(pipeCtx)
 		return err
 	}
 	services, err := n.serve()
 	if err != nil {
 		closeAll(inputs)
+		n.pipe.Close(pipeCtx)
 		return err
 	}
 	n.log.Info("node running", "image", n.tr.Resolve("image"),
-		"transport", n.cfg.ImageTransport, "queue", n.cfg.QueueSize, "policy", n.queue.policy)
+		"transport", n.cfg.ImageTransport, "queue", n.cfg.QueueSize, "policy", n.policy,
+		"windowed", n.cfg.Engine.Windowed)
 
 	var wg sync.WaitGroup
 	wg.Add(3)
-	go func() { defer wg.Done(); n.engineLoop(runCtx) }()
+	go func() { defer wg.Done(); n.sessionLoop(runCtx) }()
 	go func() { defer wg.Done(); n.mapLoop(runCtx) }()
 	go func() { defer wg.Done(); n.diagnosticsLoop(runCtx) }()
 
@@ -226,11 +253,6 @@ func closeAll(cs []io.Closer) {
 
 // setup builds what depends on the final configuration.
 func (n *Node) setup(ctx context.Context) error {
-	pol, err := ParsePolicy(n.cfg.QueuePolicy)
-	if err != nil {
-		return fmt.Errorf("node: %w", err)
-	}
-	n.queue = newFrameQueue(n.cfg.QueueSize, pol)
 	if n.cfg.BaseFrame != "" {
 		m, err := geom.ParseTransform(n.cfg.BaseToCamera)
 		if err != nil {
@@ -238,6 +260,7 @@ func (n *Node) setup(ctx context.Context) error {
 		}
 		n.baseToCam = &m
 	}
+	var err error
 	n.m, err = mapio.NewMap(mapio.MapConfig{
 		VoxelSize: n.cfg.MapVoxel,
 		Filter:    geom.PointFilter{ConfThreshold: n.cfg.ConfThreshold, Stride: n.cfg.CloudStride},
@@ -267,27 +290,16 @@ func sameEngine(a, b Config) bool {
 }
 
 // finish runs after the loops stopped: the frames still queued go through
-// the engine, the engine is flushed, and the final map is published.
+// the engine, the engine is flushed, and the final map and path are
+// published.
 func (n *Node) finish() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for {
-		qf, ok := n.queue.TryPop()
-		if !ok {
-			break
-		}
-		n.process(ctx, qf)
-	}
-	n.engineMu.Lock()
-	res, err := n.stream.Flush(ctx)
-	n.engineMu.Unlock()
-	if err != nil {
-		n.log.Warn("flushing the engine", "err", err)
-	}
-	for _, r := range res {
-		n.publishResult(r)
+	if err := n.pipe.Close(ctx); err != nil {
+		n.log.Warn("finishing the frames in the pipeline", "err", err)
 	}
 	n.publishMap(true)
+	n.publishPath(true)
 }
 
 // compressedTopic follows image_transport: "<image>/compressed" after the
@@ -299,56 +311,4 @@ func (n *Node) compressedTopic() string {
 		return c
 	}
 	return n.tr.Resolve("image") + "/compressed"
-}
-
-// engineLoop feeds queued frames to the engine until ctx ends.
-func (n *Node) engineLoop(ctx context.Context) {
-	for {
-		qf, err := n.queue.Pop(ctx)
-		if err != nil {
-			return
-		}
-		n.process(ctx, qf)
-	}
-}
-
-// process runs one frame through the engine and publishes what comes out.
-func (n *Node) process(ctx context.Context, qf queuedFrame) {
-	n.stepMu.Lock()
-	defer n.stepMu.Unlock()
-	n.mu.Lock()
-	n.frameIDs[qf.frame.Seq] = qf.frameID
-	n.mu.Unlock()
-	t0 := time.Now()
-	n.engineMu.Lock()
-	res, err := n.stream.Push(ctx, qf.frame)
-	st := n.stream.Stats()
-	n.engineMu.Unlock()
-	n.mu.Lock()
-	n.cacheStats = st
-	n.mu.Unlock()
-	dt := time.Since(t0)
-	if err != nil {
-		if ctx.Err() != nil {
-			return
-		}
-		n.stats.engineErrors.Add(1)
-		if errors.Is(err, engine.ErrCacheFull) {
-			// every later frame fails the same way until ~reset: say it once
-			if n.stats.cacheFull.CompareAndSwap(false, true) {
-				n.log.Error("the KV cache is full: no more frames are mapped until ~reset; use windowed mode, a keyframe interval or flow keyframes for long runs", "seq", qf.frame.Seq, "err", err)
-			}
-		} else {
-			n.log.Error("the engine failed on a frame; skipping it", "seq", qf.frame.Seq, "err", err)
-		}
-		n.mu.Lock()
-		delete(n.frameIDs, qf.frame.Seq)
-		n.mu.Unlock()
-		return
-	}
-	n.stats.recordModelTime(dt)
-	for _, r := range res {
-		n.publishResult(r)
-	}
-	n.afterStep()
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/tf2_msgs"
 
-	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/msgs"
 )
@@ -59,90 +58,6 @@ func (n *Node) write(p Publisher, msg any) {
 	}
 }
 
-// publishResult sends everything one engine result produces. The stamps are
-// the input image's.
-func (n *Node) publishResult(r engine.Result) {
-	// The pose as position and quaternion; a result whose pose is no rigid
-	// transform (NaN, zero quaternion) is dropped whole.
-	t, q, err := geom.Decompose(r.CamToWorld)
-	n.mu.Lock()
-	camFrame := n.cfg.CameraFrame
-	if camFrame == "" {
-		camFrame = n.frameIDs[r.Seq]
-	}
-	delete(n.frameIDs, r.Seq)
-	if camFrame == "" {
-		camFrame = "camera"
-	}
-	if err == nil {
-		err = n.m.AddPose(r.Seq, r.Stamp, r.CamToWorld)
-	}
-	if err != nil {
-		n.mu.Unlock()
-		n.rejectResult(r.Seq, err)
-		return
-	}
-	n.lastStamp = r.Stamp
-	// A keyframe's points go into the map and out as ~cloud; depth that
-	// cannot be unprojected leaves both out but not the pose.
-	var cloud []msgs.PointXYZRGB
-	var pointsErr error
-	if r.Kind != engine.NonKeyframe {
-		var pts []geom.Point
-		if pts, pointsErr = n.m.AddPoints(r.DepthFrame()); pointsErr == nil {
-			cloud = cloudOf(pts)
-			n.mapDirty = true
-		}
-	}
-	sendStatic := n.cfg.PublishTF && n.baseToCam != nil && !n.staticSent
-	if sendStatic {
-		n.staticSent = true
-	}
-	n.mu.Unlock()
-	if pointsErr != nil {
-		n.rejectResult(r.Seq, pointsErr)
-	}
-	n.stats.processed.Add(1)
-
-	seq := uint32(r.Seq)
-	mapHdr := std_msgs.Header{Seq: seq, Stamp: r.Stamp, FrameId: n.cfg.MapFrame}
-	// Odometry and TF describe base_frame when it is set, else the camera.
-	child, ct, cq := camFrame, t, q
-	if n.baseToCam != nil {
-		child = n.cfg.BaseFrame
-		// both factors are rigid, so the product decomposes
-		ct, cq, _ = geom.Decompose(geom.Mul4(r.CamToWorld, geom.InvertRigid(*n.baseToCam)))
-	}
-
-	n.write(n.out.pose, &geometry_msgs.PoseStamped{Header: mapHdr, Pose: msgs.Pose(t, q)})
-	n.write(n.out.odom, &nav_msgs.Odometry{
-		Header:       mapHdr,
-		ChildFrameId: child,
-		Pose:         geometry_msgs.PoseWithCovariance{Pose: msgs.Pose(ct, cq)},
-	})
-	if n.cfg.PublishTF {
-		n.write(n.out.tf, &tf2_msgs.TFMessage{Transforms: []geometry_msgs.TransformStamped{{
-			Header:       mapHdr,
-			ChildFrameId: child,
-			Transform:    msgs.Transform(ct, cq),
-		}}})
-		if sendStatic {
-			bt, bq, _ := geom.Decompose(*n.baseToCam)
-			n.write(n.out.tfStatic, &tf2_msgs.TFMessage{Transforms: []geometry_msgs.TransformStamped{{
-				Header:       std_msgs.Header{Stamp: r.Stamp, FrameId: n.cfg.BaseFrame},
-				ChildFrameId: camFrame,
-				Transform:    msgs.Transform(bt, bq),
-			}}})
-		}
-	}
-	if cloud != nil {
-		n.write(n.out.cloud, msgs.PointCloud2(mapHdr, cloud))
-	}
-	n.write(n.out.depth, msgs.DepthImage(std_msgs.Header{Seq: seq, Stamp: r.Stamp, FrameId: camFrame}, r.Width, r.Height, r.Depth))
-	n.publishPath()
-	n.publishMap(false)
-}
-
 // rejectResult counts a result (or its points) the map refused and reports
 // the first.
 func (n *Node) rejectResult(seq uint64, err error) {
@@ -160,9 +75,18 @@ func cloudOf(pts []geom.Point) []msgs.PointXYZRGB {
 	return out
 }
 
-// publishPath sends the whole trajectory (latched).
-func (n *Node) publishPath() {
+// publishPath sends the trajectory (latched) when it changed, at most
+// MapRate times a second unless force is set: a path message holds every
+// pose kept (max_path_length), so it is never built per frame.
+func (n *Node) publishPath(force bool) {
+	n.pubMu.Lock()
+	defer n.pubMu.Unlock()
 	n.mu.Lock()
+	if !n.pathDirty && !force {
+		n.mu.Unlock()
+		return
+	}
+	n.pathDirty = false
 	path := n.m.Path()
 	n.mu.Unlock()
 	p := &nav_msgs.Path{Header: std_msgs.Header{FrameId: n.cfg.MapFrame}, Poses: make([]geometry_msgs.PoseStamped, len(path))}
@@ -182,6 +106,8 @@ func (n *Node) publishPath() {
 // publishMap sends the voxel map when it changed, at most MapRate times a
 // second unless force is set.
 func (n *Node) publishMap(force bool) {
+	n.pubMu.Lock()
+	defer n.pubMu.Unlock()
 	n.mu.Lock()
 	interval := time.Duration(float64(time.Second) / n.cfg.MapRate)
 	if !n.mapDirty || (!force && time.Since(n.lastMap) < interval) {
@@ -196,8 +122,9 @@ func (n *Node) publishMap(force bool) {
 	n.write(n.out.mapPub, msgs.PointCloud2(std_msgs.Header{Stamp: stamp, FrameId: n.cfg.MapFrame}, cloud))
 }
 
-// mapLoop sends map changes that the rate limit held back, so the last
-// frames of a burst reach ~map without waiting for the next frame.
+// mapLoop publishes ~map and ~path off the frame path, each at most MapRate
+// times a second and only when they changed: both grow with the session, so
+// their cost must not fall on every frame.
 func (n *Node) mapLoop(ctx context.Context) {
 	tick := time.NewTicker(time.Duration(float64(time.Second) / n.cfg.MapRate))
 	defer tick.Stop()
@@ -206,6 +133,7 @@ func (n *Node) mapLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			n.publishPath(false)
 			n.publishMap(false)
 		}
 	}

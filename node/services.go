@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/lingbotmap/lingbotmap/engine"
 )
 
 // serve offers the node's std_srvs/Trigger services.
@@ -15,14 +17,14 @@ func (n *Node) serve() ([]io.Closer, error) {
 		name   string
 		handle func(ctx context.Context) (string, error)
 	}{
-		{"~reset", func(context.Context) (string, error) { return "map reset", n.reset() }},
+		{"~reset", func(ctx context.Context) (string, error) { return "map reset", n.reset(ctx) }},
 		{"~pause", func(context.Context) (string, error) {
 			n.paused.Store(true)
 			return "paused: incoming images are ignored", nil
 		}},
 		{"~resume", func(context.Context) (string, error) { n.paused.Store(false); return "resumed", nil }},
 		{"~save_map", func(context.Context) (string, error) { return n.saveMap() }},
-		{"~save_session", func(context.Context) (string, error) { return n.saveSession() }},
+		{"~save_session", func(ctx context.Context) (string, error) { return n.saveSession(ctx) }},
 	} {
 		name, handle := n.tr.Resolve(sv.name), sv.handle
 		c, err := n.tr.ServeTrigger(name, func(ctx context.Context) (string, error) {
@@ -41,25 +43,37 @@ func (n *Node) serve() ([]io.Closer, error) {
 	return srvs, nil
 }
 
-// reset starts a new map: engine caches, queue, path, map and input size.
-func (n *Node) reset() error {
-	n.engineMu.Lock()
-	err := n.stream.Reset()
-	n.engineMu.Unlock()
-	n.stats.cacheFull.Store(false)
-	drained := n.queue.Drain()
-	n.mu.Lock()
-	n.m.Reset()
-	n.lastStamp = time.Time{}
-	n.mapDirty = true
-	n.size = [2]int{}
-	clear(n.frameIDs)
-	n.mu.Unlock()
-	n.log.Info("map reset", "dropped_queued_frames", drained)
-	n.publishMap(true)
-	n.publishPath()
+// reset starts a new map: engine caches, path, map and input size. It runs
+// on the model's thread once the frames submitted before it are delivered
+// (into the old map); frames submitted after it start the new one.
+func (n *Node) reset(ctx context.Context) error {
+	cut := n.nextSeq.Load()
+	var engineErr error
+	err := n.pipe.Do(ctx, func(s engine.Stream) error {
+		engineErr = s.Reset()
+		n.stats.cacheFull.Store(false)
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		n.m.Reset()
+		n.lastStamp = time.Time{}
+		n.mapDirty, n.pathDirty = true, true
+		n.size = [2]int{}
+		// frames the engine still buffered (a phase 1) are gone with it
+		for seq := range n.frameIDs {
+			if seq < cut {
+				delete(n.frameIDs, seq)
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("resetting the engine: %w", err)
+		return fmt.Errorf("resetting: %w", err)
+	}
+	n.log.Info("map reset")
+	n.publishMap(true)
+	n.publishPath(true)
+	if engineErr != nil {
+		return fmt.Errorf("resetting the engine: %w", engineErr)
 	}
 	return nil
 }

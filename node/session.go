@@ -48,17 +48,24 @@ type sessionMeta struct {
 	FrameIDs  map[uint64]string `json:"frame_ids"`
 }
 
-// saveSession writes the session into save_dir/session. Frames wait while
-// it is written, so that the engine and the map agree.
-func (n *Node) saveSession() (string, error) {
-	n.stepMu.Lock()
-	defer n.stepMu.Unlock()
-	return n.writeSession()
+// saveSession writes the session into save_dir/session. It runs on the
+// model's thread once the frames submitted before it are delivered, so that
+// the engine and the map agree; later frames wait for it.
+func (n *Node) saveSession(ctx context.Context) (string, error) {
+	cut := n.nextSeq.Load()
+	var msg string
+	err := n.pipe.Do(ctx, func(s engine.Stream) error {
+		var err error
+		msg, err = n.writeSession(s, cut)
+		return err
+	})
+	return msg, err
 }
 
-// afterStep saves the session every session_save_every processed frames
-// (stepMu held).
-func (n *Node) afterStep() {
+// countStep counts a delivered result for session_save_every and asks
+// sessionLoop for a save when it is due (the delivering goroutine cannot
+// wait for a save: a save waits for the deliveries before it).
+func (n *Node) countStep() {
 	if n.cfg.SessionSaveEvery <= 0 {
 		return
 	}
@@ -67,18 +74,34 @@ func (n *Node) afterStep() {
 		return
 	}
 	n.stepsSinceSave = 0
-	if _, err := n.writeSession(); err != nil {
-		n.log.Warn("periodic session save failed", "err", err)
+	select {
+	case n.saveNow <- struct{}{}:
+	default: // a save is already due
 	}
 }
 
-// writeSession is saveSession with stepMu held.
-func (n *Node) writeSession() (string, error) {
+// sessionLoop saves the session when countStep asks, until ctx ends.
+func (n *Node) sessionLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.saveNow:
+		}
+		if _, err := n.saveSession(ctx); err != nil && ctx.Err() == nil {
+			n.log.Warn("periodic session save failed", "err", err)
+		}
+	}
+}
+
+// writeSession writes the session on the model's thread (pipe.Do): st is
+// the stream, cut the first frame submitted after the save was asked for.
+func (n *Node) writeSession(st engine.Stream, cut uint64) (string, error) {
 	dir, err := n.saveDir()
 	if err != nil {
 		return "", err
 	}
-	snap, ok := n.stream.(engine.Snapshotter)
+	snap, ok := st.(engine.Snapshotter)
 	if !ok {
 		return "", errors.New("this engine cannot save its state (a replay, or a backend without KV snapshots)")
 	}
@@ -86,11 +109,16 @@ func (n *Node) writeSession() (string, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return "", fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
 	}
-	n.engineMu.Lock()
-	defer n.engineMu.Unlock()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	meta := sessionMeta{NextSeq: n.nextSeq.Load(), Size: n.size, LastStamp: n.lastStamp, FrameIDs: n.frameIDs}
+	// the frame ids of frames the engine holds (a phase 1 in progress)
+	ids := map[uint64]string{}
+	for seq, id := range n.frameIDs {
+		if seq < cut {
+			ids[seq] = id
+		}
+	}
+	meta := sessionMeta{NextSeq: cut, Size: n.size, LastStamp: n.lastStamp, FrameIDs: ids}
 	js, err := json.Marshal(meta)
 	if err != nil {
 		return "", err
@@ -107,9 +135,9 @@ func (n *Node) writeSession() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("saving the session: %w", err)
 	}
-	st := n.m.Stats()
-	n.log.Info("session saved", "file", path, "poses", st.Poses)
-	return fmt.Sprintf("wrote the session (%d poses, %d map points, the engine state) to %s", st.Poses, st.Voxels, path), nil
+	ms := n.m.Stats()
+	n.log.Info("session saved", "file", path, "poses", ms.Poses)
+	return fmt.Sprintf("wrote the session (%d poses, %d map points, the engine state) to %s", ms.Poses, ms.Voxels, path), nil
 }
 
 // resumeSession restores the node's counters and map from dir's session and
@@ -148,7 +176,7 @@ func (n *Node) resumeSession(ctx context.Context, dir string) (engine.Stream, er
 		return nil, fmt.Errorf("node: resume: %w", err)
 	}
 	n.nextSeq.Store(meta.NextSeq)
-	n.size, n.lastStamp, n.mapDirty = meta.Size, meta.LastStamp, true
+	n.size, n.lastStamp, n.mapDirty, n.pathDirty = meta.Size, meta.LastStamp, true, true
 	if meta.FrameIDs != nil {
 		n.frameIDs = meta.FrameIDs
 	}

@@ -35,13 +35,17 @@ func goldenNodeConfig(t *testing.T) node.Config {
 	e.Weights = sharedtest.Path(t, "golden", "weights.safetensors")
 	e.ImageWidth, e.ScaleFrames, e.SlidingWindow, e.MaxFrames = 70, 3, 4, 256
 	e.KeyframeInterval, e.Threads = 2, 2
+	// streaming: every result comes out at once (windowed mode holds a
+	// window's results until the next window or the end)
+	e.Windowed = false
 	return cfg
 }
 
 // runEngineNode runs a node on the real engine (from a saved session when
-// resume is set), delivers frames from..to−1 and returns the node's
-// transport once the path holds want poses; stop ends it.
-func runEngineNode(t *testing.T, cfg node.Config, resume string, from, to, want int) (*nodetest.Transport, func() error) {
+// resume is set), delivers frames from..to−1 (calling before, when given,
+// ahead of each) and returns the node's transport once the path holds want
+// poses; stop ends it.
+func runEngineNode(t *testing.T, cfg node.Config, resume string, from, to, want int, before ...func(i int)) (*nodetest.Transport, func() error) {
 	t.Helper()
 	tr := nodetest.New("/lbm", nil)
 	n, err := node.New(node.Options{Config: cfg, Transport: tr, Log: slog.New(slog.DiscardHandler),
@@ -70,6 +74,9 @@ func runEngineNode(t *testing.T, cfg node.Config, resume string, from, to, want 
 	t.Cleanup(func() { stop() })
 	waitFor(t, "the node to subscribe", 20*time.Second, func() bool { return tr.Subscribed("/image") })
 	for i := from; i < to; i++ {
+		for _, b := range before {
+			b(i)
+		}
 		if err := tr.Deliver("/image", frame(i, 70, 42, "cam"), nil); err != nil {
 			t.Fatal(err)
 		}
@@ -111,8 +118,14 @@ func TestNodeSaveSessionAndResume(t *testing.T) {
 		cfg := cfg
 		cfg.SaveDir = t.TempDir()
 		cfg.SessionSaveEvery = 5
-		// saved after frame 4; frames 5 and 6 are mapped but not saved
-		_, stop := runEngineNode(t, cfg, "", 0, 7, 7)
+		// saved after frame 4 (the save runs behind the deliveries, so
+		// frame 5 waits for the file); frames 5 and 6 are mapped but not saved
+		session := filepath.Join(cfg.SaveDir, node.SessionDir, node.SessionFile)
+		_, stop := runEngineNode(t, cfg, "", 0, 7, 7, func(i int) {
+			if i == 5 {
+				waitFor(t, "the periodic session save", 20*time.Second, func() bool { _, err := os.Stat(session); return err == nil })
+			}
+		})
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}

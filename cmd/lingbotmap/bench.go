@@ -31,7 +31,12 @@ type benchOptions struct {
 	// max_frames, which bench otherwise sizes for the run.
 	cfg            engine.Config
 	maxFramesGiven bool
+	windowedGiven  bool
 	settings       *config.Binding
+	// node holds every setting (the node's defaults for those bench has no
+	// flag for), for --pipeline.
+	node node.Config
+	pipe pipelineOptions
 
 	width      int
 	height     int
@@ -74,7 +79,19 @@ before that are reported apart as the fill. Give --frames more than
 Settings (config/lingbotmap.yaml) come from the built-in defaults, the --config
 file, LINGBOTMAP_* environment variables and the flags, in that order. Unless
 max_frames is given, the special-token pool is sized for the run (at least
-the default). model_size defaults to full here.`,
+the default). model_size defaults to full here. bench alone runs the
+reference's streaming schedule unless --windowed is given.
+
+--pipeline times the node's whole frame path instead: encoded camera frames
+(--encoding, --pipeline-size, made from --pipeline-images) go to the node
+core's image subscription as a transport would hand them, as fast as it
+takes them (--rate 0, every frame) or paced like a camera (--rate R, the
+node's queue policy latest), under the node's schedule (windowed by
+default). It prints frames in/out/dropped, throughput, latency from frame in
+to pose out (p50, p99, max), the median time of each stage, memory every
+--mem-every frames, the model time of the first and last 1000 frames, the
+held memory after the first window and the latency at window boundaries;
+--json writes the whole record (cmd/lingbotmap/README.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if bindErr != nil {
@@ -85,7 +102,7 @@ the default). model_size defaults to full here.`,
 			if err != nil {
 				return &exitCodeError{code: exitUsage, err: err}
 			}
-			o.cfg, o.maxFramesGiven = all.Engine, src.Given("max_frames")
+			o.cfg, o.node, o.maxFramesGiven, o.windowedGiven = all.Engine, all, src.Given("max_frames"), src.Given("windowed")
 			return runF(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
@@ -93,14 +110,18 @@ the default). model_size defaults to full here.`,
 	o.settings, bindErr = bindSettings(f, benchDefaults(), benchSettings())
 	f.IntVar(&o.width, "width", 518, "model input width (multiple of 14)")
 	f.IntVar(&o.height, "height", 378, "model input height (multiple of 14)")
-	f.IntVar(&o.frames, "frames", 20, "streaming frames after phase 1")
-	f.IntVar(&o.memEvery, "mem-every", 0, "print memory every N frames (0 = only at the end)")
-	f.IntVar(&o.warmup, "warmup", 0, "run phase 1 and this many frames once, then reset, before timing (kernel compiles and first-use work stay out of the figures)")
+	f.IntVar(&o.frames, "frames", 20, "streaming frames after phase 1 (--pipeline: camera frames in all)")
+	f.IntVar(&o.memEvery, "mem-every", 0, "print memory every N frames (0 = only at the end; --pipeline: none)")
+	f.IntVar(&o.warmup, "warmup", 0, "run phase 1 and this many frames once, then reset, before timing (kernel compiles and first-use work stay out of the figures); with --pipeline, leave the first N frames out of the timing figures")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed frames to this file (go tool pprof)")
+	o.pipe.flags(f)
 	return cmd
 }
 
 func runBench(ctx context.Context, o *benchOptions, out io.Writer) (err error) {
+	if o.pipe.on {
+		return runBenchPipeline(ctx, o, out)
+	}
 	if o.width%14 != 0 || o.height%14 != 0 || o.width <= 0 || o.height <= 0 {
 		return fmt.Errorf("--width and --height must be positive multiples of 14, not %d×%d", o.width, o.height)
 	}
@@ -111,6 +132,11 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) (err error) {
 		return fmt.Errorf("--frames must be ≥ 1")
 	}
 	cfg := o.cfg
+	if !o.windowedGiven {
+		// the model's yardstick is the reference's streaming schedule with
+		// a full cache; the node's windowed default is --pipeline's
+		cfg.Windowed = false
+	}
 	if !o.maxFramesGiven {
 		cfg.MaxFrames = max(cfg.MaxFrames, o.frames+cfg.ScaleFrames+1)
 	}

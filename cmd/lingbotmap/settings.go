@@ -22,11 +22,13 @@ func runSettings() []string {
 }
 
 // benchSettings are the settings of `lingbotmap bench`: the model, its cache
-// and the backend (bench makes its own random frames at --width × --height and
-// times the streaming path without keyframe choices).
+// and the backend, and for --pipeline the input width and the schedule
+// (bench alone makes its own random frames at --width × --height and times
+// the streaming path without keyframe choices).
 func benchSettings() []string {
 	return append([]string{"weights", "model_size", "seed", "device", "threads", "precision", "selected_layers",
-		"scale_frames", "sliding_window", "max_frames", "cache_headroom", "camera_iterations"}, cudaSettings()...)
+		"scale_frames", "sliding_window", "max_frames", "cache_headroom", "camera_iterations",
+		"image_width", "keyframe_interval", "windowed", "window_size", "overlap_size"}, cudaSettings()...)
 }
 
 // verifySettings are the settings of `lingbotmap verify`: the backend and the
