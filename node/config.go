@@ -81,10 +81,12 @@ func DefaultConfig() Config {
 	// The node maps a live camera without end: windowed mode (the
 	// reference's window of 64 slots, 16 overlapping) keeps memory and the
 	// time per frame repeating per window, where streaming mode would stop
-	// mapping at max_frames. run, bench and verify keep the reference's
-	// streaming schedule (engine.DefaultConfig).
+	// mapping at max_frames; live windows publish every pose at once and
+	// warm the next window up beside the current one. run, bench and
+	// verify keep the reference's streaming schedule (engine.DefaultConfig).
 	e := engine.DefaultConfig()
 	e.Windowed = true
+	e.WindowMode = engine.WindowLive
 	return Config{
 		Engine:              e,
 		ImageTransport:      "raw",

@@ -228,7 +228,7 @@ func otherValue(t *testing.T, key string, v reflect.Value) (string, any) {
 		"cuda.paged_kernel": {"fa2", "fa2"},
 		"max_frames":        {"2000", 2000},
 		"cuda.arch":         {"sm_80", "sm_80"},
-		"window_mode":       {"live", "live"},
+		"window_mode":       {"reference", "reference"},
 	}
 	if s, ok := special[key]; ok {
 		return s.text, s.val

@@ -501,8 +501,12 @@ func quantile(sorted []float64, q float64) float64 {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-func median(v []float64) float64 {
-	s := slices.Clone(v)
+// median of any float values (nearest rank).
+func median[T ~float32 | ~float64](v []T) float64 {
+	s := make([]float64, len(v))
+	for i, x := range v {
+		s[i] = float64(x)
+	}
 	slices.Sort(s)
 	return quantile(s, 0.5)
 }

@@ -97,6 +97,10 @@ func defaultRunOptions() *runOptions {
 func runDefaults() node.Config {
 	d := node.DefaultConfig()
 	d.MapVoxel = 0.02
+	// offline: the reference's streaming schedule, and its stitching when
+	// --windowed is asked for
+	d.Engine.Windowed = false
+	d.Engine.WindowMode = engine.WindowReference
 	return d
 }
 

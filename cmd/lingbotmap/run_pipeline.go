@@ -7,7 +7,6 @@ import (
 	"image"
 	"io"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -375,12 +374,3 @@ func (s *stageTimes) medians() *stageMedians {
 	}
 }
 
-func median(v []float32) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return float64(s[n/2])
-	}
-	return (float64(s[n/2-1]) + float64(s[n/2])) / 2
-}
