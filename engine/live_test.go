@@ -170,13 +170,15 @@ func TestLiveEarlyStartEqualsSerial(t *testing.T) {
 		set    func(*Config)
 		spread int // pushes that carry warm-up work, per window change
 	}{
-		// the re-run frames are the scale frames: phase 1 waits for the last
-		{"overlap 3", func(c *Config) {}, 1},
-		{"keyframe interval 2", func(c *Config) { c.KeyframeInterval = 2 }, 1},
-		// overlap twice the scale frames, as the node's 16 and 8: phase 1
-		// with the third re-run frame, then one frame at a time
-		{"overlap 6", func(c *Config) { c.OverlapSize, c.WindowSize = 6, 15 }, 4},
-		// windows overlapping more than they advance: a warm-up always runs
+		// one frame after the scale frames: the phase 1 (bar the
+		// encodings) runs on it
+		{"overlap 4", func(c *Config) { c.OverlapSize = 4 }, 4},
+		{"keyframe interval 2", func(c *Config) { c.KeyframeInterval, c.OverlapSize = 2, 6 }, 6},
+		// overlap twice the scale frames, as the node's 16 and 8
+		{"overlap 6", func(c *Config) { c.OverlapSize, c.WindowSize = 6, 15 }, 6},
+		// windows overlapping more than they advance: a window takes over
+		// after the next one's scale frames came, and warms it up on the
+		// frames left
 		{"overlap 6 of 9", func(c *Config) { c.OverlapSize = 6 }, 3},
 	}
 	for _, tc := range cases {
