@@ -395,7 +395,8 @@ type call struct {
 // them.
 func (s *stream) startCall(ctx context.Context, w *window, m *model.Model, ins []input, encs []*model.Encoding, bg bool) (*call, error) {
 	c := &call{w: w, m: m, ins: ins, kind: Scale, bg: bg}
-	var step model.Step
+	// a warm-up's heads frame by frame: its steps are slices of a frame
+	step := model.Step{FrameHeads: bg}
 	if w.n > 0 {
 		kf := s.cfg.KeyframeInterval <= 1 || (w.n-w.scaleN)%s.cfg.KeyframeInterval == 0
 		c.kind = Keyframe
