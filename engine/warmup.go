@@ -152,9 +152,9 @@ func (s *stream) warmupCost() int {
 
 // advance runs warm-up steps until their cost reaches budget or no work is
 // ready (phase 1 waits for all its frames). A step that would overshoot the
-// budget by more than the budget has left waits for the next frame; steps
-// are uneven (the heads of all scale frames are one), and rounding to the
-// nearest keeps the largest share small.
+// budget by as much as the budget has left or more waits for the next
+// frame: steps are uneven (an aggregator step is a block pair over all the
+// scale frames), and rounding to the nearest keeps the largest share small.
 func (s *stream) advance(ctx context.Context, budget int) (steps, cost int, err error) {
 	nx := s.next
 	for {
@@ -183,7 +183,7 @@ func (s *stream) advance(ctx context.Context, budget int) (steps, cost int, err 
 		} else {
 			next = nx.enc.NextCost()
 		}
-		if cost >= budget || cost > 0 && cost+next-budget > budget-cost {
+		if cost >= budget || cost > 0 && cost+next-budget >= budget-cost {
 			return steps, cost, nil
 		}
 		cost += next
