@@ -396,25 +396,40 @@ func TestLiveWarmupCostPerFrame(t *testing.T) {
 }
 
 // TestLiveSerialBelowScaleFramesPlusOne: an overlap of the scale frames
-// alone leaves no frame to spread the next window's phase 1 over, so live
-// windows change serially (no warm-up) and say so in the log once.
+// or fewer leaves no frame to spread the next window's phase 1 over, so live
+// windows change serially (no warm-up) and say so in the log once; with
+// fewer, the new window's phase 1 takes the frames after the change too.
+// Every Push still returns its own frame's result.
 func TestLiveSerialBelowScaleFramesPlusOne(t *testing.T) {
-	cfg := liveConfig(t) // overlap 3 = scale frames
-	var log bytes.Buffer
-	st, err := New(context.Background(), cfg, cpuBackend, slog.New(slog.NewTextHandler(&log, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	s := st.(*stream)
-	got, _ := pushCounts(t, st, liveFrames(t))
-	if len(got) != 32 || got[31].Window != 4 {
-		t.Fatalf("%d results, the last of window %d; want 32, window 4", len(got), got[len(got)-1].Window)
-	}
-	if s.next != nil || s.spare != nil || s.Warmup() != (WarmupStats{}) {
-		t.Fatalf("a warm-up with overlap 3 and 3 scale frames: %+v", s.Warmup())
-	}
-	if n := strings.Count(log.String(), "live windows change serially"); n != 1 {
-		t.Fatalf("the serial change logged %d times:\n%s", n, log.String())
+	for _, ov := range []int{3, 2} {
+		cfg := liveConfig(t) // 3 scale frames, windows of 9
+		cfg.OverlapSize = ov
+		var log bytes.Buffer
+		st, err := New(context.Background(), cfg, cpuBackend, slog.New(slog.NewTextHandler(&log, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		s := st.(*stream)
+		got, counts := pushCounts(t, st, liveFrames(t))
+		for i, n := range counts {
+			if want := btoi(i >= 2) + btoi(i == 2)*2; n != want {
+				t.Fatalf("overlap %d: push %d returned %d results, want %d (%v)", ov, i, n, want, counts)
+			}
+		}
+		if len(got) != 32 || got[31].Window != 4 {
+			t.Fatalf("overlap %d: %d results, the last of window %d; want 32, window 4", ov, len(got), got[len(got)-1].Window)
+		}
+		for i, r := range got {
+			if r.Seq != uint64(i) {
+				t.Fatalf("overlap %d: result %d is frame %d", ov, i, r.Seq)
+			}
+		}
+		if s.next != nil || s.spare != nil || s.Warmup() != (WarmupStats{}) {
+			t.Fatalf("overlap %d: a warm-up with 3 scale frames: %+v", ov, s.Warmup())
+		}
+		if n := strings.Count(log.String(), "live windows change serially"); n != 1 {
+			t.Fatalf("overlap %d: the serial change logged %d times:\n%s", ov, n, log.String())
+		}
 	}
 }
