@@ -119,15 +119,20 @@ func (s *stream) warm(ctx context.Context, in input) error {
 	} else if pos < start+sf {
 		s.next.p1 = append(s.next.p1, in)
 	}
-	// Spread the work left evenly over the frames left in this window,
-	// this one included, so that the warm-up is done when the window ends.
+	// Spread the work left over the frames left in this window, this one
+	// included, so that the warm-up is done when the window ends: once its
+	// steps are all known, with the least largest share; before, evenly.
 	// Costs are estimates, not timings: on a GPU a step returns as soon as
 	// its work is queued.
-	budget := math.MaxInt
+	budget, exact := math.MaxInt, false
 	if left := wf - pos; left > 1 {
-		budget = (s.warmupCost() + left - 1) / left
+		if steps, ok := s.warmupSteps(); ok {
+			budget, exact = minShare(steps, left), true
+		} else {
+			budget = (s.warmupCost() + left - 1) / left
+		}
 	}
-	steps, cost, err := s.advance(ctx, budget)
+	steps, cost, err := s.advance(ctx, budget, exact)
 	s.bg.Steps += steps
 	s.bg.Cost += cost
 	return err
@@ -150,12 +155,64 @@ func (s *stream) warmupCost() int {
 	return c
 }
 
+// warmupSteps lists the costs of the warm-up's steps left, in order, once
+// all its scale frames are in.
+func (s *stream) warmupSteps() ([]int, bool) {
+	nx := s.next
+	switch {
+	case nx.call != nil:
+		return nx.call.pass.StepCosts(nil), true
+	case nx.win.n > 0:
+		return nil, true
+	case len(nx.p1) < nx.win.rerun:
+		return nil, false
+	}
+	var c []int
+	todo := len(nx.p1) - len(nx.encs)
+	if nx.enc != nil {
+		c = nx.enc.StepCosts(c)
+		todo--
+	}
+	for range todo {
+		c = s.m.EncodeStepCosts(c)
+	}
+	return s.m.EncodedStepCosts(c, nx.win.rerun, model.Step{FrameHeads: true}), true
+}
+
+// minShare is the least budget under which steps, run in order with each
+// frame taking as many as fit, fit in frames.
+func minShare(steps []int, frames int) int {
+	lo, hi := 0, 0
+	for _, c := range steps {
+		lo, hi = max(lo, c), hi+c
+	}
+	lo = max(lo, (hi+frames-1)/frames)
+	fits := func(b int) bool {
+		used, n := 0, 1
+		for _, c := range steps {
+			if used+c > b {
+				used, n = 0, n+1
+			}
+			used += c
+		}
+		return n <= frames
+	}
+	for lo < hi {
+		if mid := (lo + hi) / 2; fits(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
 // advance runs warm-up steps until their cost reaches budget or no work is
-// ready (phase 1 waits for all its frames). A step that would overshoot the
-// budget by as much as the budget has left or more waits for the next
-// frame: steps are uneven (an aggregator step is a block pair over all the
-// scale frames), and rounding to the nearest keeps the largest share small.
-func (s *stream) advance(ctx context.Context, budget int) (steps, cost int, err error) {
+// ready (phase 1 waits for all its frames). An exact budget is not
+// overshot; otherwise a step that would overshoot it by as much as it has
+// left or more waits for the next frame (steps are uneven: an aggregator
+// step is a block pair over all the scale frames).
+func (s *stream) advance(ctx context.Context, budget int, exact bool) (steps, cost int, err error) {
 	nx := s.next
 	for {
 		var next int // the next step's cost
@@ -183,7 +240,7 @@ func (s *stream) advance(ctx context.Context, budget int) (steps, cost int, err 
 		} else {
 			next = nx.enc.NextCost()
 		}
-		if cost >= budget || cost > 0 && cost+next-budget >= budget-cost {
+		if cost >= budget || exact && cost+next > budget || cost > 0 && cost+next-budget >= budget-cost {
 			return steps, cost, nil
 		}
 		cost += next
@@ -215,7 +272,7 @@ func (s *stream) advance(ctx context.Context, budget int) (steps, cost int, err 
 // emitted for its scale frames and takes over, and the old model state
 // becomes the spare for the next warm-up.
 func (s *stream) switchWindow(ctx context.Context) ([]Result, error) {
-	steps, cost, err := s.advance(ctx, math.MaxInt)
+	steps, cost, err := s.advance(ctx, math.MaxInt, false)
 	s.bg.Switched, s.bg.SwitchSteps, s.bg.SwitchCost = true, steps, cost
 	if err != nil {
 		return nil, err

@@ -326,6 +326,59 @@ func (p *Pass) NextCost() int {
 	return 0
 }
 
+// StepCosts appends the costs of the steps left, in order, to dst.
+func (p *Pass) StepCosts(dst []int) []int {
+	if p.err != nil {
+		return dst
+	}
+	s, m := p.call.s, p.m
+	stage, i := p.stage, p.i
+	for stage != stageDone {
+		switch stage {
+		case stageDINO:
+			for ; i < len(m.dino.blocks); i++ {
+				dst = append(dst, s)
+			}
+			stage, i = stageAggregator, 0
+			if p.encode {
+				stage = stageDone
+			}
+		case stageAggregator:
+			for ; i < m.agg.depth(); i++ {
+				dst = append(dst, 2*s)
+			}
+			stage = stageCamera
+		case stageCamera:
+			dst = append(dst, s*costCameraPerFrame)
+			stage, i = stageHeads, 0
+		case stageHeads:
+			if p.frameHeads() {
+				for ; i < s; i++ {
+					dst = append(dst, costHeadsPerFrame)
+				}
+			} else {
+				dst = append(dst, s*costHeadsPerFrame)
+			}
+			stage = stageDone
+		}
+	}
+	return dst
+}
+
+// EncodedStepCosts appends the step costs of a call on frames encoded
+// ahead (BeginEncoded) with step's options to dst.
+func (m *Model) EncodedStepCosts(dst []int, frames int, step Step) []int {
+	p := &Pass{m: m, call: aggCall{s: frames}, step: step, stage: stageAggregator}
+	return p.StepCosts(dst)
+}
+
+// EncodeStepCosts appends the step costs of one frame's encoding (Encode)
+// to dst.
+func (m *Model) EncodeStepCosts(dst []int) []int {
+	p := &Pass{m: m, call: aggCall{s: 1}, encode: true}
+	return p.StepCosts(dst)
+}
+
 // CallCost is what a whole call of frames costs, in Cost's units.
 func (m *Model) CallCost(frames int) int {
 	return frames * (len(m.dino.blocks) + 2*m.agg.depth() + costCameraPerFrame + costHeadsPerFrame)

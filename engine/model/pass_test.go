@@ -55,6 +55,9 @@ func TestPassEqualsForward(t *testing.T) {
 		steps := 0
 		for {
 			before, next := p.Cost(), p.NextCost()
+			if costs := p.StepCosts(nil); costs[0] != next || sum(costs) != before {
+				t.Fatalf("call %d step %d: steps left %v, next costs %d, %d left", ci, steps, costs, next, before)
+			}
 			done, err := p.Step()
 			if err != nil {
 				t.Fatal(err)
@@ -185,6 +188,12 @@ func TestEncodedPhase1EqualsForward(t *testing.T) {
 		}
 		steps := 0
 		for {
+			if steps == 0 && !slices.Equal(p.StepCosts(nil), m.EncodeStepCosts(nil)) {
+				t.Fatalf("frame %d: steps %v, before the encoding %v", f, p.StepCosts(nil), m.EncodeStepCosts(nil))
+			}
+			if costs := p.StepCosts(nil); len(costs) != m.EncodeCost()-steps || sum(costs) != p.Cost() {
+				t.Fatalf("frame %d: steps left %v after %d steps, %d left", f, costs, steps, p.Cost())
+			}
 			if p.Cost() != m.EncodeCost()-steps {
 				t.Fatalf("frame %d: cost %d after %d steps, want %d", f, p.Cost(), steps, m.EncodeCost()-steps)
 			}
@@ -206,9 +215,15 @@ func TestEncodedPhase1EqualsForward(t *testing.T) {
 	if p.Cost() != m.CallCost(3)-3*m.EncodeCost() {
 		t.Fatalf("an encoded phase 1 costs %d, want %d", p.Cost(), m.CallCost(3)-3*m.EncodeCost())
 	}
+	if got, want := p.StepCosts(nil), m.EncodedStepCosts(nil, 3, Step{FrameHeads: true}); !slices.Equal(got, want) {
+		t.Fatalf("step costs %v, before the call %v", got, want)
+	}
 	headSteps := 0
 	for {
 		before, next := p.Cost(), p.NextCost()
+		if costs := p.StepCosts(nil); costs[0] != next || sum(costs) != before {
+			t.Fatalf("steps left %v, next costs %d, %d left", costs, next, before)
+		}
 		if next > max(2*3, costHeadsPerFrame) {
 			t.Fatalf("a step of cost %d (%d left)", next, before)
 		}
@@ -247,4 +262,12 @@ func TestEncodedPhase1EqualsForward(t *testing.T) {
 	if _, err := m.BeginEncoded(ctx, encs, Step{}); err == nil {
 		t.Fatal("BeginEncoded took freed encodings")
 	}
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
