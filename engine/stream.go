@@ -591,9 +591,9 @@ func (s *stream) emit(res []Result) ([]Result, error) {
 }
 
 // emitLive passes results on at once (live windows): window 0 as produced,
-// later windows warped by their similarity. A window's re-runs of the
-// previous window's tail only serve its alignment: those frames were emitted
-// already. The emitted tail is kept for the next window's alignment.
+// later windows warped by their similarity. A window's re-runs (its scale
+// frames) only serve its alignment: those frames were emitted already. The
+// last Overlap results emitted are kept for the next window's alignment.
 func (s *stream) emitLive(res []Result) ([]Result, error) {
 	w := s.win
 	if !w.aligned {
