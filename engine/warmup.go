@@ -119,40 +119,21 @@ func (s *stream) warm(ctx context.Context, in input) error {
 	} else if pos < start+sf {
 		s.next.p1 = append(s.next.p1, in)
 	}
-	// Spread the work left over the frames left in this window, this one
-	// included, so that the warm-up is done when the window ends: once its
-	// steps are all known, with the least largest share; before, evenly.
-	// Costs are estimates, not timings: on a GPU a step returns as soon as
-	// its work is queued.
-	budget, exact := math.MaxInt, false
+	// Until the last scale frame is in, the work ready is their encodings,
+	// run as they come. Then the steps left are split over the frames left
+	// in this window, this one included, with the least largest share, so
+	// that the warm-up is done when the window ends. Costs are estimates,
+	// not timings: on a GPU a step returns as soon as its work is queued.
+	budget := math.MaxInt
 	if left := wf - pos; left > 1 {
 		if steps, ok := s.warmupSteps(); ok {
-			budget, exact = minShare(steps, left), true
-		} else {
-			budget = (s.warmupCost() + left - 1) / left
+			budget = minShare(steps, left)
 		}
 	}
-	steps, cost, err := s.advance(ctx, budget, exact)
+	steps, cost, err := s.advance(ctx, budget)
 	s.bg.Steps += steps
 	s.bg.Cost += cost
 	return err
-}
-
-// warmupCost is the warm-up's work left, the scale frames still to come
-// included.
-func (s *stream) warmupCost() int {
-	nx := s.next
-	switch {
-	case nx.call != nil:
-		return nx.call.pass.Cost()
-	case nx.win.n > 0:
-		return 0
-	}
-	c := s.m.CallCost(nx.win.rerun) - len(nx.encs)*s.m.EncodeCost()
-	if nx.enc != nil {
-		c -= s.m.EncodeCost() - nx.enc.Cost()
-	}
-	return c
 }
 
 // warmupSteps lists the costs of the warm-up's steps left, in order, once
@@ -207,12 +188,9 @@ func minShare(steps []int, frames int) int {
 	return lo
 }
 
-// advance runs warm-up steps until their cost reaches budget or no work is
-// ready (phase 1 waits for all its frames). An exact budget is not
-// overshot; otherwise a step that would overshoot it by as much as it has
-// left or more waits for the next frame (steps are uneven: an aggregator
-// step is a block pair over all the scale frames).
-func (s *stream) advance(ctx context.Context, budget int, exact bool) (steps, cost int, err error) {
+// advance runs the warm-up steps that are ready (phase 1 waits for all its
+// frames) as long as their cost stays within budget.
+func (s *stream) advance(ctx context.Context, budget int) (steps, cost int, err error) {
 	nx := s.next
 	for {
 		var next int // the next step's cost
@@ -240,7 +218,7 @@ func (s *stream) advance(ctx context.Context, budget int, exact bool) (steps, co
 		} else {
 			next = nx.enc.NextCost()
 		}
-		if cost >= budget || exact && cost+next > budget || cost > 0 && cost+next-budget >= budget-cost {
+		if cost+next > budget {
 			return steps, cost, nil
 		}
 		cost += next
@@ -272,7 +250,7 @@ func (s *stream) advance(ctx context.Context, budget int, exact bool) (steps, co
 // emitted for its scale frames and takes over, and the old model state
 // becomes the spare for the next warm-up.
 func (s *stream) switchWindow(ctx context.Context) ([]Result, error) {
-	steps, cost, err := s.advance(ctx, math.MaxInt, false)
+	steps, cost, err := s.advance(ctx, math.MaxInt)
 	s.bg.Switched, s.bg.SwitchSteps, s.bg.SwitchCost = true, steps, cost
 	if err != nil {
 		return nil, err
