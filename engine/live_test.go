@@ -1,9 +1,12 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -170,13 +173,15 @@ func TestLiveEarlyStartEqualsSerial(t *testing.T) {
 		set    func(*Config)
 		spread int // pushes that carry warm-up work, per window change
 	}{
-		// the re-run frames are the scale frames: phase 1 waits for the last
-		{"overlap 3", func(c *Config) {}, 1},
-		{"keyframe interval 2", func(c *Config) { c.KeyframeInterval = 2 }, 1},
-		// overlap twice the scale frames, as the node's 16 and 8: phase 1
-		// with the third re-run frame, then one frame at a time
-		{"overlap 6", func(c *Config) { c.OverlapSize, c.WindowSize = 6, 15 }, 4},
-		// windows overlapping more than they advance: a warm-up always runs
+		// one frame after the scale frames: the phase 1 (bar the
+		// encodings) runs on it
+		{"overlap 4", func(c *Config) { c.OverlapSize = 4 }, 4},
+		{"keyframe interval 2", func(c *Config) { c.KeyframeInterval, c.OverlapSize = 2, 6 }, 6},
+		// overlap twice the scale frames, as the node's 16 and 8
+		{"overlap 6", func(c *Config) { c.OverlapSize, c.WindowSize = 6, 15 }, 6},
+		// windows overlapping more than they advance: a window takes over
+		// after the next one's scale frames came, and warms it up on the
+		// frames left
 		{"overlap 6 of 9", func(c *Config) { c.OverlapSize = 6 }, 3},
 	}
 	for _, tc := range cases {
@@ -305,4 +310,126 @@ func costs(ws []WarmupStats) []int {
 		out = append(out, w.Cost)
 	}
 	return out
+}
+
+// TestLiveWarmupCostPerFrame: with an overlap of three times the scale
+// frames, the next window runs only its scale frames (the warm-up of a
+// window change costs exactly one phase 1), each scale frame's Push carries
+// its encoding alone, every later Push at most 3/5 of a frame of warm-up work
+// (Pass cost units: the phase 1 after the encodings is about 2.7 frames of
+// work over 7 frames, in steps of up to 0.4 frame), nothing is left at the
+// change, and the new window
+// streams from the first frame after it, the overlap frames after its scale
+// frames left to the old window. Every Push returns its own frame's result.
+func TestLiveWarmupCostPerFrame(t *testing.T) {
+	cfg := liveConfig(t)
+	cfg.OverlapSize, cfg.WindowSize = 9, 21 // 21 frames stepping by 12
+	frames := liveFrames(t)
+	for _, f := range goldenFrames(t, "stream_kf1") {
+		f.Seq += uint64(len(frames))
+		frames = append(frames, f)
+	}
+	st, err := New(context.Background(), cfg, cpuBackend, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s := st.(*stream)
+	sf, ov, wf := cfg.ScaleFrames, cfg.OverlapSize, s.windowFrames()
+	step := wf - ov
+	frame, enc := s.m.CallCost(1), s.m.EncodeCost()
+	var costs []int
+	phase := 0 // warm-up cost since the last window change
+	changes := 0
+	for i, f := range frames {
+		res, err := st.Push(context.Background(), f)
+		if err != nil {
+			t.Fatalf("push %d: %v", i, err)
+		}
+		if want := btoi(i >= sf-1) + btoi(i == sf-1)*(sf-1); len(res) != want || len(res) > 0 && res[len(res)-1].Seq != f.Seq {
+			t.Fatalf("push %d returned %d results, want %d ending with its frame", i, len(res), want)
+		}
+		w := s.Warmup()
+		costs = append(costs, w.Cost)
+		r := i % step // the position in the overlap of the change to come
+		switch {
+		case w.Switched:
+			changes++
+			if w.SwitchSteps != 0 || w.SwitchCost != 0 {
+				t.Errorf("push %d: %d warm-up steps (cost %d) left at the window change", i, w.SwitchSteps, w.SwitchCost)
+			}
+			if phase != s.m.CallCost(sf) {
+				t.Errorf("push %d: the warm-up cost %d, a phase 1 of %d frames %d", i, phase, sf, s.m.CallCost(sf))
+			}
+			if s.win.n != sf+1 || s.win.gap != ov-sf || res[0].Window != changes {
+				t.Errorf("push %d: window %d ran %d frames, gap %d, result of window %d; want %d frames, gap %d", i, s.win.index, s.win.n, s.win.gap, res[0].Window, sf+1, ov-sf)
+			}
+			phase = 0
+		case i < step:
+			if w.Cost != 0 {
+				t.Errorf("push %d: warm-up cost %d before the overlap", i, w.Cost)
+			}
+		case r < sf-1:
+			if w.Cost != enc {
+				t.Errorf("push %d (scale frame %d of the next window): warm-up cost %d, its encoding %d", i, r, w.Cost, enc)
+			}
+		case r < ov:
+			if 5*w.Cost > 3*frame {
+				t.Errorf("push %d: warm-up cost %d, more than 3/5 of a frame (%d)", i, w.Cost, frame)
+			}
+		default:
+			if w.Cost != 0 {
+				t.Errorf("push %d: warm-up cost %d outside the overlap", i, w.Cost)
+			}
+		}
+		// the overlap frames after the next window's scale frames are the
+		// current window's
+		if len(res) > 0 && i >= wf && r >= sf && r < ov && res[0].Window != changes {
+			t.Errorf("push %d: result of window %d, want %d", i, res[0].Window, changes)
+		}
+		phase += w.Cost
+	}
+	if changes != 3 {
+		t.Fatalf("%d window changes in %d frames, want 3", changes, len(frames))
+	}
+	t.Logf("warm-up cost per push (a frame costs %d): %v", frame, costs)
+}
+
+// TestLiveSerialBelowScaleFramesPlusOne: an overlap of the scale frames
+// or fewer leaves no frame to spread the next window's phase 1 over, so live
+// windows change serially (no warm-up) and say so in the log once; with
+// fewer, the new window's phase 1 takes the frames after the change too.
+// Every Push still returns its own frame's result.
+func TestLiveSerialBelowScaleFramesPlusOne(t *testing.T) {
+	for _, ov := range []int{3, 2} {
+		cfg := liveConfig(t) // 3 scale frames, windows of 9
+		cfg.OverlapSize = ov
+		var log bytes.Buffer
+		st, err := New(context.Background(), cfg, cpuBackend, slog.New(slog.NewTextHandler(&log, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		s := st.(*stream)
+		got, counts := pushCounts(t, st, liveFrames(t))
+		for i, n := range counts {
+			if want := btoi(i >= 2) + btoi(i == 2)*2; n != want {
+				t.Fatalf("overlap %d: push %d returned %d results, want %d (%v)", ov, i, n, want, counts)
+			}
+		}
+		if len(got) != 32 || got[31].Window != 4 {
+			t.Fatalf("overlap %d: %d results, the last of window %d; want 32, window 4", ov, len(got), got[len(got)-1].Window)
+		}
+		for i, r := range got {
+			if r.Seq != uint64(i) {
+				t.Fatalf("overlap %d: result %d is frame %d", ov, i, r.Seq)
+			}
+		}
+		if s.next != nil || s.spare != nil || s.Warmup() != (WarmupStats{}) {
+			t.Fatalf("overlap %d: a warm-up with 3 scale frames: %+v", ov, s.Warmup())
+		}
+		if n := strings.Count(log.String(), "live windows change serially"); n != 1 {
+			t.Fatalf("overlap %d: the serial change logged %d times:\n%s", ov, n, log.String())
+		}
+	}
 }

@@ -31,14 +31,15 @@ import (
 //	           counter, KV page bookkeeping, K and V of the pages in use,
 //	           camera head caches
 //	stream     counters, the current window (phase-1 buffer, keyframe
-//	           reference, overlap inputs, unaligned results), held results,
-//	           the previous window's tail and the window similarities
+//	           reference, overlap inputs, unaligned results, re-run and gap
+//	           frames), held results, the last inputs (live windows), the
+//	           previous window's tail and the window similarities
 //	checksum   uint32 CRC-32C of everything after the header
 //
 // All numbers are little-endian; lengths are int64, −1 for nil.
 
 // StateVersion is the state file format this build writes and reads.
-const StateVersion = 2
+const StateVersion = 3
 
 var stateMagic = [8]byte{'L', 'B', 'M', 'S', 'T', 'A', 'T', 'E'}
 
@@ -294,7 +295,9 @@ func (s *stream) saveStream(w *binstate.Writer) {
 	saveResults(w, win.raw)
 	saveInputs(w, win.tail)
 	w.Int(win.rerun)
+	w.Int(win.gap)
 	saveResults(w, s.held)
+	saveInputs(w, s.recent)
 	w.Bool(s.prevTail != nil)
 	if s.prevTail != nil {
 		pt := s.prevTail
@@ -343,8 +346,10 @@ func (s *stream) loadStream(r *binstate.Reader) {
 	win.raw = loadResults(r, s.h, s.w)
 	win.tail = loadInputs(r, px, max(s.cfg.OverlapSize, 0))
 	win.rerun = r.Int("re-run frames", 0, max(s.cfg.OverlapSize, 0))
+	win.gap = r.Int("gap frames", 0, max(s.cfg.OverlapSize, 0))
 	s.win = win
 	s.held = loadResults(r, s.h, s.w)
+	s.recent = loadInputs(r, px, max(s.cfg.OverlapSize, 0))
 	s.prevTail = nil
 	if r.Bool("previous tail") {
 		n := r.Int("previous tail frames", 0, maxListFrames)

@@ -113,13 +113,20 @@ func TestResumeEqualsUninterrupted(t *testing.T) {
 		// window 1's re-runs, 13 and 20 after alignments
 		{"windowed live", "stream_kf1", func(c *Config) { c.Windowed = true; c.WindowMode = WindowLive }, []int{7, 10, 13, 20}},
 		// live windows of 15 frames stepping by 9, the next window warming
-		// up over frames 9–14: 13 with a warm-up call half way (the state
-		// leaves the warm-up out; the resumed stream redoes it)
+		// up over frames 9–14 (its scale frames 9–11, then the rest of its
+		// phase 1): 10 with one scale frame encoded, 13 with the phase 1
+		// half way (the state leaves the warm-up out; the resumed stream
+		// redoes it), 16 in window 1 (which streams from 15: frames 12–14
+		// were window 0's alone), 22 with window 2's phase 1 under way
 		{"windowed live early", "stream_kf1", func(c *Config) {
 			c.Windowed, c.WindowMode, c.OverlapSize, c.WindowSize = true, WindowLive, 6, 15
-		}, []int{13, 16, 22}},
+		}, []int{10, 13, 16, 22}},
 		// flow windows close after 6 keyframes: cuts across two windows
 		{"windowed flow", "stream_flow", func(c *Config) { c.Windowed = true; c.FlowThreshold = 14 }, []int{8, 14, 21}},
+		// live flow windows change serially, re-running the scale frames
+		{"windowed live flow", "stream_flow", func(c *Config) {
+			c.Windowed, c.WindowMode, c.FlowThreshold = true, WindowLive, 14
+		}, []int{8, 14, 21}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

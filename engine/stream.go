@@ -165,8 +165,9 @@ type window struct {
 	sim     geom.Similarity
 	aligned bool
 	raw     []Result // results not yet aligned (windows after the first)
-	tail    []input  // the last Overlap inputs, re-run by the next window
-	rerun   int      // leading frames that re-run the previous window's tail
+	tail    []input  // reference mode: the last Overlap inputs, re-run by the next window
+	rerun   int      // leading frames that re-run the previous window's frames
+	gap     int      // live windows: overlap frames after the re-runs that this window did not run
 }
 
 type stream struct {
@@ -185,7 +186,8 @@ type stream struct {
 	flowDecs int // flow keyframe decisions so far, for Config.Decide
 
 	// windowed mode
-	held     []Result // reference: results that a next window may still replace; live: the emitted tail a next window aligns to
+	held     []Result // reference: results that a next window may still replace; live: the last Overlap results emitted
+	recent   []input  // live: the last Overlap inputs pushed, whichever window ran them
 	prevTail *geom.WindowFrames
 	sims     []geom.Similarity
 	closed   bool
@@ -207,6 +209,10 @@ func newStream(cfg Config, log *slog.Logger, be backend.Backend, m *model.Model)
 		return &p
 	}
 	s.win = s.newWindow(0)
+	if cfg.Windowed && cfg.WindowMode == WindowLive && !cfg.canStartEarly() {
+		log.Info("live windows change serially: the next window warms up early only with fixed-interval windows and overlap_size ≥ scale_frames+1",
+			"overlap_size", cfg.OverlapSize, "scale_frames", cfg.ScaleFrames, "flow_threshold", cfg.FlowThreshold)
+	}
 	return s
 }
 
@@ -262,6 +268,9 @@ func (s *stream) Push(ctx context.Context, f Frame) ([]Result, error) {
 			return nil, err
 		}
 		out = append(out, res...)
+	}
+	if s.live() {
+		s.recent = keepLast(append(s.recent, in), s.overlap())
 	}
 	res, err := s.feed(ctx, in)
 	if err != nil {
@@ -323,7 +332,7 @@ func (s *stream) windowDone() bool {
 	if s.cfg.FlowThreshold > 0 {
 		return w.n > w.scaleN && w.kfs >= s.cfg.WindowSize-w.scaleN
 	}
-	return w.n >= s.windowFrames()
+	return w.n+w.gap >= s.windowFrames()
 }
 
 // feed runs one input through the current window.
@@ -386,7 +395,8 @@ type call struct {
 // them.
 func (s *stream) startCall(ctx context.Context, w *window, m *model.Model, ins []input, encs []*model.Encoding, bg bool) (*call, error) {
 	c := &call{w: w, m: m, ins: ins, kind: Scale, bg: bg}
-	var step model.Step
+	// a warm-up's heads frame by frame: its steps are slices of a frame
+	step := model.Step{FrameHeads: bg}
 	if w.n > 0 {
 		kf := s.cfg.KeyframeInterval <= 1 || (w.n-w.scaleN)%s.cfg.KeyframeInterval == 0
 		c.kind = Keyframe
@@ -508,15 +518,21 @@ func (s *stream) runFlowFrame(ctx context.Context, in input, local int) (Result,
 	return r, nil
 }
 
-// remember keeps the inputs a next window re-runs.
+// remember keeps the inputs a next window re-runs (reference mode; live
+// windows keep the stream's last inputs, Push).
 func (s *stream) remember(w *window, in input) {
-	if !s.cfg.Windowed {
+	if !s.cfg.Windowed || s.live() {
 		return
 	}
-	w.tail = append(w.tail, in)
-	if ov := s.overlap(); len(w.tail) > ov {
-		w.tail = append(w.tail[:0], w.tail[len(w.tail)-ov:]...)
+	w.tail = keepLast(append(w.tail, in), s.overlap())
+}
+
+// keepLast trims xs to its last n elements in place.
+func keepLast[T any](xs []T, n int) []T {
+	if len(xs) > n {
+		xs = append(xs[:0], xs[len(xs)-n:]...)
 	}
+	return xs
 }
 
 // result turns frame i of a model output of window w into a Result.
@@ -575,9 +591,9 @@ func (s *stream) emit(res []Result) ([]Result, error) {
 }
 
 // emitLive passes results on at once (live windows): window 0 as produced,
-// later windows warped by their similarity. A window's re-runs of the
-// previous window's tail only serve its alignment: those frames were emitted
-// already. The emitted tail is kept for the next window's alignment.
+// later windows warped by their similarity. A window's re-runs (its scale
+// frames) only serve its alignment: those frames were emitted already. The
+// last Overlap results emitted are kept for the next window's alignment.
 func (s *stream) emitLive(res []Result) ([]Result, error) {
 	w := s.win
 	if !w.aligned {
@@ -595,10 +611,7 @@ func (s *stream) emitLive(res []Result) ([]Result, error) {
 			warpResult(&res[i], w.sim)
 		}
 	}
-	s.held = append(s.held, res...)
-	if ov := s.overlap(); len(s.held) > ov {
-		s.held = append(s.held[:0], s.held[len(s.held)-ov:]...)
-	}
+	s.held = keepLast(append(s.held, res...), s.overlap())
 	return res, nil
 }
 
@@ -616,7 +629,7 @@ func (s *stream) align() error {
 	cur := framesOf(w.raw)
 	overlap := s.overlap()
 	if s.live() {
-		overlap = w.rerun // the emitted tail holds exactly the re-run frames
+		overlap = w.rerun // prevTail holds exactly the re-run frames' results
 	}
 	sim, err := geom.PairwiseAlignment(*s.prevTail, cur, overlap)
 	if err != nil {
@@ -673,6 +686,9 @@ func framesOf(res []Result) geom.WindowFrames {
 
 // nextWindow closes the current window and starts the next one on its tail.
 func (s *stream) nextWindow(ctx context.Context) ([]Result, error) {
+	if s.live() {
+		return s.nextLiveWindow(ctx)
+	}
 	old := s.win
 	// next window start: fixed windows step by (length − overlap); flow windows
 	// restart overlap frames back, but never inside the old window's scale frames.
@@ -688,30 +704,17 @@ func (s *stream) nextWindow(ctx context.Context) ([]Result, error) {
 	var out []Result
 	if old.index == 0 {
 		s.sims = append(s.sims, geom.Identity())
-	}
-	if s.live() {
-		// emitted already; the next window aligns to the results of the
-		// frames it re-runs
-		tail := framesOf(s.held[max(len(s.held)-len(retained), 0):])
-		s.prevTail = &tail
-		s.held = nil
-		if s.next != nil {
-			return s.switchWindow(ctx)
+		// window 0 becomes part of a multi-window map: warp it by the
+		// identity, which re-encodes its quaternions as the reference does.
+		for i := range s.held {
+			warpResult(&s.held[i], geom.Identity())
 		}
-	} else {
-		if old.index == 0 {
-			// window 0 becomes part of a multi-window map: warp it by the
-			// identity, which re-encodes its quaternions as the reference does.
-			for i := range s.held {
-				warpResult(&s.held[i], geom.Identity())
-			}
-		}
-		out = append(out, s.release(s.overlap())...)
-		// the held tail (aligned) is what the next window aligns to; it is not emitted
-		tail := framesOf(s.held)
-		s.prevTail = &tail
-		s.held = s.held[:0]
 	}
+	out = append(out, s.release(s.overlap())...)
+	// the held tail (aligned) is what the next window aligns to; it is not emitted
+	tail := framesOf(s.held)
+	s.prevTail = &tail
+	s.held = s.held[:0]
 	s.m.Reset()
 	s.trimBackend()
 	s.win = s.newWindow(old.index + 1)
@@ -726,6 +729,74 @@ func (s *stream) nextWindow(ctx context.Context) ([]Result, error) {
 		out = append(out, res...)
 	}
 	return out, nil
+}
+
+// nextLiveWindow changes live windows. The next window re-runs only its
+// scale frames, the first ScaleFrames of the overlap; the overlap frames
+// after them were emitted by the current window and the next window does not
+// run them at all, so its first streaming frame is the first frame after the
+// change. Its cache then has a gap after the scale frames, as after a
+// keyframe interval of that many frames (the time index and the keyframe
+// rule count only the frames a window ran), which the reference itself
+// uses on long inputs; the scale frames, which anchor the window, are the
+// reference's. Without that cut, every re-run frame after the scale frames
+// would cost a full forward on top of the current window's. The window
+// aligns to the results emitted for the same frames.
+func (s *stream) nextLiveWindow(ctx context.Context) ([]Result, error) {
+	old := s.win
+	retained := s.recent
+	if s.cfg.FlowThreshold > 0 {
+		// never inside the old window's scale frames, as the reference
+		if maxBack := old.n + old.gap - old.scaleN; len(retained) > maxBack {
+			s.log.Warn("windowed flow mode: overlap larger than the window's streamed frames; the reference drops these frames", "frames", len(retained)-maxBack)
+			retained = retained[len(retained)-maxBack:]
+		}
+	}
+	rerun := min(s.cfg.ScaleFrames, len(retained))
+	if old.index == 0 {
+		s.sims = append(s.sims, geom.Identity())
+	}
+	prev, err := s.emittedFor(retained, rerun)
+	if err != nil {
+		return nil, err
+	}
+	s.prevTail = &prev
+	if s.next != nil {
+		return s.switchWindow(ctx)
+	}
+	s.m.Reset()
+	s.trimBackend()
+	s.win = s.newWindow(old.index + 1)
+	s.win.rerun, s.win.gap = rerun, len(retained)-rerun
+	s.trace(TraceEvent{Event: "reset"})
+	s.log.Info("new window", "window", s.win.index, "rerun_frames", rerun, "gap_frames", s.win.gap)
+	var out []Result
+	for _, in := range retained[:rerun] {
+		res, err := s.feed(ctx, in)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, res...)
+	}
+	return out, nil
+}
+
+// emittedFor is what live windows emitted for the first n of retained, the
+// latest frames pushed before the current Push (all emitted already), for
+// the next window's alignment: matched by position, checked by sequence
+// number.
+func (s *stream) emittedFor(retained []input, n int) (geom.WindowFrames, error) {
+	lo := len(s.held) - len(retained)
+	if lo < 0 {
+		return geom.WindowFrames{}, fmt.Errorf("engine: window %d: %d results kept for %d re-run frames", s.win.index+1, len(s.held), len(retained))
+	}
+	res := s.held[lo : lo+n]
+	for i, r := range res {
+		if r.Seq != retained[i].seq {
+			return geom.WindowFrames{}, fmt.Errorf("engine: window %d: re-run frame %d is frame %d, but the result emitted there is frame %d", s.win.index+1, i, retained[i].seq, r.Seq)
+		}
+	}
+	return framesOf(res), nil
 }
 
 // Flush runs a partial phase 1 and releases everything held.
@@ -834,7 +905,7 @@ func (s *stream) Reset() error {
 	}
 	s.trimBackend()
 	s.win = s.newWindow(0)
-	s.held, s.prevTail, s.sims = nil, nil, nil
+	s.held, s.recent, s.prevTail, s.sims = nil, nil, nil, nil
 	s.h, s.w = 0, 0
 	return nil
 }

@@ -8,36 +8,27 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/model"
 )
 
-// Live windows start the next window early: the frames it re-runs (the
-// current window's last overlap frames) are known as they arrive, so a
+// Live windows start the next window early. The next window re-runs only
+// its scale frames (nextLiveWindow), which are known as they arrive, so a
 // second model state (a fork of the weights) runs them in the background,
 // a bounded slice of work after each frame of the current window, and takes
-// over when the current window ends without re-running anything then. Its
-// phase 1 needs all its scale frames, so their DINO encodings run one by one
-// as they arrive, and the rest of the phase when the last one is in. The
-// values are those of running the window change serially: each state's
-// calls see only its own caches, so interleaving changes no result, and the
-// encoder works on each frame alone.
+// over when the current window ends without running anything then. Its
+// phase 1 needs all its scale frames: their DINO encodings run one by one
+// as they arrive, and the rest of the phase (aggregator and heads) spreads
+// over the overlap frames after the last one, so that no frame carries more
+// than a share of a frame's work. The values are those of changing windows
+// serially: each state's calls see only its own caches, so interleaving
+// changes no result, and the encoder works on each frame alone.
 
 // warmup is a next window warming up.
 type warmup struct {
-	win   *window
-	m     *model.Model
-	p1    []input           // its phase-1 frames so far
-	encs  []*model.Encoding // their encodings so far, in order
-	enc   *model.Pass       // the encoding in progress, of p1[len(encs)]
-	queue []input           // later frames it has not started yet
-	call  *call             // the call in progress, run step by step
-	raw   []Result          // its results: the re-runs its alignment needs
-}
-
-// add takes an arrived re-run frame.
-func (nx *warmup) add(in input, scaleFrames int) {
-	if nx.win.n == 0 && nx.call == nil && len(nx.p1) < scaleFrames {
-		nx.p1 = append(nx.p1, in)
-		return
-	}
-	nx.queue = append(nx.queue, in)
+	win  *window
+	m    *model.Model
+	p1   []input           // its scale frames so far
+	encs []*model.Encoding // their encodings so far, in order
+	enc  *model.Pass       // the encoding in progress, of p1[len(encs)]
+	call *call             // its phase 1, run step by step
+	raw  []Result          // its results: the re-runs its alignment needs
 }
 
 // WarmupStats describes the live windows' background work during the last
@@ -81,25 +72,27 @@ func (s *stream) Warmup() WarmupStats {
 	return st
 }
 
-// early says whether live windows start early. It needs fixed-interval
-// windows (a flow window's end is known only when it comes) whose re-run
-// frames hold the next window's whole phase 1 and begin after the current
-// window's phase 1.
-func (s *stream) early() bool {
-	if !s.live() || s.serialWindows || s.cfg.FlowThreshold > 0 {
-		return false
-	}
-	ov := s.overlap()
-	return ov >= s.cfg.ScaleFrames && s.windowFrames()-ov >= s.cfg.ScaleFrames
+// canStartEarly says whether the settings let live windows start early: it
+// needs fixed-interval windows (a flow window's end is known only when it
+// comes) whose overlap holds the next window's scale frames and at least one
+// frame after them, over which its phase 1 spreads.
+func (c Config) canStartEarly() bool {
+	return c.Windowed && c.WindowMode == WindowLive && c.FlowThreshold == 0 && c.OverlapSize >= c.ScaleFrames+1
 }
 
-// warm runs after the current window has run in's frame: once the frame is
-// one the next window re-runs, it joins the next window's queue and the
-// warm-up advances by its share of the work left.
+// early says whether live windows start early.
+func (s *stream) early() bool { return s.cfg.canStartEarly() && !s.serialWindows }
+
+// warm runs after the current window has taken in (the newest of
+// s.recent): once the frames the next window re-runs have begun, the
+// warm-up takes those that arrived and advances by its share of the work
+// left.
 func (s *stream) warm(ctx context.Context, in input) error {
 	w := s.win
-	start := s.windowFrames() - s.overlap() // the next window's first frame, in this window
-	if w.n <= start {
+	wf, sf := s.windowFrames(), s.cfg.ScaleFrames
+	pos := w.n + w.gap - 1          // in's position in this window
+	start := max(wf-s.overlap(), 0) // the next window's first scale frame's
+	if w.n == 0 || pos < start {
 		return nil
 	}
 	if s.next == nil {
@@ -113,92 +106,134 @@ func (s *stream) warm(ctx context.Context, in input) error {
 		s.spare = nil
 		m.Reset()
 		nx := &warmup{win: s.newWindow(w.index + 1), m: m}
-		nx.win.rerun = s.overlap()
-		// every re-run frame so far: in, and the earlier ones when the warm-up
-		// starts late (a stream resumed from a saved state)
-		first := w.n - len(w.tail)
-		for i, t := range w.tail {
-			if first+i >= start {
-				nx.add(t, s.cfg.ScaleFrames)
+		nx.win.rerun, nx.win.gap = sf, s.overlap()-sf
+		// the scale frames so far: in, and earlier ones when the warm-up
+		// starts late (a resumed stream, or a window that took over after
+		// they came)
+		for i, r := range s.recent {
+			if p := pos - (len(s.recent) - 1 - i); p >= start && p < start+sf {
+				nx.p1 = append(nx.p1, r)
 			}
 		}
 		s.next = nx
-	} else {
-		s.next.add(in, s.cfg.ScaleFrames)
+	} else if pos < start+sf {
+		s.next.p1 = append(s.next.p1, in)
 	}
-	// Spread the work left evenly over the frames left in this window,
-	// this one included, so that the warm-up is done when the window ends.
-	// Costs are estimates, not timings: on a GPU a step returns as soon as
-	// its work is queued.
-	left := s.windowFrames() - w.n + 1
-	work := s.warmupCost(left - 1)
-	steps, cost, err := s.advance(ctx, (work+left-1)/left)
+	// Until the last scale frame is in, the work ready is their encodings,
+	// run as they come. Then the steps left are split over the frames left
+	// in this window, this one included, with the least largest share, so
+	// that the warm-up is done when the window ends. Costs are estimates,
+	// not timings: on a GPU a step returns as soon as its work is queued.
+	budget := math.MaxInt
+	if left := wf - pos; left > 1 {
+		if steps, ok := s.warmupSteps(); ok {
+			budget = minShare(steps, left)
+		}
+	}
+	steps, cost, err := s.advance(ctx, budget)
 	s.bg.Steps += steps
 	s.bg.Cost += cost
 	return err
 }
 
-// warmupCost is the warm-up's work left with notYet frames still to come.
-func (s *stream) warmupCost(notYet int) int {
+// warmupSteps lists the costs of the warm-up's steps left, in order, once
+// all its scale frames are in.
+func (s *stream) warmupSteps() ([]int, bool) {
 	nx := s.next
-	c := s.m.CallCost(len(nx.queue) + notYet)
-	if nx.call != nil {
-		c += nx.call.pass.Cost()
-	} else if nx.win.n == 0 {
-		c += s.m.CallCost(len(nx.p1)) - len(nx.encs)*s.m.EncodeCost()
-		if nx.enc != nil {
-			c -= s.m.EncodeCost() - nx.enc.Cost()
-		}
+	switch {
+	case nx.call != nil:
+		return nx.call.pass.StepCosts(nil), true
+	case nx.win.n > 0:
+		return nil, true
+	case len(nx.p1) < nx.win.rerun:
+		return nil, false
 	}
-	return c
+	var c []int
+	todo := len(nx.p1) - len(nx.encs)
+	if nx.enc != nil {
+		c = nx.enc.StepCosts(c)
+		todo--
+	}
+	for range todo {
+		c = s.m.EncodeStepCosts(c)
+	}
+	return s.m.EncodedStepCosts(c, nx.win.rerun, model.Step{FrameHeads: true}), true
 }
 
-// advance runs warm-up steps until their cost reaches budget or no work is
-// ready (phase 1 waits for all its frames).
+// minShare is the least budget under which steps, run in order with each
+// frame taking as many as fit, fit in frames.
+func minShare(steps []int, frames int) int {
+	lo, hi := 0, 0
+	for _, c := range steps {
+		lo, hi = max(lo, c), hi+c
+	}
+	lo = max(lo, (hi+frames-1)/frames)
+	fits := func(b int) bool {
+		used, n := 0, 1
+		for _, c := range steps {
+			if used+c > b {
+				used, n = 0, n+1
+			}
+			used += c
+		}
+		return n <= frames
+	}
+	for lo < hi {
+		if mid := (lo + hi) / 2; fits(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+// advance runs the warm-up steps that are ready (phase 1 waits for all its
+// frames) as long as their cost stays within budget.
 func (s *stream) advance(ctx context.Context, budget int) (steps, cost int, err error) {
 	nx := s.next
-	for cost < budget {
-		if nx.call == nil {
-			switch {
-			case nx.win.n == 0 && len(nx.encs) == s.cfg.ScaleFrames:
-				ins, encs := nx.p1, nx.encs
-				nx.p1, nx.encs = nil, nil
-				if nx.call, err = s.startCall(ctx, nx.win, nx.m, ins, encs, true); err != nil {
-					return steps, cost, err
-				}
-			case nx.win.n == 0:
-				// encode the phase-1 frames as they come
-				if nx.enc == nil {
-					if len(nx.encs) == len(nx.p1) {
-						return steps, cost, nil
-					}
-					if nx.enc, err = nx.m.Encode(ctx, nx.p1[len(nx.encs)].pix, s.h, s.w); err != nil {
-						return steps, cost, err
-					}
-				}
-				cost += nx.enc.NextCost()
-				steps++
-				done, err := nx.enc.Step()
-				if err != nil {
-					return steps, cost, err
-				}
-				if done {
-					nx.encs = append(nx.encs, nx.enc.Encoding())
-					nx.enc = nil
-				}
-				continue
-			case len(nx.queue) > 0:
-				ins := []input{nx.queue[0]}
-				nx.queue = nx.queue[1:]
-				if nx.call, err = s.startCall(ctx, nx.win, nx.m, ins, nil, true); err != nil {
-					return steps, cost, err
-				}
-			default:
-				return steps, cost, nil
+	for {
+		var next int // the next step's cost
+		switch {
+		case nx.call != nil:
+		case nx.win.n > 0:
+			return steps, cost, nil
+		case len(nx.encs) == nx.win.rerun:
+			encs := nx.encs
+			nx.encs = nil
+			if nx.call, err = s.startCall(ctx, nx.win, nx.m, nx.p1, encs, true); err != nil {
+				return steps, cost, err
 			}
+			nx.p1 = nil
+		case nx.enc == nil && len(nx.encs) < len(nx.p1):
+			// encode the scale frames as they come
+			if nx.enc, err = nx.m.Encode(ctx, nx.p1[len(nx.encs)].pix, s.h, s.w); err != nil {
+				return steps, cost, err
+			}
+		case nx.enc == nil:
+			return steps, cost, nil
 		}
-		cost += nx.call.pass.NextCost()
+		if nx.call != nil {
+			next = nx.call.pass.NextCost()
+		} else {
+			next = nx.enc.NextCost()
+		}
+		if cost+next > budget {
+			return steps, cost, nil
+		}
+		cost += next
 		steps++
+		if nx.call == nil {
+			done, err := nx.enc.Step()
+			if err != nil {
+				return steps, cost, err
+			}
+			if done {
+				nx.encs = append(nx.encs, nx.enc.Encoding())
+				nx.enc = nil
+			}
+			continue
+		}
 		done, err := s.stepCall(nx.call)
 		if err != nil {
 			return steps, cost, err
@@ -208,13 +243,12 @@ func (s *stream) advance(ctx context.Context, budget int) (steps, cost int, err 
 			nx.call = nil
 		}
 	}
-	return steps, cost, nil
 }
 
 // switchWindow ends the current window: the warm-up finishes what is left
-// (nothing when it kept pace), the warmed window aligns to the emitted tail
-// and takes over, and the old model state becomes the spare for the next
-// warm-up.
+// (nothing when it kept pace), the warmed window aligns to the results
+// emitted for its scale frames and takes over, and the old model state
+// becomes the spare for the next warm-up.
 func (s *stream) switchWindow(ctx context.Context) ([]Result, error) {
 	steps, cost, err := s.advance(ctx, math.MaxInt)
 	s.bg.Switched, s.bg.SwitchSteps, s.bg.SwitchCost = true, steps, cost
@@ -222,8 +256,8 @@ func (s *stream) switchWindow(ctx context.Context) ([]Result, error) {
 		return nil, err
 	}
 	nx := s.next
-	if nx.call != nil || len(nx.queue) > 0 || nx.win.n != nx.win.rerun {
-		return nil, fmt.Errorf("engine: window %d warmed up on %d of its %d frames", nx.win.index, nx.win.n, nx.win.rerun)
+	if nx.call != nil || nx.win.n != nx.win.rerun {
+		return nil, fmt.Errorf("engine: window %d has not run its %d scale frames at the change", nx.win.index, nx.win.rerun)
 	}
 	s.next = nil
 	old := s.m
@@ -231,7 +265,7 @@ func (s *stream) switchWindow(ctx context.Context) ([]Result, error) {
 	s.m, s.spare = nx.m, old
 	s.win = nx.win
 	s.trace(TraceEvent{Event: "reset", Frames: nx.win.n})
-	s.log.Info("new window", "window", s.win.index, "overlap_frames", nx.win.n, "switch_steps", steps)
+	s.log.Info("new window", "window", s.win.index, "rerun_frames", nx.win.n, "gap_frames", nx.win.gap, "switch_steps", steps)
 	return s.emitLive(nx.raw)
 }
 

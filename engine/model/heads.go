@@ -45,17 +45,18 @@ func loadHeads(be backend.Backend, root *weights.Cursor, selected int) (heads, e
 	return hd, nil
 }
 
-// run queues the dense heads on the selected layers [S, P, 2E]; out's maps
-// are filled when dl is fetched.
-func (hd heads) run(be backend.Backend, layers []backend.Tensor, patchStart, gh, gw, h, w int, dl *downloads, out *Output) error {
+// run queues the dense heads on the selected layers [S, P, 2E] of frames
+// [f0, f0+S) of a call of total frames; out's maps are filled when dl is
+// fetched.
+func (hd heads) run(be backend.Backend, layers []backend.Tensor, patchStart, gh, gw, h, w, f0, total int, dl *downloads, out *Output) error {
 	s := layers[0].Shape()[0]
 	if hd.depth != nil {
 		raw, err := hd.depth.Forward(be, layers, patchStart, gh, gw, h, w)
 		if err != nil {
 			return fmt.Errorf("model: depth head: %w", err)
 		}
-		activatePlanes(be, raw, s, 0, 1, backend.OpExp, dl, &out.Depth)
-		activatePlanes(be, raw, s, 1, 1, backend.OpExpP1, dl, &out.DepthConf)
+		activatePlanes(be, raw, s, f0, total, 0, 1, backend.OpExp, dl, &out.Depth)
+		activatePlanes(be, raw, s, f0, total, 1, 1, backend.OpExpP1, dl, &out.DepthConf)
 		be.Free(raw)
 	}
 	if hd.point != nil {
@@ -63,30 +64,33 @@ func (hd heads) run(be backend.Backend, layers []backend.Tensor, patchStart, gh,
 		if err != nil {
 			return fmt.Errorf("model: point head: %w", err)
 		}
-		activatePlanes(be, raw, s, 0, 3, backend.OpInvLog, dl, &out.Points)
-		activatePlanes(be, raw, s, 3, 1, backend.OpExpP1, dl, &out.PointsConf)
+		activatePlanes(be, raw, s, f0, total, 0, 3, backend.OpInvLog, dl, &out.Points)
+		activatePlanes(be, raw, s, f0, total, 3, 1, backend.OpExpP1, dl, &out.PointsConf)
 		be.Free(raw)
 	}
 	return nil
 }
 
-// activatePlanes applies op to channels [c0, c0+n) of raw [S, C, H, W]; once
-// dl is fetched, *dst holds them per frame, channels last ([H·W·n]).
-func activatePlanes(be backend.Backend, raw backend.Tensor, s, c0, n int, op backend.UnaryOp, dl *downloads, dst *[][]float32) {
+// activatePlanes applies op to channels [c0, c0+n) of raw [S, C, H, W],
+// frames [f0, f0+S) of total; once dl is fetched, *dst holds them per frame,
+// channels last ([H·W·n]).
+func activatePlanes(be backend.Backend, raw backend.Tensor, s, f0, total, c0, n int, op backend.UnaryOp, dl *downloads, dst *[][]float32) {
 	sh := raw.Shape()
 	c, hw := sh[1], sh[2]*sh[3]
 	flat := be.Reshape(raw, s*c, hw)
-	*dst = make([][]float32, s)
+	if len(*dst) != total {
+		*dst = make([][]float32, total)
+	}
 	for f := 0; f < s; f++ {
 		planes := be.SliceRows(flat, f*c+c0, n)
 		act := be.Unary(op, planes)
 		be.Free(planes)
 		dl.add(act, func(host []float32) {
 			if n == 1 {
-				(*dst)[f] = host
+				(*dst)[f0+f] = host
 				return
 			}
-			(*dst)[f] = toChannelsLast(host, hw, n)
+			(*dst)[f0+f] = toChannelsLast(host, hw, n)
 		})
 	}
 }

@@ -128,6 +128,12 @@ type Step struct {
 	// DeferEviction (flow mode): the frame is appended with eviction deferred;
 	// the caller then calls Commit (keep it) or Rollback (drop it).
 	DeferEviction bool
+	// FrameHeads runs a call's dense heads one frame per Pass step instead
+	// of all its frames in one, so that a sliced multi-frame call (a phase 1
+	// warmed up in the background) has no step far larger than the others.
+	// Each frame's heads see only that frame's tokens, so the values are the
+	// same.
+	FrameHeads bool
 }
 
 // Output is what one call produces, per frame of the call.

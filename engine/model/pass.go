@@ -16,7 +16,8 @@ import (
 // Begin followed by every Step, so a sliced call computes exactly what
 // Forward does. A step is one DINO block over the call's frames, one
 // aggregator frame/global block pair, the camera head, or the dense heads
-// with the copies to the host. While a pass is open its model takes no other
+// (of all frames, or of one with Step.FrameHeads) with the copies to the
+// host after the last. While a pass is open its model takes no other
 // call; other states of the same weights (Fork) may run.
 type Pass struct {
 	m     *Model
@@ -243,9 +244,26 @@ func (p *Pass) Step() (done bool, err error) {
 	case stageCamera:
 		// Queue all heads before the first copy to the host synchronises.
 		m.camera.forward(be, &m.cam, p.layers[len(p.layers)-1], !p.step.SkipAppend, &p.dl, &p.out.PoseIters)
-		p.stage = stageHeads
+		p.stage, p.i = stageHeads, 0
 	case stageHeads:
-		if err := m.heads.run(be, p.layers, m.agg.numSpecial, gh, gw, p.h, p.w, &p.dl, p.out); err != nil {
+		if p.frameHeads() {
+			// frame p.i's tokens of every selected layer
+			one := make([]backend.Tensor, len(p.layers))
+			for l, t := range p.layers {
+				one[l] = be.SliceRows(t, p.i, 1)
+			}
+			err := m.heads.run(be, one, m.agg.numSpecial, gh, gw, p.h, p.w, p.i, s, &p.dl, p.out)
+			for _, t := range one {
+				be.Free(t)
+			}
+			if err != nil {
+				return false, p.fail(err)
+			}
+			p.i++
+			if p.i < s {
+				return false, nil
+			}
+		} else if err := m.heads.run(be, p.layers, m.agg.numSpecial, gh, gw, p.h, p.w, 0, s, &p.dl, p.out); err != nil {
 			return false, p.fail(err)
 		}
 		p.dl.fetch(be)
@@ -256,6 +274,9 @@ func (p *Pass) Step() (done bool, err error) {
 	}
 	return false, nil
 }
+
+// frameHeads says whether the heads stage runs frame by frame.
+func (p *Pass) frameHeads() bool { return p.step.FrameHeads && p.call.s > 1 }
 
 // Output is the call's result once Step reported it done, else nil.
 func (p *Pass) Output() *Output {
@@ -281,7 +302,7 @@ func (p *Pass) Cost() int {
 	case stageCamera:
 		return s * (costCameraPerFrame + costHeadsPerFrame)
 	case stageHeads:
-		return s * costHeadsPerFrame
+		return (s - p.i) * costHeadsPerFrame
 	}
 	return 0
 }
@@ -297,9 +318,65 @@ func (p *Pass) NextCost() int {
 	case stageCamera:
 		return s * costCameraPerFrame
 	case stageHeads:
+		if p.frameHeads() {
+			return costHeadsPerFrame
+		}
 		return s * costHeadsPerFrame
 	}
 	return 0
+}
+
+// StepCosts appends the costs of the steps left, in order, to dst.
+func (p *Pass) StepCosts(dst []int) []int {
+	if p.err != nil {
+		return dst
+	}
+	s, m := p.call.s, p.m
+	stage, i := p.stage, p.i
+	for stage != stageDone {
+		switch stage {
+		case stageDINO:
+			for ; i < len(m.dino.blocks); i++ {
+				dst = append(dst, s)
+			}
+			stage, i = stageAggregator, 0
+			if p.encode {
+				stage = stageDone
+			}
+		case stageAggregator:
+			for ; i < m.agg.depth(); i++ {
+				dst = append(dst, 2*s)
+			}
+			stage = stageCamera
+		case stageCamera:
+			dst = append(dst, s*costCameraPerFrame)
+			stage, i = stageHeads, 0
+		case stageHeads:
+			if p.frameHeads() {
+				for ; i < s; i++ {
+					dst = append(dst, costHeadsPerFrame)
+				}
+			} else {
+				dst = append(dst, s*costHeadsPerFrame)
+			}
+			stage = stageDone
+		}
+	}
+	return dst
+}
+
+// EncodedStepCosts appends the step costs of a call on frames encoded
+// ahead (BeginEncoded) with step's options to dst.
+func (m *Model) EncodedStepCosts(dst []int, frames int, step Step) []int {
+	p := &Pass{m: m, call: aggCall{s: frames}, step: step, stage: stageAggregator}
+	return p.StepCosts(dst)
+}
+
+// EncodeStepCosts appends the step costs of one frame's encoding (Encode)
+// to dst.
+func (m *Model) EncodeStepCosts(dst []int) []int {
+	p := &Pass{m: m, call: aggCall{s: 1}, encode: true}
+	return p.StepCosts(dst)
 }
 
 // CallCost is what a whole call of frames costs, in Cost's units.

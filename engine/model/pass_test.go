@@ -55,6 +55,9 @@ func TestPassEqualsForward(t *testing.T) {
 		steps := 0
 		for {
 			before, next := p.Cost(), p.NextCost()
+			if costs := p.StepCosts(nil); costs[0] != next || sum(costs) != before {
+				t.Fatalf("call %d step %d: steps left %v, next costs %d, %d left", ci, steps, costs, next, before)
+			}
 			done, err := p.Step()
 			if err != nil {
 				t.Fatal(err)
@@ -163,8 +166,11 @@ func TestPassAbortAndCancel(t *testing.T) {
 }
 
 // TestEncodedPhase1EqualsForward: phase 1 on frames encoded one at a time
-// ahead of the call gives Forward's outputs bit for bit on the CPU (the
-// encoder works on each frame alone), and the encodings are consumed.
+// ahead of the call, with its dense heads run one frame per step (as a live
+// window's warm-up does), gives Forward's outputs bit for bit on the CPU (the
+// encoder and the heads work on each frame alone), no step costs more than a
+// frame's heads or an aggregator block pair over the frames, and the
+// encodings are consumed.
 func TestEncodedPhase1EqualsForward(t *testing.T) {
 	gc := loadCase(t, "stream_kf1")
 	ctx := context.Background()
@@ -182,6 +188,12 @@ func TestEncodedPhase1EqualsForward(t *testing.T) {
 		}
 		steps := 0
 		for {
+			if steps == 0 && !slices.Equal(p.StepCosts(nil), m.EncodeStepCosts(nil)) {
+				t.Fatalf("frame %d: steps %v, before the encoding %v", f, p.StepCosts(nil), m.EncodeStepCosts(nil))
+			}
+			if costs := p.StepCosts(nil); len(costs) != m.EncodeCost()-steps || sum(costs) != p.Cost() {
+				t.Fatalf("frame %d: steps left %v after %d steps, %d left", f, costs, steps, p.Cost())
+			}
 			if p.Cost() != m.EncodeCost()-steps {
 				t.Fatalf("frame %d: cost %d after %d steps, want %d", f, p.Cost(), steps, m.EncodeCost()-steps)
 			}
@@ -196,15 +208,32 @@ func TestEncodedPhase1EqualsForward(t *testing.T) {
 		}
 		encs = append(encs, p.Encoding())
 	}
-	p, err := m.BeginEncoded(ctx, encs, Step{})
+	p, err := m.BeginEncoded(ctx, encs, Step{FrameHeads: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.Cost() != m.CallCost(3)-3*m.EncodeCost() {
 		t.Fatalf("an encoded phase 1 costs %d, want %d", p.Cost(), m.CallCost(3)-3*m.EncodeCost())
 	}
+	if got, want := p.StepCosts(nil), m.EncodedStepCosts(nil, 3, Step{FrameHeads: true}); !slices.Equal(got, want) {
+		t.Fatalf("step costs %v, before the call %v", got, want)
+	}
+	headSteps := 0
 	for {
+		before, next := p.Cost(), p.NextCost()
+		if costs := p.StepCosts(nil); costs[0] != next || sum(costs) != before {
+			t.Fatalf("steps left %v, next costs %d, %d left", costs, next, before)
+		}
+		if next > max(2*3, costHeadsPerFrame) {
+			t.Fatalf("a step of cost %d (%d left)", next, before)
+		}
+		if p.stage == stageHeads {
+			headSteps++
+		}
 		done, err := p.Step()
+		if p.Cost() != before-next {
+			t.Fatalf("cost %d → %d, the step costs %d", before, p.Cost(), next)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,12 +241,16 @@ func TestEncodedPhase1EqualsForward(t *testing.T) {
 			break
 		}
 	}
+	if headSteps != 3 {
+		t.Fatalf("the heads ran in %d steps for 3 frames", headSteps)
+	}
 	got := p.Output()
 	if !slices.Equal(got.PoseEnc, want.PoseEnc) {
 		t.Fatalf("encoded phase 1 poses %v, Forward %v", got.PoseEnc, want.PoseEnc)
 	}
 	for f := range want.Depth {
-		if !slices.Equal(got.Depth[f], want.Depth[f]) || !slices.Equal(got.Points[f], want.Points[f]) {
+		if !slices.Equal(got.Depth[f], want.Depth[f]) || !slices.Equal(got.DepthConf[f], want.DepthConf[f]) ||
+			!slices.Equal(got.Points[f], want.Points[f]) || !slices.Equal(got.PointsConf[f], want.PointsConf[f]) {
 			t.Fatalf("frame %d: dense outputs differ from Forward's", f)
 		}
 	}
@@ -229,4 +262,12 @@ func TestEncodedPhase1EqualsForward(t *testing.T) {
 	if _, err := m.BeginEncoded(ctx, encs, Step{}); err == nil {
 		t.Fatal("BeginEncoded took freed encodings")
 	}
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
