@@ -70,8 +70,9 @@ type Config struct {
 	// verify and offline runs; "live" emits every frame as soon as the window
 	// that first processes it has it, and warms the next window up in the
 	// background so that a window change does not stall the stream (with
-	// fixed-interval windows whose overlap holds the scale frames and starts
-	// after the window's own; flow windows change serially).
+	// fixed-interval windows whose overlap_size is at least scale_frames + 1;
+	// otherwise, and with flow windows, windows change serially). A live
+	// window re-runs only its scale frames from the overlap.
 	WindowMode string `mapstructure:"window_mode"`
 
 	// CUDA tunes the CUDA backend; the CPU backend ignores it.
