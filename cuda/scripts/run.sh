@@ -6,7 +6,7 @@
 #   cuda/scripts/run.sh [STAGE...]     run in the order given; stages: info build
 #                                     test bench verify (= verify-bf16 verify-fp32)
 #                                     benchcmd ref peak profile sanitize ncu wgcheck
-#                                     golden-sized
+#                                     golden-sized pipeline long runfolder
 #                                     (default: info build test bench)
 #   TEST_RUN=regexp   go test -run filter (default: all tests); TEST_SKIP=regexp -skip
 #   SANITIZE_RUN=re   tests for the 'sanitize' stage (compute-sanitizer memcheck)
@@ -28,6 +28,9 @@
 #   REF_FRAMES=n      frames for the reference timing in 'ref' (default 30; more
 #                     than 8 + 64 to time frames with a full cache; needs
 #                     .ref/make_golden.py and .ref/lingbot-map, see pack.sh)
+#   PIPE_FRAMES=n     frames of each 'pipeline' run (default 1000); LONG_FRAMES=n
+#                     frames of the 'long' run (default 10000); RUN_FRAMES=n
+#                     frames of the 'runfolder' input (default 1000)
 #   SIZED_HW=HxW      'golden-sized': input size of the cases it makes with the
 #                     reference and then verifies (default 224x294: 336-token
 #                     pages, so the TMA paged kernels run; needs .ref)
@@ -137,6 +140,43 @@ stage_benchcmd() {
   # shellcheck disable=SC2086
   timeout "${BENCH_TIMEOUT:-200}" /tmp/lingbotmap bench --device cuda --frames "${BENCH_FRAMES:-22}" --mem-every "${MEM_EVERY:-0}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench-cmd.log" \
     | grep -E 'phase 1|steady|cache filling|full cache|KV cache|memory|after [0-9]+ frames|rror|cuda memory at close|cuda backend ready' | tee -a "$OUT/summary.txt"
+}
+
+# pipe NAME ARGS...: one bench --pipeline run, its table into the summary.
+pipe() {
+  local name=$1; shift
+  # shellcheck disable=SC2086
+  timeout "${PIPE_TIMEOUT:-200}" /tmp/lingbotmap bench --pipeline --device cuda --json "$OUT/pipe-$name.json" "$@" \
+    >"$OUT/pipe-$name.log" 2>"$OUT/pipe-$name.err"
+  local rc=$?
+  say "pipeline $name ($*): exit $rc"
+  grep -vE '^ +[0-9]+ +[0-9]+ ' "$OUT/pipe-$name.log" | tee -a "$OUT/summary.txt"
+  [ "$rc" = 0 ] || { tail -5 "$OUT/pipe-$name.err" | tee -a "$OUT/summary.txt"; status=1; }
+}
+
+stage_pipeline() { # the node's frame path on encoded camera frames, beside the model alone
+  local f=${PIPE_FRAMES:-1000}
+  pipe fast-640x480-jpeg --frames "$f" --warmup 32 --mem-every 100 --rate 0
+  pipe paced30-640x480-jpeg --frames "$f" --warmup 32 --mem-every 100 --rate 30
+  pipe fast-1280x720-png --frames $((f / 2)) --warmup 32 --mem-every 100 --rate 0 --encoding png --pipeline-size 1280x720
+  # the model alone at the model input 640×480 frames give (518×392)
+  timeout 200 /tmp/lingbotmap bench --device cuda --width 518 --height 392 --frames 164 --warmup 80 >"$OUT/bench-392.log" 2>&1
+  grep -E 'phase 1|steady|cache filling|memory' "$OUT/bench-392.log" | tee -a "$OUT/summary.txt"
+}
+
+stage_long() { # hours of camera in miniature: the node's default live windows, as fast as they go
+  pipe long --frames "${LONG_FRAMES:-10000}" --warmup 64 --mem-every 500 --rate 0
+}
+
+stage_runfolder() { # lingbotmap run on a folder of RUN_FRAMES pictures (the bundled sequence, repeated)
+  local d=/tmp/runfolder-in o=/tmp/runfolder-out i=0 f n=${RUN_FRAMES:-1000}
+  rm -rf "$d" "$o"; mkdir -p "$d"
+  while [ $i -lt "$n" ]; do for f in test/data/courthouse/*.png test/data/courthouse/*.jpg; do
+    [ -f "$f" ] && [ $i -lt "$n" ] || continue; cp "$f" "$d/$(printf %06d $i).${f##*.}"; i=$((i + 1)); done; done
+  timeout "${RUN_TIMEOUT:-200}" /tmp/lingbotmap run "$d" --device cuda --model-size full --keyframe-interval 1 --no-progress --out "$o" >"$OUT/runfolder.log" 2>&1
+  say "run on $n frames: exit $?"
+  tail -2 "$OUT/runfolder.log" | tee -a "$OUT/summary.txt"
+  python3 -c 'import json,sys;r=json.load(open(sys.argv[1]));print(json.dumps(r["timings"]))' "$o/run.json" 2>&1 | tee -a "$OUT/summary.txt"
 }
 
 stage_peak() {
@@ -254,6 +294,9 @@ for st in $stages; do
     verify-bf16) stage_verify bf16 ;;
     verify-fp32) stage_verify fp32 ;;
     benchcmd) stage_benchcmd ;;
+    pipeline) stage_pipeline ;;
+    long) stage_long ;;
+    runfolder) stage_runfolder ;;
     ref) stage_ref ;;
     golden-sized) stage_golden_sized ;;
     peak) stage_peak ;;
