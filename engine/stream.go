@@ -455,8 +455,12 @@ func (s *stream) finishCall(c *call) []Result {
 	w.lastKn = len(c.ins) - 1
 	w.buf = nil
 	// phase 1 works on several frames at once; a GPU backend can give the
-	// memory it cached for those shapes back now
-	s.trimBackend()
+	// memory it cached for those shapes back now. Live windows run a phase 1
+	// every window, beside the frames: there the cached memory is kept, so
+	// that the memory held stays flat and no frame waits for allocations.
+	if !s.live() || w.index == 0 {
+		s.trimBackend()
+	}
 	return res
 }
 
@@ -765,7 +769,6 @@ func (s *stream) nextLiveWindow(ctx context.Context) ([]Result, error) {
 		return s.switchWindow(ctx)
 	}
 	s.m.Reset()
-	s.trimBackend()
 	s.win = s.newWindow(old.index + 1)
 	s.win.rerun, s.win.gap = rerun, len(retained)-rerun
 	s.trace(TraceEvent{Event: "reset"})

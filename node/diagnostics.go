@@ -12,6 +12,8 @@ import (
 
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/diagnostic_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
+
+	"github.com/lingbotmap/lingbotmap/engine"
 )
 
 // counters are the node's running totals for /diagnostics.
@@ -125,9 +127,10 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 	c.mu.Unlock()
 	vals = append(vals, kv("skipped_total", skippedTotal))
 
-	n.mu.Lock()
-	st := n.cacheStats
-	n.mu.Unlock()
+	var st engine.CacheStats
+	if p := n.cacheStats.Load(); p != nil {
+		st = *p
+	}
 	vals = append(vals,
 		kv("kv_frame_count", st.FrameCount),
 		kv("kv_scale_pages", st.ScalePages),

@@ -135,9 +135,7 @@ func (n *Node) forget(seq uint64) {
 // /diagnostics, which therefore never wait for the model.
 func (n *Node) afterPush(s engine.Stream, d time.Duration, err error) {
 	st := s.Stats()
-	n.mu.Lock()
-	n.cacheStats = st
-	n.mu.Unlock()
+	n.cacheStats.Store(&st)
 	if err == nil {
 		n.stats.recordModelTime(d)
 	}

@@ -94,9 +94,10 @@ type Node struct {
 	// delivered: bounded by the frames in the pipeline and the engine.
 	frameIDs map[uint64]string
 	stats    counters
-	// cacheStats is the engine's last Stats(), read after each frame so that
-	// diagnostics never wait for the model.
-	cacheStats engine.CacheStats
+	// cacheStats is the engine's last Stats(), stored after each frame so
+	// that diagnostics never wait for the model; atomic, so that the model's
+	// thread never waits for mu, which the in-order step holds while it maps.
+	cacheStats atomic.Pointer[engine.CacheStats]
 	staticSent bool // base → camera sent on /tf_static (latched, so once)
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"image/png"
 	"io"
 	"log/slog"
 	"math"
@@ -659,7 +658,7 @@ func (w *runWriter) post(r *engine.Result) (posted, error) {
 		v.clipped = int64(c)
 		img, dr, err := render.DepthPreview(r.Depth, r.Width, r.Height)
 		if err == nil {
-			err = atomicfile.WriteFileNoSync(filepath.Join(w.o.out, "depth_color", name), func(f io.Writer) error { return png.Encode(f, img) })
+			err = atomicfile.WriteFileNoSync(filepath.Join(w.o.out, "depth_color", name), func(f io.Writer) error { return render.EncodePNG(f, img) })
 		}
 		if err != nil {
 			return v, err

@@ -30,7 +30,8 @@
 #                     .ref/make_golden.py and .ref/lingbot-map, see pack.sh)
 #   PIPE_FRAMES=n     frames of each 'pipeline' run (default 1000); LONG_FRAMES=n
 #                     frames of the 'long' run (default 10000); RUN_FRAMES=n
-#                     frames of the 'runfolder' input (default 1000)
+#                     frames of the 'runfolder' input (default 1000); PIPE_BIG=0
+#                     leaves out the 1280×720 PNG run
 #   SIZED_HW=HxW      'golden-sized': input size of the cases it makes with the
 #                     reference and then verifies (default 224x294: 336-token
 #                     pages, so the TMA paged kernels run; needs .ref)
@@ -158,7 +159,7 @@ stage_pipeline() { # the node's frame path on encoded camera frames, beside the 
   local f=${PIPE_FRAMES:-1000}
   pipe fast-640x480-jpeg --frames "$f" --warmup 32 --mem-every 100 --rate 0
   pipe paced30-640x480-jpeg --frames "$f" --warmup 32 --mem-every 100 --rate 30
-  pipe fast-1280x720-png --frames $((f / 2)) --warmup 32 --mem-every 100 --rate 0 --encoding png --pipeline-size 1280x720
+  [ "${PIPE_BIG:-1}" = 0 ] || pipe fast-1280x720-png --frames $((f / 2)) --warmup 32 --mem-every 100 --rate 0 --encoding png --pipeline-size 1280x720
   # the model alone at the model input 640×480 frames give (518×392)
   timeout 200 /tmp/lingbotmap bench --device cuda --width 518 --height 392 --frames 164 --warmup 80 >"$OUT/bench-392.log" 2>&1
   grep -E 'phase 1|steady|cache filling|memory' "$OUT/bench-392.log" | tee -a "$OUT/summary.txt"

@@ -87,7 +87,8 @@ type Output struct {
 type Config struct {
 	// Workers decode and preprocess (default: min(4, GOMAXPROCS)).
 	Workers int
-	// PostWorkers run Post (default: min(4, GOMAXPROCS)).
+	// PostWorkers run Post (default: half the cores, 1 to 8: a frame's
+	// images and clouds can take longer than the model's frame).
 	PostWorkers int
 	// Queue is how many submitted frames may wait for a worker (default 4).
 	Queue int
@@ -121,7 +122,7 @@ func (c Config) withDefaults() Config {
 		c.Workers = n
 	}
 	if c.PostWorkers <= 0 {
-		c.PostWorkers = n
+		c.PostWorkers = min(8, max(1, runtime.GOMAXPROCS(0)/2))
 	}
 	if c.Queue <= 0 {
 		c.Queue = 4

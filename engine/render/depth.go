@@ -40,8 +40,17 @@ func WriteGray16(w io.Writer, vals []float32, width, height int, scale float64) 
 		img.Pix[2*i] = uint8(q >> 8)
 		img.Pix[2*i+1] = uint8(q)
 	}
-	if err := png.Encode(w, img); err != nil {
+	if err := EncodePNG(w, img); err != nil {
 		return clipped, fmt.Errorf("png: %w", err)
 	}
 	return clipped, nil
+}
+
+// EncodePNG writes img as a PNG at zlib's fastest level: per-frame images of
+// a live run are written beside the model, where the default level's time
+// per frame is the slowest step of the frame path, for files a few
+// percent larger.
+func EncodePNG(w io.Writer, img image.Image) error {
+	e := png.Encoder{CompressionLevel: png.BestSpeed}
+	return e.Encode(w, img)
 }
