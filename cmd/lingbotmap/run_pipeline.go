@@ -373,4 +373,3 @@ func (s *stageTimes) medians() *stageMedians {
 		Model: median(s.model), Post: median(s.post), Latency: median(s.latency),
 	}
 }
-
