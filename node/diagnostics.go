@@ -95,6 +95,12 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 		kv("queue_capacity", n.cfg.QueueSize),
 		kv("queue_policy", n.policy),
 		kv("frames_dropped", dropped),
+		// where the model's thread spent the session (bench --pipeline
+		// reads these): in the engine, waiting for frames, held back
+		// by the publishing behind it
+		kv("model_busy_s", fmt.Sprintf("%.3f", ps.ModelBusy.Seconds())),
+		kv("model_wait_input_s", fmt.Sprintf("%.3f", ps.ModelInput.Seconds())),
+		kv("model_wait_output_s", fmt.Sprintf("%.3f", ps.ModelOutput.Seconds())),
 		kv("frames_paused", c.pausedFrames.Load()),
 		kv("paused", n.paused.Load()),
 		kv("engine_errors", c.engineErrors.Load()),

@@ -210,6 +210,9 @@ type pipelineRecord struct {
 	LatencyMaxMs float64 `json:"latency_max_ms"`
 	// P99Periods is p99 latency in frame periods (paced runs).
 	P99Periods float64 `json:"latency_p99_periods,omitempty"`
+	// ModelThread is where the model's goroutine spent the run until the
+	// last frame was sent (from /diagnostics).
+	ModelThread modelThread `json:"model_thread"`
 	// StageMedianMs: queue, prepare, ahead, model, post, deliver.
 	StageMedianMs map[string]float64 `json:"stage_median_ms"`
 
@@ -405,10 +408,12 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 	// frames_dropped is final once the sender stopped: wait for a report
 	// made after that
 	dropped := -1
+	var thread modelThread
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && sendErr == nil; time.Sleep(5 * time.Millisecond) {
 		m, at := tr.newest("/diagnostics")
 		if d, ok := m.(*diagnostic_msgs.DiagnosticArray); ok && at.After(sent) {
 			dropped = diagInt(d, "frames_dropped")
+			thread = modelThreadOf(d, at.Sub(start))
 			break
 		}
 	}
@@ -429,7 +434,7 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 		Encoding: p.encoding, CameraSize: fmt.Sprintf("%dx%d", cw, ch), ModelInput: fmt.Sprintf("%dx%d", mw, mh),
 		Rate: p.rate, Policy: nc.QueuePolicy, Queue: nc.QueueSize, Windowed: e.Windowed, WindowSize: e.WindowSize,
 		OverlapSize: e.OverlapSize, KFInterval: e.KeyframeInterval, Warmup: o.warmup, CPUThreads: runtime.GOMAXPROCS(0),
-		FramesIn: o.frames, Dropped: dropped, Memory: mem, Frames: recs,
+		FramesIn: o.frames, Dropped: dropped, Memory: mem, Frames: recs, ModelThread: thread,
 	}
 	for i := range recs {
 		recs[i].Seq = uint64(i) // a dropped frame was never reported
@@ -474,6 +479,31 @@ func failedFrames(recs []frameRecord, dropped int) int {
 		}
 	}
 	return len(recs) - ok - dropped
+}
+
+// modelThread is the share of the wall time the model's goroutine spent in
+// the engine, waiting for prepared frames and held back by the stages after
+// it, in per cent; the rest is its own bookkeeping.
+type modelThread struct {
+	BusyPct   float64 `json:"busy_pct"`
+	InputPct  float64 `json:"wait_input_pct"`
+	OutputPct float64 `json:"wait_output_pct"`
+}
+
+func modelThreadOf(d *diagnostic_msgs.DiagnosticArray, wall time.Duration) modelThread {
+	pct := func(key string) float64 {
+		if len(d.Status) == 0 || wall <= 0 {
+			return 0
+		}
+		for _, kv := range d.Status[0].Values {
+			if kv.Key == key {
+				v, _ := strconv.ParseFloat(kv.Value, 64)
+				return 100 * v / wall.Seconds()
+			}
+		}
+		return 0
+	}
+	return modelThread{BusyPct: pct("model_busy_s"), InputPct: pct("model_wait_input_s"), OutputPct: pct("model_wait_output_s")}
 }
 
 func diagInt(d *diagnostic_msgs.DiagnosticArray, key string) int {
@@ -605,6 +635,8 @@ func heldAfterFirstWindow(rec *pipelineRecord, mem []memSample) {
 func writePipelineReport(out io.Writer, r *pipelineRecord) {
 	fmt.Fprintf(out, "frames in %d, out %d, dropped %d, failed %d\n", r.FramesIn, r.FramesOut, r.Dropped, r.Failed)
 	fmt.Fprintf(out, "throughput: %.2f frames/s (%d poses in %.2f s of wall time)\n", r.ThroughputFPS, r.FramesOut, r.WallS)
+	t := r.ModelThread
+	fmt.Fprintf(out, "model thread: %.1f %% in the engine, %.1f %% waiting for frames, %.1f %% held back by the stages after it\n", t.BusyPct, t.InputPct, t.OutputPct)
 	if r.StageMedianMs == nil {
 		fmt.Fprintf(out, "no frame after the %d warm-up frames gave a pose\n", r.Warmup)
 		return

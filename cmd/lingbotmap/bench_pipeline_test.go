@@ -78,6 +78,10 @@ func checkPipelineRecord(t *testing.T, out string, rec pipelineRecord, frames in
 	if fps := floats(t, out, `throughput: ([0-9.]+) frames/s \((\d+) poses`); fps[0] <= 0 || int(fps[1]) != rec.FramesOut {
 		t.Fatalf("throughput line %v", fps)
 	}
+	th := floats(t, out, `model thread: ([0-9.]+) % in the engine, ([0-9.]+) % waiting for frames, ([0-9.]+) % held back`)
+	if th[0] <= 0 || th[0]+th[1]+th[2] > 100.5 {
+		t.Fatalf("model thread shares %v: the engine must take time and the shares add up to at most the wall time", th)
+	}
 	stages := floats(t, out, `stage medians \(ms\): queue ([0-9.]+) \| prepare ([0-9.]+) \| ahead ([0-9.]+) \| model ([0-9.]+) \| post ([0-9.]+) \| deliver ([0-9.]+)`)
 	if stages[1] <= 0 || stages[3] <= 0 || stages[4] <= 0 {
 		t.Fatalf("prepare, model and post must take time: %v", stages)

@@ -150,6 +150,12 @@ type Stats struct {
 	NoResult int64
 	// Waiting is the frames submitted but not yet delivered.
 	Waiting int64
+	// Where the model's goroutine spent its time: in the stream's calls
+	// (Push, Flush, Do's functions), waiting for a prepared frame, and held
+	// back by the stages behind it (a full results line, a Do's barrier).
+	// Busy well below the wall time with Input low means the stages after
+	// the model limit the throughput.
+	ModelBusy, ModelInput, ModelOutput time.Duration
 }
 
 // item is a frame (or a Do) on its way to the model.
@@ -209,6 +215,7 @@ type Pipeline struct {
 	post    chan *ticket
 
 	submitted, dropped, delivered, failed, noResult atomic.Int64
+	busy, waitIn, waitOut                           atomic.Int64 // nanoseconds
 
 	wg       sync.WaitGroup
 	finished chan struct{} // closed when the deliver goroutine ends
@@ -378,6 +385,9 @@ func (p *Pipeline) Stats() Stats {
 		Delivered: p.delivered.Load(), Failed: p.failed.Load(), NoResult: p.noResult.Load(),
 	}
 	s.Waiting = max(s.Submitted-s.Dropped-s.Delivered-s.Failed-s.NoResult, 0)
+	s.ModelBusy = time.Duration(p.busy.Load())
+	s.ModelInput = time.Duration(p.waitIn.Load())
+	s.ModelOutput = time.Duration(p.waitOut.Load())
 	return s
 }
 
@@ -467,23 +477,37 @@ func (p *Pipeline) model() {
 		defer runtime.UnlockOSThread()
 	}
 	var pending []pendingFrame
-	for it := range p.order {
+	since := func(n *atomic.Int64, t time.Time) { n.Add(int64(time.Since(t))) }
+	for {
+		t := time.Now()
+		it, ok := <-p.order
+		if !ok {
+			return
+		}
 		select {
 		case <-it.done:
 		case <-p.ctx.Done():
 			return
 		}
+		since(&p.waitIn, t)
 		if it.ctl != nil {
-			if !p.barrier() {
+			t = time.Now()
+			ok := p.barrier()
+			since(&p.waitOut, t)
+			if !ok {
 				return
 			}
 			if !it.ctl.flush {
-				it.ctl.reply <- it.ctl.fn(p.stream)
+				t = time.Now()
+				err := it.ctl.fn(p.stream)
+				since(&p.busy, t)
+				it.ctl.reply <- err
 				continue
 			}
-			t := time.Now()
+			t = time.Now()
 			res, err := p.stream.Flush(p.ctx)
 			d := time.Since(t)
+			p.busy.Add(int64(d))
 			if p.cfg.AfterPush != nil {
 				p.cfg.AfterPush(p.stream, d, err)
 			}
@@ -506,6 +530,7 @@ func (p *Pipeline) model() {
 		pending = append(pending, pendingFrame{seq: it.in.Seq, stamp: it.in.Stamp, meta: it.in.Meta, timing: tm})
 		res, err := p.stream.Push(p.ctx, it.frame)
 		d := time.Since(start)
+		p.busy.Add(int64(d))
 		if p.cfg.AfterPush != nil {
 			p.cfg.AfterPush(p.stream, d, err)
 		}
@@ -557,6 +582,8 @@ func (p *Pipeline) emit(res []engine.Result, pending []pendingFrame, d time.Dura
 
 // send passes a ticket to the post workers and the deliver goroutine.
 func (p *Pipeline) send(t *ticket) bool {
+	start := time.Now()
+	defer func() { p.waitOut.Add(int64(time.Since(start))) }()
 	t.done = make(chan struct{})
 	select {
 	case p.results <- t:

@@ -96,6 +96,7 @@ func TestOrderAndResultsMatchSerial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	began := time.Now()
 	for i := range n {
 		in := Input{Seq: uint64(i), Meta: i}
 		if i == 4 {
@@ -115,6 +116,7 @@ func TestOrderAndResultsMatchSerial(t *testing.T) {
 	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	elapsed := time.Since(began)
 	outs := c.get()
 	if len(outs) != n {
 		t.Fatalf("%d outputs for %d frames", len(outs), n)
@@ -150,8 +152,20 @@ func TestOrderAndResultsMatchSerial(t *testing.T) {
 			t.Fatalf("result %d (frame %d) differs from the serial run", i, g.Seq)
 		}
 	}
-	if s := p.Stats(); s.Submitted != n || s.Delivered != n-1 || s.Failed != 1 || s.Waiting != 0 {
+	s := p.Stats()
+	if s.Submitted != n || s.Delivered != n-1 || s.Failed != 1 || s.Waiting != 0 {
 		t.Fatalf("stats %+v", s)
+	}
+	// the model's thread accounts for its time: the engine's calls, and
+	// waits that never exceed the pipeline's life
+	var model time.Duration
+	for _, o := range outs {
+		if o.Result != nil {
+			model = max(model, o.Timing.Model)
+		}
+	}
+	if s.ModelBusy < model || s.ModelBusy+s.ModelInput+s.ModelOutput > elapsed {
+		t.Fatalf("model thread busy %v (a call took %v), waiting %v for input and %v for output, in %v", s.ModelBusy, model, s.ModelInput, s.ModelOutput, elapsed)
 	}
 	if err := p.Submit(context.Background(), Input{Image: testImage(0)}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Submit after Close: %v", err)
