@@ -433,3 +433,70 @@ func TestLiveSerialBelowScaleFramesPlusOne(t *testing.T) {
 		}
 	}
 }
+
+// Idle between frames runs the next window's warm-up early: every result
+// stays bit-identical to pushing without it, the idle work is reported, and
+// what the frames themselves carry at the window changes shrinks by it.
+func TestLiveIdleWarmsUpBetweenFrames(t *testing.T) {
+	cfg := liveConfig(t)
+	cfg.OverlapSize, cfg.WindowSize = 9, 21
+	frames := liveFrames(t)
+	for _, f := range goldenFrames(t, "stream_kf1") {
+		f.Seq += uint64(len(frames))
+		frames = append(frames, f)
+	}
+	run := func(idle bool) ([]Result, []WarmupStats) {
+		st, err := New(context.Background(), cfg, cpuBackend, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		var out []Result
+		var ws []WarmupStats
+		for i, f := range frames {
+			res, err := st.Push(context.Background(), f)
+			if err != nil {
+				t.Fatalf("push %d: %v", i, err)
+			}
+			out = append(out, res...)
+			ws = append(ws, st.(WindowReporter).Warmup())
+			if idle {
+				st.(Idler).Idle(context.Background())
+			}
+		}
+		res, err := st.Flush(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(out, res...), ws
+	}
+	plain, plainW := run(false)
+	idled, idledW := run(true)
+	if len(plain) != len(idled) || len(plain) != len(frames) {
+		t.Fatalf("%d results with idle work, %d without, for %d frames", len(idled), len(plain), len(frames))
+	}
+	for i := range plain {
+		a, b := plain[i], idled[i]
+		if a.Seq != b.Seq || a.Kind != b.Kind || a.Window != b.Window || a.PoseEnc != b.PoseEnc || !equalF32(a.Depth, b.Depth) || !equalF32(a.Conf, b.Conf) {
+			t.Fatalf("result %d (frame %d) differs with idle work", i, a.Seq)
+		}
+	}
+	var idleCost, forcedPlain, forcedIdle, changes int
+	for i := range idledW {
+		idleCost += idledW[i].IdleCost
+		forcedPlain += plainW[i].Cost + plainW[i].SwitchCost
+		forcedIdle += idledW[i].Cost + idledW[i].SwitchCost
+		if idledW[i].Switched {
+			changes++
+		}
+	}
+	if changes == 0 || idleCost == 0 {
+		t.Fatalf("%d window changes, idle cost %d: the test must cross a window change with idle work", changes, idleCost)
+	}
+	if forcedIdle+idleCost != forcedPlain || forcedIdle >= forcedPlain {
+		t.Fatalf("the frames carried %d of warm-up with idle work (%d idle) and %d without: idle work must replace carried work", forcedIdle, idleCost, forcedPlain)
+	}
+	if maxCost(idledW) > maxCost(plainW) {
+		t.Fatalf("the largest share a frame carried grew with idle work: %d > %d", maxCost(idledW), maxCost(plainW))
+	}
+}

@@ -198,6 +198,8 @@ type stream struct {
 	next          *warmup
 	spare         *model.Model
 	bg            WarmupStats
+	idle          WarmupStats // Idle's steps since the last Push
+	idleErr       error       // a failed Idle step, for the next Push
 	serialWindows bool
 }
 
@@ -259,8 +261,12 @@ func (s *stream) Push(ctx context.Context, f Frame) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.idleErr; err != nil {
+		return nil, err
+	}
 	s.framesIn++
-	s.bg = WarmupStats{}
+	s.bg = WarmupStats{IdleSteps: s.idle.IdleSteps, IdleCost: s.idle.IdleCost}
+	s.idle = WarmupStats{}
 	var out []Result
 	if s.cfg.Windowed && s.windowDone() {
 		res, err := s.nextWindow(ctx)

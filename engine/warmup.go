@@ -50,6 +50,40 @@ type WarmupStats struct {
 	SwitchCost  int  `json:"switch_cost"`
 	// KVBytes is the second model state's KV storage.
 	KVBytes int64 `json:"kv_bytes"`
+	// IdleSteps and IdleCost are the warm-up steps Idle ran since the
+	// Push before the last one: work done while no frame waited.
+	IdleSteps int `json:"idle_steps"`
+	IdleCost  int `json:"idle_cost"`
+}
+
+// Idler is a Stream with work that may run between frames: the next live
+// window's warm-up. A caller that runs the stream calls Idle when no frame
+// is waiting for it; Idle runs a bounded slice of that work (at most half
+// a frame's) and returns. What Idle runs, the frames after it need not
+// carry, so that on a camera slower than the model a window change costs
+// the frames nothing; the results are the same either way. An error is
+// returned by the next Push.
+type Idler interface {
+	Idle(ctx context.Context)
+}
+
+var _ Idler = (*stream)(nil)
+
+// Idle runs up to half a frame's worth of the next window's warm-up steps
+// that are ready (none before its scale frames are all in).
+func (s *stream) Idle(ctx context.Context) {
+	if s.closed || s.idleErr != nil || s.next == nil {
+		return
+	}
+	if _, ok := s.warmupSteps(); !ok {
+		return // the ready work, the scale frames' encodings, ran with them
+	}
+	steps, cost, err := s.advance(ctx, max(s.m.CallCost(1)/2, 1))
+	s.idle.IdleSteps += steps
+	s.idle.IdleCost += cost
+	if err != nil {
+		s.idleErr = err
+	}
 }
 
 // WindowReporter is a Stream that reports its live windows' background work
@@ -189,7 +223,8 @@ func minShare(steps []int, frames int) int {
 }
 
 // advance runs the warm-up steps that are ready (phase 1 waits for all its
-// frames) as long as their cost stays within budget.
+// frames) as long as their cost stays within budget; the first step runs
+// whatever its cost.
 func (s *stream) advance(ctx context.Context, budget int) (steps, cost int, err error) {
 	nx := s.next
 	for {
@@ -218,7 +253,7 @@ func (s *stream) advance(ctx context.Context, budget int) (steps, cost int, err 
 		} else {
 			next = nx.enc.NextCost()
 		}
-		if cost+next > budget {
+		if cost+next > budget && steps > 0 {
 			return steps, cost, nil
 		}
 		cost += next

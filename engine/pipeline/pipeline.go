@@ -478,9 +478,26 @@ func (p *Pipeline) model() {
 	}
 	var pending []pendingFrame
 	since := func(n *atomic.Int64, t time.Time) { n.Add(int64(time.Since(t))) }
+	idler, _ := p.stream.(engine.Idler)
 	for {
+		var it *item
+		ok := true
+		select {
+		case it, ok = <-p.order:
+		default:
+			// no frame waits: a slice of the stream's background work
+			// (the next live window's warm-up) runs now, once per gap so
+			// that a frame arriving meanwhile waits for one slice at most
+			if idler != nil {
+				t := time.Now()
+				idler.Idle(p.ctx)
+				since(&p.busy, t)
+			}
+		}
 		t := time.Now()
-		it, ok := <-p.order
+		if it == nil && ok {
+			it, ok = <-p.order
+		}
 		if !ok {
 			return
 		}
