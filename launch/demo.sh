@@ -47,10 +47,7 @@ rosparam list >/dev/null || { echo "roscore did not start (see $out/roscore.log)
 
 echo "== starting the node (model: ${weights:-random tiny}) and rviz"
 rosparam set /lingbotmap/save_dir "$out"
-# --windowed=false: 16 frames are less than one window, and the node's
-# windowed default releases a window's poses when the next window starts
-# (launch/README.md, "Live mapping without end")
-"$bin" node --ros 1 --queue-policy=all --windowed=false --weights="$weights" --model-size=tiny \
+"$bin" node --ros 1 --queue-policy=all --weights="$weights" --model-size=tiny \
   image:=/camera/image_raw __name:=lingbotmap >"$out/node.log" 2>&1 &
 node_pid=$!
 pids+=($node_pid)
@@ -97,7 +94,7 @@ DEMO_BIN=$bin DEMO_OUT=$out DEMO_PEER=$peers/cyclone-peer DEMO_N=$n DEMO_WEIGHTS
   test/netns.sh bash -c '
   set -u
   o=$DEMO_OUT/ros2
-  "$DEMO_BIN" node --ros 2 --queue-policy=all --windowed=false --weights="$DEMO_WEIGHTS" --model-size=tiny \
+  "$DEMO_BIN" node --ros 2 --queue-policy=all --weights="$DEMO_WEIGHTS" --model-size=tiny \
     --ros-args -r __node:=lingbotmap -r image:=/camera/image_raw -p save_dir:="$o" >"$o/node.log" 2>&1 &
   node=$!
   "$DEMO_PEER" listen --secs 300 pose:/lingbotmap/pose >"$o/peer.log" 2>&1 &

@@ -29,9 +29,9 @@ func TestBinaryRunsTheRealEngine(t *testing.T) {
 	bag := filepath.Join(t.TempDir(), "frames.bag")
 	rostest.WriteBag(t, bag, rostest.FrameMsgs("/camera/image_raw", frames))
 
-	// streaming: the node's windowed default releases a window's poses only
-	// when the next window starts, and 8 frames are less than one window
-	p := startNode(t, m, "--queue-policy=all", "--windowed=false", "--model-size=tiny", "--seed=7",
+	// the node's default, live windows: 8 frames are inside the first
+	// window, whose poses are the streaming engine's, published at once
+	p := startNode(t, m, "--queue-policy=all", "--model-size=tiny", "--seed=7",
 		"--image-width=140", "--scale-frames=3", "--sliding-window=4",
 		"--threads=2", "image:=/camera/image_raw", "__name:=realmapper")
 	waitFor(t, "the node to register", 30*time.Second, func() bool { return m.Knows("/realmapper") })

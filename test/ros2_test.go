@@ -56,9 +56,6 @@ func ros2NodeArgs(t *testing.T, name string, width int, extra ...string) []strin
 		"-p", "threads:=2",
 		"-p", "queue_policy:=all",
 		"-p", "diagnostics_rate:=10.0",
-		// streaming, as engineResults runs: the node's windowed default
-		// releases a window's poses only when the next window starts
-		"-p", "windowed:=false",
 	}
 	return append(args, extra...)
 }
