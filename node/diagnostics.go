@@ -93,7 +93,7 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 		// model (a phase 1 buffers several) or being published
 		kv("queue_length", ps.Waiting),
 		kv("queue_capacity", n.cfg.QueueSize),
-		kv("queue_policy", n.policy),
+		kv("queue_policy", n.cfg.QueuePolicy),
 		kv("frames_dropped", dropped),
 		// where the model's thread spent the session (bench --pipeline
 		// reads these): in the engine, waiting for frames, held back

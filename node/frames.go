@@ -59,19 +59,15 @@ func (n *Node) startPipeline(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	p := pipeline.Block
-	if pol == PolicyLatest {
-		p = pipeline.DropOldest
-	}
-	n.policy = pol
 	n.pipe, err = pipeline.New(ctx, n.stream, pipeline.Config{
-		Queue:     n.cfg.QueueSize,
-		Policy:    p,
-		Post:      n.post,
-		Deliver:   n.deliver,
-		AfterPush: n.afterPush,
-		OnDrop:    func(in pipeline.Input) { n.forget(in.Seq) },
-		Log:       n.log,
+		Queue:      n.cfg.QueueSize,
+		Policy:     pol,
+		LockThread: n.cfg.Engine.Device == "cuda",
+		Post:       n.post,
+		Deliver:    n.deliver,
+		AfterPush:  n.afterPush,
+		OnDrop:     func(in pipeline.Input) { n.forget(in.Seq) },
+		Log:        n.log,
 	})
 	if err != nil {
 		return fmt.Errorf("node: %w", err)

@@ -63,7 +63,6 @@ type Node struct {
 	// once the pipeline runs.
 	stream    engine.Stream
 	pipe      *pipeline.Pipeline
-	policy    Policy
 	observe   func(FrameReport)
 	baseToCam *[4][4]float64 // camera pose in base_frame, nil without base_frame
 	paused    atomic.Bool
@@ -223,7 +222,7 @@ func (n *Node) Run(ctx context.Context) error {
 		return err
 	}
 	n.log.Info("node running", "image", n.tr.Resolve("image"),
-		"transport", n.cfg.ImageTransport, "queue", n.cfg.QueueSize, "policy", n.policy,
+		"transport", n.cfg.ImageTransport, "queue", n.cfg.QueueSize, "policy", n.cfg.QueuePolicy,
 		"windowed", n.cfg.Engine.Windowed)
 
 	var wg sync.WaitGroup
