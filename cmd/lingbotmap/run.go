@@ -419,12 +419,13 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	if err != nil {
 		return err
 	}
+	// a resumed run whose input was all read before has no first frame
+	// (io.EOF): nothing to feed, only the flush and the end
 	var srcErr error
-	if !errors.Is(firstErr, io.EOF) {
-		srcErr = firstErr
-	}
-	if srcErr == nil {
+	if firstErr == nil {
 		srcErr = m.feed(ctx, p, fr, first)
+	} else if !errors.Is(firstErr, io.EOF) {
+		srcErr = firstErr
 	}
 	// The end of the input, or a source that failed part way (a cut bag, a
 	// file that cannot be read): the frames waiting for phase 1 are still

@@ -172,3 +172,26 @@ func TestRunResumeRefusals(t *testing.T) {
 		t.Fatalf("cut session: exit %d, want %d", code, exitBadInput)
 	}
 }
+
+// A session whose input was read to the end before the run stopped resumes
+// with nothing to feed: only the flush and the end, the results unchanged.
+func TestRunResumeWithNothingLeft(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "done")
+	if b, err := lingbotmapCmd(t, append(goldenRunArgs(t, out), "--checkpoint-every", "4", "--session")...).CombinedOutput(); err != nil {
+		t.Fatalf("run: %v\n%s", err, b)
+	}
+	before, err := os.ReadFile(filepath.Join(out, "trajectory.tum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := lingbotmapCmd(t, "run", "--resume", out, "--no-progress").CombinedOutput(); err != nil {
+		t.Fatalf("resumed run with every frame read: %v\n%s", err, b)
+	}
+	after, err := os.ReadFile(filepath.Join(out, "trajectory.tum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) || len(before) == 0 {
+		t.Fatalf("the trajectory changed on a resume with nothing left (%d bytes before, %d after)", len(before), len(after))
+	}
+}
