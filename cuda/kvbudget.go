@@ -32,8 +32,8 @@ const (
 	// committed frame's camera token, 2·E wide, in fp32.
 	cameraDepth = 4
 	// activationReserve is what the check leaves free beside the caches for
-	// a frame's activations and the allocator's cached free buffers: with a
-	// full cache at 518×378 these held 0.14 and 0.85 GB (dev/NOTES-history.md).
+	// a frame's activations and the allocator's cached free buffers (their
+	// measured sizes are in cuda/README.md, "Fitting smaller GPUs").
 	activationReserve = 1 << 30
 	// vmGranule is the granularity the driver maps lazily backed KV pages
 	// in (cuMemGetAllocationGranularity on the GPUs measured).
