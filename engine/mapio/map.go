@@ -70,7 +70,6 @@ type Map struct {
 	cfg      MapConfig
 	grid     *VoxelGrid
 	path     []PathPose
-	buf      []geom.Point
 	pointsIn int64
 }
 
@@ -101,17 +100,15 @@ func (m *Map) AddPose(seq uint64, stamp time.Time, camToWorld geom.Mat4) error {
 }
 
 // AddPoints adds a frame's confident points (geom.ConfidentPoints with the
-// map's filter) to the voxel map and returns them, e.g. for a cloud message.
-// The returned slice is reused by the next call.
+// map's filter) to the voxel map and returns them, e.g. for a cloud message:
+// FramePoints and AddFramePoints in one step.
 func (m *Map) AddPoints(f geom.DepthFrame) ([]geom.Point, error) {
-	var err error
-	m.buf, err = geom.ConfidentPoints(m.buf[:0], f, m.cfg.Filter)
+	pts, err := m.FramePoints(f)
 	if err != nil {
-		return nil, fmt.Errorf("mapio: %w", err)
+		return nil, err
 	}
-	m.pointsIn += int64(len(m.buf))
-	m.grid.Add(m.buf)
-	return m.buf, nil
+	m.AddFramePoints(pts)
+	return pts, nil
 }
 
 // FramePoints unprojects a frame's confident points with the map's filter,
