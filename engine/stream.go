@@ -233,7 +233,7 @@ func (s *stream) Prepare(f Frame) (Frame, error) {
 	if err != nil {
 		return Frame{}, fmt.Errorf("engine: frame %d: %w", f.Seq, err)
 	}
-	return Frame{Seq: f.Seq, Stamp: f.Stamp, Pixels: pix, Width: w, Height: h, RGB: preprocess.ToRGB8(pix)}, nil
+	return Frame{Seq: f.Seq, Stamp: f.Stamp, Pixels: pix, Width: w, Height: h, RGB: p.Colours()}, nil
 }
 
 func (s *stream) newWindow(index int) *window {

@@ -20,9 +20,11 @@ import (
 )
 
 // The frame path: a callback submits the still-encoded message; pipeline
-// workers decode it and preprocess it ahead of the model; after the model,
-// workers build the frame's own messages (post); one goroutine takes the
-// results in frame order into the map and publishes them (deliver).
+// workers decode it and preprocess it ahead of the model; as soon as the
+// model gives a result its pose, odometry and TF go out in frame order
+// (early); workers build the frame's cloud and depth messages (post); one
+// goroutine takes the results in frame order into the map and publishes the
+// rest (deliver).
 
 // FrameReport describes one frame the node finished with (Options.Observe).
 type FrameReport struct {
@@ -63,6 +65,7 @@ func (n *Node) startPipeline(ctx context.Context) error {
 		Queue:      n.cfg.QueueSize,
 		Policy:     pol,
 		LockThread: n.cfg.Engine.Device == "cuda",
+		Early:      n.early,
 		Post:       n.post,
 		Deliver:    n.deliver,
 		AfterPush:  n.afterPush,
@@ -137,12 +140,69 @@ func (n *Node) afterPush(s engine.Stream, d time.Duration, err error) {
 	}
 }
 
+// camFrame is the frame id of a result's camera: camera_frame when set,
+// else the input message's, else "camera".
+func (n *Node) camFrame(seq uint64) string {
+	if f := n.cfg.CameraFrame; f != "" {
+		return f
+	}
+	n.mu.Lock()
+	f := n.frameIDs[seq]
+	n.mu.Unlock()
+	if f == "" {
+		f = "camera"
+	}
+	return f
+}
+
+// early publishes a result's pose, odometry and TF the moment the model gave
+// it, in frame order, without waiting for the frame's clouds and images,
+// and returns when the pose was written (zero when the pose is no rigid
+// transform: post fails that result whole).
+func (n *Node) early(o pipeline.Output) any {
+	r := o.Result
+	t, q, err := geom.Decompose(r.CamToWorld)
+	if err != nil {
+		return time.Time{}
+	}
+	camFrame := n.camFrame(r.Seq)
+	mapHdr := std_msgs.Header{Seq: uint32(r.Seq), Stamp: r.Stamp, FrameId: n.cfg.MapFrame}
+	// Odometry and TF describe base_frame when it is set, else the camera.
+	child, ct, cq := camFrame, t, q
+	if n.baseToCam != nil {
+		child = n.cfg.BaseFrame
+		// both factors are rigid, so the product decomposes
+		ct, cq, _ = geom.Decompose(geom.Mul4(r.CamToWorld, geom.InvertRigid(*n.baseToCam)))
+	}
+	n.write(n.out.pose, &geometry_msgs.PoseStamped{Header: mapHdr, Pose: msgs.Pose(t, q)})
+	written := time.Now()
+	n.write(n.out.odom, &nav_msgs.Odometry{
+		Header:       mapHdr,
+		ChildFrameId: child,
+		Pose:         geometry_msgs.PoseWithCovariance{Pose: msgs.Pose(ct, cq)},
+	})
+	if n.cfg.PublishTF {
+		n.write(n.out.tf, &tf2_msgs.TFMessage{Transforms: []geometry_msgs.TransformStamped{{
+			Header:       mapHdr,
+			ChildFrameId: child,
+			Transform:    msgs.Transform(ct, cq),
+		}}})
+		if n.baseToCam != nil && !n.staticSent {
+			// the base→camera transform goes out once, with the first TF
+			n.staticSent = true
+			bt, bq, _ := geom.Decompose(*n.baseToCam)
+			n.write(n.out.tfStatic, &tf2_msgs.TFMessage{Transforms: []geometry_msgs.TransformStamped{{
+				Header:       std_msgs.Header{Stamp: r.Stamp, FrameId: n.cfg.BaseFrame},
+				ChildFrameId: camFrame,
+				Transform:    msgs.Transform(bt, bq),
+			}}})
+		}
+	}
+	return written
+}
+
 // built is what post made of one result for deliver.
 type built struct {
-	camFrame  string
-	pose      *geometry_msgs.PoseStamped
-	odom      *nav_msgs.Odometry
-	tf        *tf2_msgs.TFMessage
 	depth     *sensor_msgs.Image
 	cloud     *sensor_msgs.PointCloud2 // nil for non-keyframes
 	pts       []geom.Point             // the cloud's points, for the map
@@ -153,48 +213,19 @@ type built struct {
 // A result whose pose is no rigid transform (NaN, zero quaternion) fails
 // whole; depth that cannot be unprojected leaves out the cloud only.
 func (n *Node) post(r *engine.Result, _ any) (any, error) {
-	t, q, err := geom.Decompose(r.CamToWorld)
-	if err != nil {
+	if _, _, err := geom.Decompose(r.CamToWorld); err != nil {
 		return nil, fmt.Errorf("pose of frame %d: %w", r.Seq, err)
 	}
-	b := &built{camFrame: n.cfg.CameraFrame}
-	if b.camFrame == "" {
-		n.mu.Lock()
-		b.camFrame = n.frameIDs[r.Seq]
-		n.mu.Unlock()
-	}
-	if b.camFrame == "" {
-		b.camFrame = "camera"
-	}
+	b := &built{}
 	seq := uint32(r.Seq)
 	mapHdr := std_msgs.Header{Seq: seq, Stamp: r.Stamp, FrameId: n.cfg.MapFrame}
-	// Odometry and TF describe base_frame when it is set, else the camera.
-	child, ct, cq := b.camFrame, t, q
-	if n.baseToCam != nil {
-		child = n.cfg.BaseFrame
-		// both factors are rigid, so the product decomposes
-		ct, cq, _ = geom.Decompose(geom.Mul4(r.CamToWorld, geom.InvertRigid(*n.baseToCam)))
-	}
-	b.pose = &geometry_msgs.PoseStamped{Header: mapHdr, Pose: msgs.Pose(t, q)}
-	b.odom = &nav_msgs.Odometry{
-		Header:       mapHdr,
-		ChildFrameId: child,
-		Pose:         geometry_msgs.PoseWithCovariance{Pose: msgs.Pose(ct, cq)},
-	}
-	if n.cfg.PublishTF {
-		b.tf = &tf2_msgs.TFMessage{Transforms: []geometry_msgs.TransformStamped{{
-			Header:       mapHdr,
-			ChildFrameId: child,
-			Transform:    msgs.Transform(ct, cq),
-		}}}
-	}
 	// A keyframe's points go into the map and out as ~cloud.
 	if r.Kind != engine.NonKeyframe {
 		if b.pts, b.pointsErr = n.m.FramePoints(r.DepthFrame()); b.pointsErr == nil {
 			b.cloud = msgs.PointCloud2(mapHdr, cloudOf(b.pts))
 		}
 	}
-	b.depth = msgs.DepthImage(std_msgs.Header{Seq: seq, Stamp: r.Stamp, FrameId: b.camFrame}, r.Width, r.Height, r.Depth)
+	b.depth = msgs.DepthImage(std_msgs.Header{Seq: seq, Stamp: r.Stamp, FrameId: n.camFrame(r.Seq)}, r.Width, r.Height, r.Depth)
 	return b, nil
 }
 
@@ -208,7 +239,8 @@ func (n *Node) deliver(o pipeline.Output) {
 		n.failed(o)
 	} else {
 		rep.Kind, rep.Window = o.Result.Kind, o.Result.Window
-		rep.PoseWritten = n.publishResult(o.Result, o.Value.(*built))
+		rep.PoseWritten, _ = o.Early.(time.Time)
+		n.publishResult(o.Result, o.Value.(*built))
 		n.countStep()
 	}
 	if n.observe != nil {
@@ -242,14 +274,14 @@ func (n *Node) failed(o pipeline.Output) {
 	}
 }
 
-// publishResult maps and sends what post built, and returns when the pose
-// was written. The stamps are the input image's.
-func (n *Node) publishResult(r *engine.Result, b *built) time.Time {
+// publishResult maps the result and sends what post built (early sent the
+// pose). The stamps are the input image's.
+func (n *Node) publishResult(r *engine.Result, b *built) {
 	n.mu.Lock()
 	if err := n.m.AddPose(r.Seq, r.Stamp, r.CamToWorld); err != nil {
 		n.mu.Unlock()
 		n.rejectResult(r.Seq, err)
-		return time.Time{}
+		return
 	}
 	n.lastStamp = r.Stamp
 	n.pathDirty = true
@@ -257,33 +289,14 @@ func (n *Node) publishResult(r *engine.Result, b *built) time.Time {
 		n.m.AddFramePoints(b.pts)
 		n.mapDirty = true
 	}
-	sendStatic := n.cfg.PublishTF && n.baseToCam != nil && !n.staticSent
-	if sendStatic {
-		n.staticSent = true
-	}
 	n.mu.Unlock()
 	if b.pointsErr != nil {
 		n.rejectResult(r.Seq, b.pointsErr)
 	}
 	n.stats.processed.Add(1)
 
-	n.write(n.out.pose, b.pose)
-	written := time.Now()
-	n.write(n.out.odom, b.odom)
-	if b.tf != nil {
-		n.write(n.out.tf, b.tf)
-	}
-	if sendStatic {
-		bt, bq, _ := geom.Decompose(*n.baseToCam)
-		n.write(n.out.tfStatic, &tf2_msgs.TFMessage{Transforms: []geometry_msgs.TransformStamped{{
-			Header:       std_msgs.Header{Stamp: r.Stamp, FrameId: n.cfg.BaseFrame},
-			ChildFrameId: b.camFrame,
-			Transform:    msgs.Transform(bt, bq),
-		}}})
-	}
 	if b.cloud != nil {
 		n.write(n.out.cloud, b.cloud)
 	}
 	n.write(n.out.depth, b.depth)
-	return written
 }

@@ -97,7 +97,9 @@ type Node struct {
 	// that diagnostics never wait for the model; atomic, so that the model's
 	// thread never waits for mu, which the in-order step holds while it maps.
 	cacheStats atomic.Pointer[engine.CacheStats]
-	staticSent bool // base → camera sent on /tf_static (latched, so once)
+	// staticSent: base → camera went out on /tf_static (latched, so once);
+	// only the pipeline's early goroutine touches it
+	staticSent bool
 }
 
 // New checks the options; Run does the work.

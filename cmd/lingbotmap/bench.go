@@ -2,15 +2,12 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,8 +18,6 @@ import (
 	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/backend"
-	"github.com/lingbotmap/lingbotmap/engine/mapio"
-	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 	"github.com/lingbotmap/lingbotmap/node"
 )
 
@@ -43,7 +38,11 @@ type benchOptions struct {
 	frames     int
 	memEvery   int
 	cpuProfile string
-	warmup     int
+	tracePath  string
+	// traceSeconds bounds --pipeline's recordings (a trace of a long run
+	// would not fit in memory).
+	traceSeconds float64
+	warmup       int
 }
 
 // benchDefaults are the schema's defaults with bench's one difference: it
@@ -114,6 +113,8 @@ held memory after the first window and the latency at window boundaries;
 	f.IntVar(&o.memEvery, "mem-every", 0, "print memory every N frames (0 = only at the end; --pipeline: none)")
 	f.IntVar(&o.warmup, "warmup", 0, "run phase 1 and this many frames once, then reset, before timing (kernel compiles and first-use work stay out of the figures); with --pipeline, leave the first N frames out of the timing figures")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed frames to this file (go tool pprof)")
+	f.StringVar(&o.tracePath, "trace", "", "write a Go execution trace of the timed frames to this file (go tool trace; with --pipeline at most --trace-seconds of them)")
+	f.Float64Var(&o.traceSeconds, "trace-seconds", 5, "--pipeline: how long --trace and --cpuprofile record from the first timed frame")
 	o.pipe.flags(f)
 	return cmd
 }
@@ -194,25 +195,18 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) (err error) {
 		phase1 += time.Since(t)
 	}
 	fmt.Fprintf(out, "phase 1 (%d frames together): %.1f ms; %s\n", cfg.ScaleFrames, phase1.Seconds()*1e3, memoryLine(st))
-	if o.cpuProfile != "" {
-		// The profile is gathered in memory and written whole at the end.
-		if err := mapio.ProbeDir(filepath.Dir(o.cpuProfile)); err != nil {
-			return err
-		}
-		var prof bytes.Buffer
-		if err := pprof.StartCPUProfile(&prof); err != nil {
-			return err
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			if werr := atomicfile.WriteFile(o.cpuProfile, func(w io.Writer) error {
-				_, err := w.Write(prof.Bytes())
-				return err
-			}); err == nil {
-				err = werr
-			}
-		}()
+	prof, err := newProfiles(o.cpuProfile, o.tracePath)
+	if err != nil {
+		return err
 	}
+	if err := prof.start(); err != nil {
+		return err
+	}
+	defer func() {
+		if perr := prof.stop(); err == nil {
+			err = perr
+		}
+	}()
 	times := make([]float64, 0, o.frames)
 	full := -1 // the first timed frame that ran with a full cache
 	for i := 0; i < o.frames; i++ {

@@ -160,6 +160,7 @@ type frameRecord struct {
 	Window    int     `json:"window"`
 	Kind      string  `json:"kind"`
 	LatencyMs float64 `json:"latency_ms"` // frame in → pose written
+	PoseAtMs  float64 `json:"pose_at_ms"` // pose written, from the first frame sent
 	QueueMs   float64 `json:"queue_ms"`
 	PrepareMs float64 `json:"prepare_ms"`
 	AheadMs   float64 `json:"ahead_ms"`
@@ -204,6 +205,11 @@ type pipelineRecord struct {
 	Failed        int     `json:"frames_failed"`
 	WallS         float64 `json:"wall_s"`
 	ThroughputFPS float64 `json:"throughput_fps"`
+	// TimedFPS is the poses per second between the first and the last pose
+	// of the frames after the warm-up (model loading, kernel compiles and
+	// the first phase 1 left out, as bench leaves them out).
+	TimedFPS    float64 `json:"timed_throughput_fps"`
+	TimedFrames int     `json:"timed_frames"`
 
 	LatencyP50Ms float64 `json:"latency_p50_ms"`
 	LatencyP99Ms float64 `json:"latency_p99_ms"`
@@ -284,6 +290,15 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 	if err != nil {
 		return err
 	}
+	if !(o.traceSeconds > 0) || math.IsInf(o.traceSeconds, 0) {
+		return &exitCodeError{code: exitUsage, err: fmt.Errorf("--trace-seconds must be > 0, not %g", o.traceSeconds)}
+	}
+	prof, err := newProfiles(o.cpuProfile, o.tracePath)
+	if err != nil {
+		return err
+	}
+	// a failed run still ends the recordings; its own error wins
+	defer func() { _ = prof.stop() }()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	tr := newBenchTransport("/lingbotmap")
@@ -312,6 +327,7 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 		s.RSSMB, s.RSSPeakMB = rss/1e6, peak/1e6
 		mem = append(mem, s)
 	}
+	var start time.Time // the camera's first frame
 	observe := func(r node.FrameReport) {
 		done++
 		if r.Seq < uint64(len(recs)) {
@@ -321,6 +337,7 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 			if fr.OK {
 				fr.Kind = r.Kind.String()
 				fr.LatencyMs = ms(r.PoseWritten.Sub(t.Arrived))
+				fr.PoseAtMs = ms(r.PoseWritten.Sub(start))
 			}
 			recs[r.Seq] = fr
 		}
@@ -381,7 +398,7 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 	}
 
 	// the camera
-	start := time.Now()
+	start = time.Now()
 	var sendErr error
 	for i := 0; i < o.frames; i++ {
 		if p.rate > 0 {
@@ -396,6 +413,14 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 		if ctx.Err() != nil {
 			sendErr = ctx.Err()
 			break
+		}
+		if i == min(o.warmup, o.frames-1) {
+			// the recordings cover the timed frames, for a bounded time
+			if err := prof.start(); err != nil {
+				sendErr = err
+				break
+			}
+			time.AfterFunc(time.Duration(o.traceSeconds*float64(time.Second)), func() { _ = prof.stop() })
 		}
 		stamp := time.Unix(1_700_000_000, 0).Add(time.Duration(i) * time.Second / 30)
 		msg := withHeader(msgs[i%len(msgs)], std_msgs.Header{Seq: uint32(i), Stamp: stamp, FrameId: "camera"})
@@ -425,6 +450,9 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 	if sendErr != nil {
 		return sendErr
 	}
+	if err := prof.stop(); err != nil {
+		return err
+	}
 	if dropped < 0 {
 		return errors.New("bench: the node reported no frames_dropped in /diagnostics after the last frame")
 	}
@@ -447,6 +475,7 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 	if rec.WallS > 0 {
 		rec.ThroughputFPS = float64(rec.FramesOut) / rec.WallS
 	}
+	rec.TimedFPS, rec.TimedFrames = timedThroughput(recs, o.warmup)
 	summarize(&rec, recs, o.warmup, p.rate)
 	heldAfterFirstWindow(&rec, mem)
 	writePipelineReport(out, &rec)
@@ -461,6 +490,22 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 		fmt.Fprintf(out, "record: %s\n", p.jsonOut)
 	}
 	return nil
+}
+
+// timedThroughput is the pose rate of the frames after the warm-up: poses
+// after the first timed one over the time from it to the last.
+func timedThroughput(recs []frameRecord, warmup int) (fps float64, frames int) {
+	first, last := math.Inf(1), math.Inf(-1)
+	for _, r := range recs[min(warmup, len(recs)):] {
+		if r.OK {
+			frames++
+			first, last = min(first, r.PoseAtMs), max(last, r.PoseAtMs)
+		}
+	}
+	if frames < 2 || !(last > first) {
+		return 0, frames
+	}
+	return float64(frames-1) / ((last - first) / 1e3), frames
 }
 
 // modelInput is the model's input size for a w×h camera (landscape: width
@@ -635,6 +680,9 @@ func heldAfterFirstWindow(rec *pipelineRecord, mem []memSample) {
 func writePipelineReport(out io.Writer, r *pipelineRecord) {
 	fmt.Fprintf(out, "frames in %d, out %d, dropped %d, failed %d\n", r.FramesIn, r.FramesOut, r.Dropped, r.Failed)
 	fmt.Fprintf(out, "throughput: %.2f frames/s (%d poses in %.2f s of wall time)\n", r.ThroughputFPS, r.FramesOut, r.WallS)
+	if r.TimedFPS > 0 {
+		fmt.Fprintf(out, "throughput after the %d warm-up frames: %.2f frames/s (%d poses)\n", r.Warmup, r.TimedFPS, r.TimedFrames)
+	}
 	t := r.ModelThread
 	fmt.Fprintf(out, "model thread: %.1f %% in the engine, %.1f %% waiting for frames, %.1f %% held back by the stages after it\n", t.BusyPct, t.InputPct, t.OutputPct)
 	if r.StageMedianMs == nil {

@@ -31,7 +31,10 @@
 #   PIPE_FRAMES=n     frames of each 'pipeline' run (default 1000); LONG_FRAMES=n
 #                     frames of the 'long' run (default 10000); RUN_FRAMES=n
 #                     frames of the 'runfolder' input (default 1000); PIPE_BIG=0
-#                     leaves out the 1280×720 PNG run
+#                     leaves out the 1280×720 PNG run; PIPE_TRACE=1 records a Go
+#                     execution trace and CPU profile of PIPE_TRACE_S seconds
+#                     (default 5) of each pipeline run into $OUT; PIPE_ARGS="..."
+#                     more flags for every pipeline run
 #   SIZED_HW=HxW      'golden-sized': input size of the cases it makes with the
 #                     reference and then verifies (default 224x294: 336-token
 #                     pages, so the TMA paged kernels run; needs .ref)
@@ -146,8 +149,10 @@ stage_benchcmd() {
 # pipe NAME ARGS...: one bench --pipeline run, its table into the summary.
 pipe() {
   local name=$1; shift
+  local rec=()
+  [ "${PIPE_TRACE:-0}" = 0 ] || rec=(--trace "$OUT/trace-$name.out" --cpuprofile "$OUT/cpu-$name.pprof" --trace-seconds "${PIPE_TRACE_S:-5}")
   # shellcheck disable=SC2086
-  timeout "${PIPE_TIMEOUT:-200}" /tmp/lingbotmap bench --pipeline --device cuda --json "$OUT/pipe-$name.json" "$@" \
+  timeout "${PIPE_TIMEOUT:-200}" /tmp/lingbotmap bench --pipeline --device cuda --json "$OUT/pipe-$name.json" "${rec[@]}" "$@" ${PIPE_ARGS:-} \
     >"$OUT/pipe-$name.log" 2>"$OUT/pipe-$name.err"
   local rc=$?
   say "pipeline $name ($*): exit $rc"

@@ -1,8 +1,9 @@
 // Package pipeline runs camera frames through an engine.Stream in stages, so
 // that the model never waits for the work around it: workers decode and
-// preprocess frames ahead of the model, one goroutine runs the model, workers behind it do each result's own work (unprojection,
-// image encoding, messages), and one goroutine delivers the results in frame
-// order. Every hand-off is bounded: a slow consumer holds the model back,
+// preprocess frames ahead of the model, one goroutine runs the model, one
+// goroutine hands each result at once to what must not wait (Early: a pose),
+// workers behind it do each result's own work (unprojection, image encoding,
+// messages), and one goroutine delivers the results in frame order. Every hand-off is bounded: a slow consumer holds the model back,
 // which holds the input back, where the policy either blocks the producer
 // or drops the oldest waiting frame. The node and the run command share it.
 package pipeline
@@ -77,6 +78,7 @@ type Output struct {
 	Meta   any
 	Result *engine.Result // nil when Err is set
 	Value  any            // what Post returned
+	Early  any            // what Early returned
 	Err    error
 	// Stage names where Err came from: "decode", "prepare", "model" or "post".
 	Stage  string
@@ -105,6 +107,11 @@ type Config struct {
 	// Post does a result's own work on a worker, off the model's thread, in
 	// any order; its value reaches Deliver. Optional.
 	Post func(r *engine.Result, meta any) (any, error)
+	// Early gets every result in input order as soon as the model gave it,
+	// before Post, on a goroutine of its own: for what must not wait for the
+	// per-pixel work (a pose). Its value reaches Deliver, which waits for
+	// it. Optional; it must not call Submit or Do.
+	Early func(Output) any
 	// Deliver gets every output in input order, one at a time. It must not
 	// call Submit or Do (they may wait for Deliver).
 	Deliver func(Output)
@@ -183,6 +190,10 @@ type ticket struct {
 	out     Output
 	barrier chan struct{} // closed by the deliver goroutine when reached
 	done    chan struct{} // closed once Post ran
+	// Early's input (a copy: Post writes out meanwhile), value and end
+	earlyIn   Output
+	earlyVal  any
+	earlyDone chan struct{}
 }
 
 // pendingFrame is what the model's thread remembers of a pushed frame until
@@ -213,6 +224,7 @@ type Pipeline struct {
 	work    chan *item // to the prepare workers
 	results chan *ticket
 	post    chan *ticket
+	early   chan *ticket
 
 	submitted, dropped, delivered, failed, noResult atomic.Int64
 	busy, waitIn, waitOut                           atomic.Int64 // nanoseconds
@@ -241,11 +253,12 @@ func New(ctx context.Context, stream engine.Stream, cfg Config) (*Pipeline, erro
 		work:     make(chan *item, cfg.Workers),
 		results:  make(chan *ticket, cfg.Behind),
 		post:     make(chan *ticket, cfg.PostWorkers),
+		early:    make(chan *ticket, cfg.Behind),
 		finished: make(chan struct{}),
 	}
 	p.prep, _ = stream.(engine.Preparer)
 	p.ctx, p.cancel = context.WithCancel(ctx)
-	p.wg.Add(3 + cfg.Workers + cfg.PostWorkers)
+	p.wg.Add(4 + cfg.Workers + cfg.PostWorkers)
 	go p.dispatch()
 	for range cfg.Workers {
 		go p.prepareWorker()
@@ -254,6 +267,7 @@ func New(ctx context.Context, stream engine.Stream, cfg Config) (*Pipeline, erro
 	for range cfg.PostWorkers {
 		go p.postWorker()
 	}
+	go p.earlyWorker()
 	go p.deliver()
 	return p, nil
 }
@@ -470,6 +484,7 @@ func (p *Pipeline) prepareWorker() {
 // LockThread).
 func (p *Pipeline) model() {
 	defer p.wg.Done()
+	defer close(p.early)
 	defer close(p.post)
 	defer close(p.results)
 	if p.cfg.LockThread {
@@ -597,11 +612,22 @@ func (p *Pipeline) emit(res []engine.Result, pending []pendingFrame, d time.Dura
 	return pending
 }
 
-// send passes a ticket to the post workers and the deliver goroutine.
+// send passes a ticket to Early, the post workers and the deliver goroutine.
 func (p *Pipeline) send(t *ticket) bool {
 	start := time.Now()
 	defer func() { p.waitOut.Add(int64(time.Since(start))) }()
 	t.done = make(chan struct{})
+	t.earlyDone = make(chan struct{})
+	if p.cfg.Early == nil || t.out.Err != nil || t.out.Result == nil {
+		close(t.earlyDone)
+	} else {
+		t.earlyIn = t.out
+		select {
+		case p.early <- t:
+		case <-p.ctx.Done():
+			return false
+		}
+	}
 	select {
 	case p.results <- t:
 	case <-p.ctx.Done():
@@ -617,8 +643,9 @@ func (p *Pipeline) send(t *ticket) bool {
 
 // barrier waits until everything sent before it has been delivered.
 func (p *Pipeline) barrier() bool {
-	t := &ticket{barrier: make(chan struct{}), done: make(chan struct{})}
+	t := &ticket{barrier: make(chan struct{}), done: make(chan struct{}), earlyDone: make(chan struct{})}
 	close(t.done)
+	close(t.earlyDone)
 	select {
 	case p.results <- t:
 	case <-p.ctx.Done():
@@ -649,15 +676,27 @@ func (p *Pipeline) postWorker() {
 	}
 }
 
+// earlyWorker runs Early in frame order.
+func (p *Pipeline) earlyWorker() {
+	defer p.wg.Done()
+	for t := range p.early {
+		t.earlyVal = p.cfg.Early(t.earlyIn)
+		close(t.earlyDone)
+	}
+}
+
 func (p *Pipeline) deliver() {
 	defer p.wg.Done()
 	defer close(p.finished)
 	for t := range p.results {
-		select {
-		case <-t.done:
-		case <-p.ctx.Done():
-			return
+		for _, c := range []chan struct{}{t.done, t.earlyDone} {
+			select {
+			case <-c:
+			case <-p.ctx.Done():
+				return
+			}
 		}
+		t.out.Early = t.earlyVal
 		if t.barrier != nil {
 			close(t.barrier)
 			continue

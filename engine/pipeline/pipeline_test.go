@@ -376,3 +376,64 @@ func TestCancelStops(t *testing.T) {
 		t.Fatal("Close did not return after the context was cancelled")
 	}
 }
+
+// Early sees every result in order before its Post has finished (a pose
+// leaves before the frame's clouds), and Deliver gets its value.
+func TestEarlyRunsBeforePostInOrder(t *testing.T) {
+	const n = 7
+	var (
+		mu    sync.Mutex
+		early []uint64
+	)
+	// each Post waits until Early saw its frame: a pipeline that ran Early
+	// after Post would never finish
+	seen := make([]chan struct{}, n)
+	for i := range seen {
+		seen[i] = make(chan struct{})
+	}
+	var c collector
+	p, err := New(context.Background(), tinyStream(t), Config{
+		Workers: 2, PostWorkers: 2, Policy: Block, Deliver: c.deliver,
+		Early: func(o Output) any {
+			if o.Err != nil || o.Result == nil || o.Value != nil {
+				t.Errorf("Early got frame %d with err %v, result %v, post value %v", o.Seq, o.Err, o.Result != nil, o.Value)
+			}
+			mu.Lock()
+			early = append(early, o.Seq)
+			mu.Unlock()
+			close(seen[o.Seq])
+			return o.Seq + 100
+		},
+		Post: func(r *engine.Result, _ any) (any, error) {
+			select {
+			case <-seen[r.Seq]:
+			case <-time.After(10 * time.Second):
+				return nil, errors.New("Early never ran before this Post finished")
+			}
+			return r.Seq, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := p.Submit(context.Background(), Input{Seq: uint64(i), Image: testImage(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	outs := c.get()
+	if len(outs) != n {
+		t.Fatalf("%d outputs, want %d", len(outs), n)
+	}
+	for i, o := range outs {
+		if o.Err != nil || o.Seq != uint64(i) || o.Early != uint64(i)+100 || o.Value != uint64(i) {
+			t.Errorf("output %d: seq %d err %v early %v post %v", i, o.Seq, o.Err, o.Early, o.Value)
+		}
+	}
+	if !slices.Equal(early, []uint64{0, 1, 2, 3, 4, 5, 6}) {
+		t.Errorf("Early saw frames %v, want 0..6 in order", early)
+	}
+}

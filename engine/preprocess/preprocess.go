@@ -228,6 +228,8 @@ type Preprocessor struct {
 
 	rs      Resizer
 	resized []uint8
+	// crop is the rows of resized the last Run kept
+	crop []uint8
 }
 
 // Run preprocesses one image into dst's storage (grown if too small):
@@ -268,6 +270,7 @@ func (p *Preprocessor) RunRGB(src RGB, dst []float32) (chw []float32, w, h int, 
 	}
 	chw = dst[:3*n]
 	pix := r.Pix[3*y0*w : 3*(y0+h)*w]
+	p.crop = pix
 	for i := range n {
 		// float32 division by 255, as torchvision's ToTensor.
 		chw[i] = float32(pix[3*i]) / 255
@@ -276,6 +279,11 @@ func (p *Preprocessor) RunRGB(src RGB, dst []float32) (chw []float32, w, h int, 
 	}
 	return chw, w, h, nil
 }
+
+// Colours are the last Run's pixels as 8-bit HWC RGB, equal to ToRGB8 of
+// its output (every byte survives /255 and ·255 with rounding) without the
+// round trip; a new slice, the caller's.
+func (p *Preprocessor) Colours() []uint8 { return append([]uint8(nil), p.crop...) }
 
 // Preprocess converts one image to the model input of the given width (518
 // for the released model) and patch size (14): float32 CHW in [0, 1], w×h.

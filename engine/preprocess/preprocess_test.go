@@ -121,7 +121,9 @@ func TestToRGB8RoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chw, w, h, err := Preprocess(src, 518, 14)
+	var p Preprocessor
+	p.Width, p.Patch = 518, 14
+	chw, w, h, err := p.Run(src, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,6 +134,28 @@ func TestToRGB8RoundTrip(t *testing.T) {
 	want := resized.Pix[3*203*518 : 3*721*518]
 	if got := ToRGB8(chw); !bytes.Equal(got, want) {
 		t.Fatal("ToRGB8 of the preprocessed portrait is not the centre crop of the resized bytes")
+	}
+	// Colours skips the round trip and gives the same bytes, in a slice of
+	// its own
+	cols := p.Colours()
+	if !bytes.Equal(cols, want) {
+		t.Fatal("Colours differ from ToRGB8 of the same Run")
+	}
+	every := make([]float32, 3*256)
+	for i := range 256 {
+		every[i], every[256+i], every[512+i] = float32(i)/255, float32(i)/255, float32(i)/255
+	}
+	for i, v := range ToRGB8(every) {
+		if int(v) != i/3 {
+			t.Fatalf("byte %d does not survive /255 and ToRGB8: %d", i/3, v)
+		}
+	}
+	grey := RGB{W: 360, H: 640, Pix: bytes.Repeat([]uint8{7}, 3*360*640)}
+	if _, _, _, err := p.Run(grey, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(cols, want) {
+		t.Fatal("a later Run changed the colours an earlier Colours returned")
 	}
 	if got := ToRGB8([]float32{-1, float32(math.NaN()), 2}); !slices.Equal(got, []uint8{0, 0, 255}) {
 		t.Fatalf("clamping: %v", got)
