@@ -593,6 +593,17 @@ func (g *gpu) MemoryUsage() (current, peak int64) {
 	return s.Reserved, s.PeakReserved
 }
 
+// MemoryParts splits the memory held (MemoryUsage's current) by use.
+func (g *gpu) MemoryParts() []backend.MemoryPart {
+	s := g.MemStats()
+	return []backend.MemoryPart{
+		{Name: "weights", Bytes: s.Weights + s.WeightsBF16},
+		{Name: "kv", Bytes: s.KV},
+		{Name: "activations", Bytes: s.Activations},
+		{Name: "cached_free", Bytes: s.Cached},
+	}
+}
+
 // MemStats reports the allocator's counters.
 func (g *gpu) MemStats() MemStats {
 	var s MemStats

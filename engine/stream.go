@@ -954,6 +954,15 @@ func (s *stream) MemoryUsage() (current, peak int64) {
 	return 0, 0
 }
 
+// MemoryParts is the backend's breakdown of the memory it holds, where it
+// keeps one.
+func (s *stream) MemoryParts() []backend.MemoryPart {
+	if m, ok := s.be.(backend.MemoryParter); ok {
+		return m.MemoryParts()
+	}
+	return nil
+}
+
 // Close releases the model.
 func (s *stream) Close() error {
 	if s.closed {

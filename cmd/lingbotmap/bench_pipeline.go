@@ -171,14 +171,23 @@ type frameRecord struct {
 
 // memSample is the memory after a number of delivered frames.
 type memSample struct {
-	Frames      int     `json:"frames"`
-	Window      int     `json:"window"`
-	DeviceMB    float64 `json:"device_mb"`
-	DevicePeak  float64 `json:"device_peak_mb"`
-	GoHeapMB    float64 `json:"go_heap_mb"`
-	RSSMB       float64 `json:"rss_mb"`
-	RSSPeakMB   float64 `json:"rss_peak_mb"`
+	Frames     int     `json:"frames"`
+	Window     int     `json:"window"`
+	DeviceMB   float64 `json:"device_mb"`
+	DevicePeak float64 `json:"device_peak_mb"`
+	GoHeapMB   float64 `json:"go_heap_mb"`
+	RSSMB      float64 `json:"rss_mb"`
+	RSSPeakMB  float64 `json:"rss_peak_mb"`
+	// DeviceParts splits the device memory held by use, where the backend
+	// says (weights, kv, activations, cached_free).
+	DeviceParts []deviceMB `json:"device_parts,omitempty"`
 	deviceKnown bool
+}
+
+// deviceMB is a named share of the device memory held.
+type deviceMB struct {
+	Name string  `json:"name"`
+	MB   float64 `json:"mb"`
 }
 
 // pipelineRecord is what --json writes.
@@ -318,6 +327,11 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 		if r, ok := stream.(backend.MemoryReporter); ok {
 			if c, pk := r.MemoryUsage(); c > 0 || pk > 0 {
 				s.DeviceMB, s.DevicePeak, s.deviceKnown = float64(c)/1e6, float64(pk)/1e6, true
+			}
+		}
+		if r, ok := stream.(backend.MemoryParter); ok {
+			for _, part := range r.MemoryParts() {
+				s.DeviceParts = append(s.DeviceParts, deviceMB{Name: part.Name, MB: float64(part.Bytes) / 1e6})
 			}
 		}
 		var m runtime.MemStats
@@ -712,7 +726,11 @@ func writePipelineReport(out io.Writer, r *pipelineRecord) {
 			if s.deviceKnown {
 				dev, peak = fmt.Sprintf("%.1f", s.DeviceMB), fmt.Sprintf("%.1f", s.DevicePeak)
 			}
-			fmt.Fprintf(out, "  %8d %7d %12s %12s %9.1f %9.1f %9.1f\n", s.Frames, s.Window, dev, peak, s.GoHeapMB, s.RSSMB, s.RSSPeakMB)
+			var parts []string
+			for _, d := range s.DeviceParts {
+				parts = append(parts, fmt.Sprintf("%s %.1f", d.Name, d.MB))
+			}
+			fmt.Fprintf(out, "  %8d %7d %12s %12s %9.1f %9.1f %9.1f  %s\n", s.Frames, s.Window, dev, peak, s.GoHeapMB, s.RSSMB, s.RSSPeakMB, strings.Join(parts, ", "))
 		}
 	}
 	if r.HeldWhat != "" {

@@ -32,6 +32,19 @@ type MemoryReporter interface {
 	ResetMemoryPeak()
 }
 
+// MemoryPart is one kind of memory a backend holds.
+type MemoryPart struct {
+	Name  string
+	Bytes int64
+}
+
+// MemoryParter is a MemoryReporter that also says what the memory held is
+// made of, so that a growth can be told apart (KV pages, activations, a
+// cache of freed blocks).
+type MemoryParter interface {
+	MemoryParts() []MemoryPart
+}
+
 // Profiler is a backend that keeps a profile of its operations.
 type Profiler interface {
 	// RestartProfile drops what was measured so far, so that the report
