@@ -47,6 +47,9 @@ type Frame struct {
 	// RGB, with Pixels, is their 8-bit HWC copy when it was made already
 	// (Preparer.Prepare makes it off the model's thread).
 	RGB []uint8
+	// prepared: Prepare made Pixels from 8-bit values, so Push need not
+	// scan them for NaN and Inf on the model's thread.
+	prepared bool
 }
 
 // Result is the model's output for one frame.

@@ -157,6 +157,17 @@ func TestStreamRejectsBadInput(t *testing.T) {
 	if _, err := st.Push(ctx, Frame{Seq: 3, Pixels: make([]float32, 10), Width: 70, Height: 42}); err == nil {
 		t.Fatal("short pixel buffer accepted")
 	}
+	// Prepare's frame skips the scan (its pixels come from bytes); the same
+	// pixels handed in as a caller's are scanned
+	pf, err := st.(Preparer).Prepare(Frame{Seq: 2, Image: testImage(140, 84, 1)})
+	if err != nil || !pf.prepared || pf.RGB == nil {
+		t.Fatalf("Prepare: %v, prepared %v", err, pf.prepared)
+	}
+	own := Frame{Seq: 2, Pixels: slices.Clone(pf.Pixels), Width: pf.Width, Height: pf.Height}
+	own.Pixels[7] = float32(math.Inf(1))
+	if _, err := st.Push(ctx, own); err == nil || !strings.Contains(err.Error(), "Inf") {
+		t.Fatalf("Inf pixels: %v", err)
+	}
 	if _, err := st.Push(ctx, Frame{Seq: 4, Image: testImage(140, 84, 1)}); err != nil {
 		t.Fatal(err)
 	}

@@ -155,8 +155,10 @@ func withHeader(msg any, h std_msgs.Header) any {
 
 // frameRecord is one frame's figures, in milliseconds.
 type frameRecord struct {
-	Seq       uint64  `json:"seq"`
-	OK        bool    `json:"ok"`
+	Seq uint64 `json:"seq"`
+	OK  bool   `json:"ok"`
+	// Reported is false for a frame the node dropped (never delivered).
+	Reported  bool    `json:"reported"`
 	Window    int     `json:"window"`
 	Kind      string  `json:"kind"`
 	LatencyMs float64 `json:"latency_ms"` // frame in → pose written
@@ -219,6 +221,8 @@ type pipelineRecord struct {
 	// the first phase 1 left out, as bench leaves them out).
 	TimedFPS    float64 `json:"timed_throughput_fps"`
 	TimedFrames int     `json:"timed_frames"`
+	// TimedDropped are the frames after the warm-up the node dropped.
+	TimedDropped int `json:"timed_frames_dropped"`
 
 	LatencyP50Ms float64 `json:"latency_p50_ms"`
 	LatencyP99Ms float64 `json:"latency_p99_ms"`
@@ -346,7 +350,7 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 		done++
 		if r.Seq < uint64(len(recs)) {
 			t := r.Timing
-			fr := frameRecord{Seq: r.Seq, OK: r.Err == nil && !r.PoseWritten.IsZero(), Window: r.Window,
+			fr := frameRecord{Seq: r.Seq, OK: r.Err == nil && !r.PoseWritten.IsZero(), Reported: true, Window: r.Window,
 				QueueMs: ms(t.Queue), PrepareMs: ms(t.Prepare), AheadMs: ms(t.Ahead), ModelMs: ms(t.Model), PostMs: ms(t.Post), DeliverMs: ms(r.Deliver)}
 			if fr.OK {
 				fr.Kind = r.Kind.String()
@@ -490,6 +494,11 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 		rec.ThroughputFPS = float64(rec.FramesOut) / rec.WallS
 	}
 	rec.TimedFPS, rec.TimedFrames = timedThroughput(recs, o.warmup)
+	for _, r := range recs[min(o.warmup, len(recs)):] {
+		if !r.Reported {
+			rec.TimedDropped++
+		}
+	}
 	summarize(&rec, recs, o.warmup, p.rate)
 	heldAfterFirstWindow(&rec, mem)
 	writePipelineReport(out, &rec)
@@ -695,7 +704,7 @@ func writePipelineReport(out io.Writer, r *pipelineRecord) {
 	fmt.Fprintf(out, "frames in %d, out %d, dropped %d, failed %d\n", r.FramesIn, r.FramesOut, r.Dropped, r.Failed)
 	fmt.Fprintf(out, "throughput: %.2f frames/s (%d poses in %.2f s of wall time)\n", r.ThroughputFPS, r.FramesOut, r.WallS)
 	if r.TimedFPS > 0 {
-		fmt.Fprintf(out, "throughput after the %d warm-up frames: %.2f frames/s (%d poses)\n", r.Warmup, r.TimedFPS, r.TimedFrames)
+		fmt.Fprintf(out, "throughput after the %d warm-up frames: %.2f frames/s (%d poses; %d of those frames dropped)\n", r.Warmup, r.TimedFPS, r.TimedFrames, r.TimedDropped)
 	}
 	t := r.ModelThread
 	fmt.Fprintf(out, "model thread: %.1f %% in the engine, %.1f %% waiting for frames, %.1f %% held back by the stages after it\n", t.BusyPct, t.InputPct, t.OutputPct)
