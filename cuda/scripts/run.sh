@@ -28,7 +28,10 @@
 #   REF_FRAMES=n      frames for the reference timing in 'ref' (default 30; more
 #                     than 8 + 64 to time frames with a full cache; needs
 #                     .ref/make_golden.py and .ref/lingbot-map, see pack.sh)
-#   PIPE_FRAMES=n     frames of each 'pipeline' run (default 1000); LONG_FRAMES=n
+#   PIPE_FRAMES=n     frames of each 'pipeline' run (default 1000; PIPE_WARMUP
+#                     of them, default 64, left out of the figures; PIPE_378=0
+#                     leaves out the 640×468 run, PIPE_ALT="flags;flags" adds a
+#                     paced run for each other setting); LONG_FRAMES=n
 #                     frames of the 'long' run (default 10000); RUN_FRAMES=n
 #                     frames of the 'runfolder' input (default 1000); PIPE_BIG=0
 #                     leaves out the 1280×720 PNG run; PIPE_TRACE=1 records a Go
@@ -161,13 +164,26 @@ pipe() {
 }
 
 stage_pipeline() { # the node's frame path on encoded camera frames, beside the model alone
-  local f=${PIPE_FRAMES:-1000}
-  pipe fast-640x480-jpeg --frames "$f" --warmup 32 --mem-every 100 --rate 0
-  pipe paced30-640x480-jpeg --frames "$f" --warmup 32 --mem-every 100 --rate 30
-  [ "${PIPE_BIG:-1}" = 0 ] || pipe fast-1280x720-png --frames $((f / 2)) --warmup 32 --mem-every 100 --rate 0 --encoding png --pipeline-size 1280x720
-  # the model alone at the model input 640×480 frames give (518×392)
-  timeout 200 /tmp/lingbotmap bench --device cuda --width 518 --height 392 --frames 164 --warmup 80 >"$OUT/bench-392.log" 2>&1
-  grep -E 'phase 1|steady|cache filling|memory' "$OUT/bench-392.log" | tee -a "$OUT/summary.txt"
+  local f=${PIPE_FRAMES:-1000} w=${PIPE_WARMUP:-64} i=0 alt alts=()
+  pipe fast-640x480-jpeg --frames "$f" --warmup "$w" --mem-every 100 --rate 0
+  pipe paced30-640x480-jpeg --frames "$f" --warmup "$w" --mem-every 100 --rate 30
+  # 640×468 gives the 518×378 model input bench's figures are quoted at
+  [ "${PIPE_378:-1}" = 0 ] || pipe paced30-640x468-jpeg --frames "$f" --warmup "$w" --mem-every 100 --rate 30 --pipeline-size 640x468
+  # other live-window settings, paced: PIPE_ALT="--window-size 48 --overlap-size 24;..."
+  IFS=';' read -ra alts <<<"${PIPE_ALT:-}"
+  for alt in "${alts[@]}"; do
+    i=$((i + 1))
+    # shellcheck disable=SC2086
+    pipe "paced30-alt$i-640x480-jpeg" --frames "$f" --warmup "$w" --mem-every 100 --rate 30 $alt
+  done
+  [ "${PIPE_BIG:-1}" = 0 ] || pipe fast-1280x720-png --frames $((f / 2)) --warmup "$w" --mem-every 100 --rate 0 --encoding png --pipeline-size 1280x720
+  # the model alone at the model inputs 640×480 and 640×468 frames give
+  local h
+  for h in 392 378; do
+    timeout 200 /tmp/lingbotmap bench --device cuda --width 518 --height $h --frames 164 --warmup 80 >"$OUT/bench-$h.log" 2>&1
+    say "bench 518×$h, model alone (--frames 164 --warmup 80)"
+    grep -E 'phase 1|steady|cache filling|memory' "$OUT/bench-$h.log" | tee -a "$OUT/summary.txt"
+  done
 }
 
 stage_long() { # hours of camera in miniature: the node's default live windows, as fast as they go
