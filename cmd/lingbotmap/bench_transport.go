@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"path"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/node"
+	"github.com/lingbotmap/lingbotmap/node/ros1"
 )
 
 // benchTransport is the middleware under `bench --pipeline`: no middleware.
@@ -38,15 +38,9 @@ func newBenchTransport(name string) *benchTransport {
 func (t *benchTransport) Connect(context.Context) error { return nil }
 func (t *benchTransport) FullName() string              { return t.name }
 
-// Resolve places "~x" under the node and "x" in its namespace; no remaps.
+// Resolve names as ROS 1 does for a node of this name, without remaps.
 func (t *benchTransport) Resolve(name string) string {
-	switch {
-	case strings.HasPrefix(name, "/"):
-		return name
-	case strings.HasPrefix(name, "~"):
-		return path.Join(t.name, name[1:])
-	}
-	return path.Join(path.Dir(t.name), name)
+	return ros1.ROSEnv{Namespace: path.Dir(t.name), Name: path.Base(t.name)}.Resolve(name)
 }
 
 func (t *benchTransport) Params() node.ParamSource { return noParams{} }
