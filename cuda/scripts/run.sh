@@ -6,7 +6,7 @@
 #   cuda/scripts/run.sh [STAGE...]     run in the order given; stages: info build
 #                                     test bench verify (= verify-bf16 verify-fp32)
 #                                     benchcmd ref peak profile sanitize ncu wgcheck
-#                                     golden-sized pipeline long runfolder
+#                                     golden-sized pipeline long runfolder smallgpu
 #                                     (default: info build test bench)
 #   TEST_RUN=regexp   go test -run filter (default: all tests); TEST_SKIP=regexp -skip
 #   SANITIZE_RUN=re   tests for the 'sanitize' stage (compute-sanitizer memcheck)
@@ -186,6 +186,17 @@ stage_pipeline() { # the node's frame path on encoded camera frames, beside the 
   done
 }
 
+stage_smallgpu() { # the memory of cuda/README.md's settings for 8 and 16 GB cards, with a full cache
+  local args i=0
+  for args in "--cache-headroom 2" "--cache-headroom 2 --sliding-window 16" "--cache-headroom 2 --sliding-window 32 --width 392 --height 280"; do
+    i=$((i + 1))
+    # shellcheck disable=SC2086
+    timeout 200 /tmp/lingbotmap bench --device cuda --frames 164 --warmup 80 $args >"$OUT/smallgpu-$i.log" 2>&1
+    say "small-GPU setting $i ($args): exit $?"
+    grep -E 'steady|phase 1|^memory|memory at close' "$OUT/smallgpu-$i.log" | sed -E 's/^.*INFO //' | tee -a "$OUT/summary.txt"
+  done
+}
+
 stage_long() { # hours of camera in miniature: the node's default live windows, as fast as they go
   pipe long --frames "${LONG_FRAMES:-10000}" --warmup 64 --mem-every 500 --rate 0
 }
@@ -318,6 +329,7 @@ for st in $stages; do
     benchcmd) stage_benchcmd ;;
     pipeline) stage_pipeline ;;
     long) stage_long ;;
+    smallgpu) stage_smallgpu ;;
     runfolder) stage_runfolder ;;
     ref) stage_ref ;;
     golden-sized) stage_golden_sized ;;
