@@ -915,6 +915,7 @@ func (s *stream) Stats() CacheStats {
 		LastPageLen: st.LastPageLen, PageSize: st.PageSize,
 		CameraFrames: s.m.CameraFrames(), KVBytes: s.m.KVBytes(),
 		Window: s.win.index, FramesIn: s.framesIn,
+		PointsOnDevice: s.devicePoints.Load(),
 	}
 }
 
