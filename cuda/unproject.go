@@ -20,7 +20,7 @@ var _ backend.Unprojector = (*gpu)(nil)
 
 // Unproject makes a frame's map points from its depth and confidence maps
 // on the device (kernels/unproject.cu) and copies back only the kept ones:
-// their count, then their coordinates and pixel indices.
+// their count, then their coordinates and pixel indices in one copy.
 func (g *gpu) Unproject(depth, conf backend.Tensor, u backend.Unprojection) ([]float32, []int32, error) {
 	if err := checkUnprojection(u); err != nil {
 		return nil, nil, err
@@ -54,12 +54,11 @@ func (g *gpu) Unproject(depth, conf backend.Tensor, u backend.Unprojection) ([]f
 		counts := buf.ptr
 		total := counts + cu.DevicePtr(4*blocks)
 		pts := total + 4
-		pixels := pts + cu.DevicePtr(12*n)
 		grid, block := [3]int{blocks, 1, 1}, [3]int{unprojectThreads, 1, 1}
 		if err := g.launch("unproject", "unproject_count", grid, block, 0, append(args, counts)...); err != nil {
 			return err
 		}
-		if err := g.launch("unproject", "unproject_write", grid, block, 0, append(args, counts, pts, pixels, total)...); err != nil {
+		if err := g.launch("unproject", "unproject_write", grid, block, 0, append(args, counts, pts, total)...); err != nil {
 			return err
 		}
 		var cnt [1]int32
@@ -72,11 +71,14 @@ func (g *gpu) Unproject(depth, conf backend.Tensor, u backend.Unprojection) ([]f
 			bad = fmt.Errorf("cuda: Unproject: the device counted %d points for %d pixels", kept, n)
 			return nil
 		}
-		xyz, pix = make([]float32, 3*kept), make([]int32, kept)
-		if err := g.toHost(xyz, pts); err != nil {
+		// the coordinates and then the pixel indices, in one copy
+		all := make([]float32, 4*kept)
+		if err := g.toHost(all, pts); err != nil {
 			return err
 		}
-		return g.toHost(int32sAsFloats(pix), pixels)
+		xyz = all[: 3*kept : 3*kept]
+		pix = floatsAsInt32s(all[3*kept:])
+		return nil
 	})
 	if err := g.Err(); err != nil {
 		return nil, nil, err
@@ -106,4 +108,13 @@ func int32sAsFloats(xs []int32) []float32 {
 		return nil
 	}
 	return unsafe.Slice((*float32)(unsafe.Pointer(&xs[0])), len(xs))
+}
+
+// floatsAsInt32s views bits copied into float32 storage as the int32s they
+// are.
+func floatsAsInt32s(xs []float32) []int32 {
+	if len(xs) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*int32)(unsafe.Pointer(&xs[0])), len(xs))
 }

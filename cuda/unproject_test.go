@@ -282,3 +282,25 @@ func TestUnprojectLiveStreamMapsAsHost(t *testing.T) {
 	samePoints(t, "voxel map", a, b)
 	t.Logf("%d frames, %d windows, %d map points", len(res), len(windows), len(a))
 }
+
+// BenchmarkUnproject times a camera-sized frame's points on the device,
+// the copy of the kept points back included (what the model's thread
+// waits for), and reports the maps' bytes read per second.
+func BenchmarkUnproject(b *testing.B) {
+	c := syntheticCase(518, 392, 9)
+	g := fx.fp32
+	depth, conf := g.FromHost(c.depth, c.h, c.w), g.FromHost(c.conf, c.h, c.w)
+	defer g.Free(depth)
+	defer g.Free(conf)
+	u := backend.Unprojection{Width: c.w, Height: c.h, Intrinsics: c.k, CamToWorld: c.pose, DepthScale: 1, ConfThreshold: 1.5, Stride: 1}
+	var kept int
+	for b.Loop() {
+		xyz, _, err := g.(backend.Unprojector).Unproject(depth, conf, u)
+		if err != nil {
+			b.Fatal(err)
+		}
+		kept = len(xyz) / 3
+	}
+	b.ReportMetric(float64(2*4*c.w*c.h)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+	b.ReportMetric(float64(kept), "points")
+}

@@ -5,8 +5,10 @@
 // passes over the stride grid's pixels in row-major order, one thread each:
 //   1. unproject_count: each block counts the points it keeps;
 //   2. unproject_write: each block sums the counts of the blocks before it
-//      (its first output slot), ranks its kept points by warp ballots and
-//      writes them; the last block writes the total.
+//      (its first output slot) and of all blocks (the total), ranks its
+//      kept points by warp ballots and writes them: total·3 coordinates,
+//      then total pixel indices, so that one copy brings them back; block 0
+//      writes the total.
 // Arithmetic is ConfidentPoints', in double and rounded at every step
 // (no contraction into FMAs), so the points equal the host's. Both kernels
 // assume UNPROJ_THREADS threads a block.
@@ -65,37 +67,47 @@ __device__ __forceinline__ int warp_isum(int v) {
     return v;
 }
 
-extern "C" __global__ void unproject_write(UNPROJ_PARAMS, const int *__restrict__ counts, float *__restrict__ xyz,
-                                           int *__restrict__ pixels, int *__restrict__ total) {
+extern "C" __global__ void unproject_write(UNPROJ_PARAMS, const int *__restrict__ counts, float *__restrict__ out,
+                                           int *__restrict__ total) {
     pdl_wait();
-    __shared__ int warp_kept[UNPROJ_WARPS], warp_before[UNPROJ_WARPS];
-    __shared__ int base;
+    __shared__ int warp_kept[UNPROJ_WARPS], warp_before[UNPROJ_WARPS], warp_all[UNPROJ_WARPS];
+    __shared__ int base, all;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float p[3];
     int pix = 0;
     const bool keep = unproj_pixel(UNPROJ_ARGS, blockIdx.x * UNPROJ_THREADS + threadIdx.x, p, pix);
     const unsigned mask = __ballot_sync(0xffffffffu, keep);
-    // the points of the blocks before this one
-    int before = 0;
-    for (int b = threadIdx.x; b < (int)blockIdx.x; b += UNPROJ_THREADS) before += counts[b];
+    // the points of the blocks before this one, and of all blocks
+    int before = 0, sum = 0;
+    for (int b = threadIdx.x; b < (int)gridDim.x; b += UNPROJ_THREADS) {
+        const int c = counts[b];
+        sum += c;
+        if (b < (int)blockIdx.x) before += c;
+    }
     before = warp_isum(before);
+    sum = warp_isum(sum);
     if (lane == 0) {
         warp_kept[warp] = __popc(mask);
         warp_before[warp] = before;
+        warp_all[warp] = sum;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        int s = 0;
-        for (int k = 0; k < UNPROJ_WARPS; k++) s += warp_before[k];
-        base = s;
-        if (blockIdx.x == gridDim.x - 1) *total = s + counts[blockIdx.x];
+        int b = 0, a = 0;
+        for (int k = 0; k < UNPROJ_WARPS; k++) {
+            b += warp_before[k];
+            a += warp_all[k];
+        }
+        base = b;
+        all = a;
+        if (blockIdx.x == 0) *total = a;
     }
     __syncthreads();
     if (!keep) return;
     int slot = base + __popc(mask & ((1u << lane) - 1u));
     for (int k = 0; k < warp; k++) slot += warp_kept[k];
-    xyz[3 * slot] = p[0];
-    xyz[3 * slot + 1] = p[1];
-    xyz[3 * slot + 2] = p[2];
-    pixels[slot] = pix;
+    out[3 * slot] = p[0];
+    out[3 * slot + 1] = p[1];
+    out[3 * slot + 2] = p[2];
+    out[3 * all + slot] = __int_as_float(pix); // the index's bits
 }
