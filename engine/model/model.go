@@ -152,20 +152,8 @@ type Output struct {
 	DinoTokens, AggLayers [][]float32
 	// With Step.KeepDepth: the depth and confidence maps of each frame
 	// ([H·W] tensors) as the backend holds them; whoever took the Output
-	// frees them (FreeDevice).
+	// frees them (backend.Free).
 	DeviceDepth, DeviceConf []backend.Tensor
-}
-
-// FreeDevice frees the maps KeepDepth kept (once; later calls do nothing).
-func (o *Output) FreeDevice(be backend.Backend) {
-	for _, ts := range [][]backend.Tensor{o.DeviceDepth, o.DeviceConf} {
-		for _, t := range ts {
-			if t != nil {
-				be.Free(t)
-			}
-		}
-	}
-	o.DeviceDepth, o.DeviceConf = nil, nil
 }
 
 // Model is a loaded network and its caches.
