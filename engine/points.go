@@ -84,35 +84,36 @@ func (s *stream) keepMaps(r *Result, depth, conf []backend.Tensor, i int) {
 	r.dev = d
 }
 
-// withPoints finishes a Push or Flush: the results going out, their poses
-// final now, get their device points; then every map kept during the call
-// is freed.
-func (s *stream) withPoints(out []Result, err error) ([]Result, error) {
-	defer s.freeMaps()
+// makePoints gives the results going out, their poses final now, their
+// device points. push calls it before a live window's warm-up queues more
+// work, so that the points' copy does not wait behind that work.
+func (s *stream) makePoints(out []Result) error {
+	if s.points == nil {
+		return nil
+	}
 	for i := range out {
 		r := &out[i]
 		d := r.dev
 		r.dev = nil
-		if err != nil || s.points == nil || d == nil || d.depth == nil || d.warps > 1 {
+		if d == nil || d.depth == nil || d.warps > 1 || r.Kept != nil {
 			continue
 		}
 		if r.Kind == NonKeyframe && s.points.keyframesOnly {
 			continue
 		}
 		f := s.points.filt
-		xyz, pix, perr := s.points.unproj.Unproject(d.depth, d.conf, backend.Unprojection{
+		xyz, pix, err := s.points.unproj.Unproject(d.depth, d.conf, backend.Unprojection{
 			Width: r.Width, Height: r.Height,
 			Intrinsics: r.Intrinsics, CamToWorld: r.CamToWorld,
 			DepthScale: d.scale, ConfThreshold: f.ConfThreshold, Stride: f.Stride,
 		})
-		if perr != nil {
-			err = fmt.Errorf("engine: frame %d: points on the %s backend: %w", r.Seq, s.be.Name(), perr)
-			continue
+		if err != nil {
+			return fmt.Errorf("engine: frame %d: points on the %s backend: %w", r.Seq, s.be.Name(), err)
 		}
 		r.Kept = &geom.KeptPoints{Filter: f, XYZ: xyz, Pixel: pix}
 		s.devicePoints.Add(1)
 	}
-	return out, err
+	return nil
 }
 
 // freeMaps frees the maps kept during a Push or Flush.
@@ -125,13 +126,29 @@ func (s *stream) freeMaps() {
 	s.kept = s.kept[:0]
 }
 
-// Push runs a frame (Stream); the work is push's, the device points
-// withPoints'.
+// Push runs a frame (Stream): push's work, then every map kept on the
+// device during it freed.
 func (s *stream) Push(ctx context.Context, f Frame) ([]Result, error) {
-	return s.withPoints(s.push(ctx, f))
+	defer s.freeMaps()
+	out, err := s.push(ctx, f)
+	return dropMaps(out), err
 }
 
 // Flush runs what is buffered (Stream); see Push.
 func (s *stream) Flush(ctx context.Context) ([]Result, error) {
-	return s.withPoints(s.flush(ctx))
+	defer s.freeMaps()
+	out, err := s.flush(ctx)
+	if err == nil {
+		err = s.makePoints(out)
+	}
+	return dropMaps(out), err
+}
+
+// dropMaps clears the results' references to kept maps before they leave
+// the stream.
+func dropMaps(out []Result) []Result {
+	for i := range out {
+		out[i].dev = nil
+	}
+	return out
 }

@@ -46,10 +46,11 @@ func (h *hostUnprojector) Free(t backend.Tensor) {
 // every result it can serve its points (Result.Kept) made from the maps it
 // kept on the backend, with the final pose and depth scale, and those are
 // exactly the points the host makes from the result (geom.ConfidentPoints,
-// colours included, through mapio's path); keyframesOnly leaves
-// non-keyframes without; reference windows, which hold results across
-// calls, get none; every kept map is freed by the end of its Push. The
-// plain CPU backend declines (no capability) and gives none.
+// colours included), in streaming, flow, and live windows changed serially
+// or warmed up early; keyframesOnly leaves non-keyframes without; reference
+// windows, which hold results across calls, get none; every kept map is
+// freed by the end of its Push. The plain CPU backend declines (no
+// capability) and gives none.
 func TestDevicePointsEqualHostPoints(t *testing.T) {
 	frames := goldenFrames(t, "stream_kf1")
 	cases := []struct {
@@ -61,6 +62,7 @@ func TestDevicePointsEqualHostPoints(t *testing.T) {
 		device        bool // the backend has the capability
 		wantKept      func(r Result) bool
 		wantScaled    bool // some window's similarity scales depth
+		wantWarmup    bool // a next window warms up beside the frames
 	}{
 		{name: "streaming, interval 2, keyframes only", cfg: func(c *Config) { c.KeyframeInterval = 2 },
 			frames: frames, filt: geom.PointFilter{ConfThreshold: 3, Stride: 1}, keyframesOnly: true, device: true,
@@ -68,6 +70,12 @@ func TestDevicePointsEqualHostPoints(t *testing.T) {
 		{name: "live windows, every frame, stride 3", cfg: func(c *Config) { c.Windowed, c.WindowMode = true, WindowLive },
 			frames: liveFrames(t), filt: geom.PointFilter{ConfThreshold: 3, Stride: 3}, device: true,
 			wantKept: func(Result) bool { return true }, wantScaled: true},
+		// warmed up early: the next window's phase 1 runs beside the frames
+		{name: "live windows warmed up early, interval 2, keyframes only", cfg: func(c *Config) {
+			c.Windowed, c.WindowMode, c.KeyframeInterval, c.OverlapSize = true, WindowLive, 2, 6
+		},
+			frames: liveFrames(t), filt: geom.PointFilter{ConfThreshold: 2.5, Stride: 1}, keyframesOnly: true, device: true,
+			wantKept: func(r Result) bool { return r.Kind != NonKeyframe }, wantScaled: true, wantWarmup: true},
 		{name: "flow keyframes", cfg: func(c *Config) {
 			c.FlowThreshold = 0.5
 			c.Decide = func(i int, _ float64, _ bool) bool { return i%2 == 0 }
@@ -104,6 +112,7 @@ func TestDevicePointsEqualHostPoints(t *testing.T) {
 				t.Fatalf("MakePoints: %v, %v; want %v", on, err, tc.device)
 			}
 			var res []Result
+			warmed := false
 			push := func(out []Result, err error) {
 				t.Helper()
 				if err != nil {
@@ -113,6 +122,7 @@ func TestDevicePointsEqualHostPoints(t *testing.T) {
 					t.Fatalf("%d maps handed to Unproject are still held after the call", len(hu.live))
 				}
 				res = append(res, out...)
+				warmed = warmed || st.(WindowReporter).Warmup().Steps > 0
 			}
 			for _, f := range tc.frames {
 				push(st.Push(context.Background(), f))
@@ -158,6 +168,9 @@ func TestDevicePointsEqualHostPoints(t *testing.T) {
 			}
 			if tc.keyframesOnly && nonKF == 0 {
 				t.Fatal("no non-keyframe: the case tests nothing")
+			}
+			if tc.wantWarmup && !warmed {
+				t.Fatal("no window warmed up early: the case tests nothing")
 			}
 			if tc.wantScaled {
 				scaled := false

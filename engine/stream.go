@@ -290,6 +290,9 @@ func (s *stream) push(ctx context.Context, f Frame) ([]Result, error) {
 		return out, err
 	}
 	out = append(out, res...)
+	if err := s.makePoints(out); err != nil {
+		return out, err
+	}
 	if s.early() {
 		if err := s.warm(ctx, in); err != nil {
 			return out, err
