@@ -12,9 +12,9 @@ import (
 
 // TestCapabilities: the engine finds every capability it uses on the GPU
 // backend and its KV store (sticky errors, trimming, memory reports,
-// profiling, close; releasing, sizing, closing and snapshotting the store).
+// profiling, close, unprojection; releasing, sizing, closing and snapshotting the store).
 func TestCapabilities(t *testing.T) {
-	want := []string{backend.CapErrors, backend.CapTrim, backend.CapMemory, backend.CapProfile, backend.CapClose,
+	want := []string{backend.CapErrors, backend.CapTrim, backend.CapMemory, backend.CapProfile, backend.CapClose, backend.CapPoints,
 		backend.CapRelease, backend.CapKVSize, backend.CapKVClose, backend.CapKVSnap}
 	for _, g := range []Backend{fx.bf16, fx.fp32} {
 		st, err := g.NewKVStore(backend.KVSpec{Layers: 1, Pages: 2, PageSize: 3, Heads: 1, HeadDim: 64})

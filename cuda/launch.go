@@ -132,7 +132,7 @@ func (f kernelFunc) allowSharedMemory(bytes int) error {
 
 // launch runs f on the default stream. Every argument takes an 8-byte slot:
 // pointers and int64 as they are, int as int64 (the kernel reads the low 4
-// bytes of an int parameter), float32 in the low 4 bytes; a tensor map is
+// bytes of an int parameter), float32 in the low 4 bytes, float64 whole; a tensor map is
 // passed where it lies.
 func (l *launcher) launch(f kernelFunc, name string, grid, block [3]int, shared int, args []any) error {
 	if len(args) > maxKernelArgs {
@@ -156,6 +156,8 @@ func (l *launcher) launch(f kernelFunc, name string, grid, block [3]int, shared 
 			slots[i] = uint64(uint32(v))
 		case float32:
 			slots[i] = uint64(math.Float32bits(v))
+		case float64:
+			slots[i] = math.Float64bits(v)
 		default:
 			return fmt.Errorf("kernel %s: argument %d has unsupported type %T", name, i, a)
 		}

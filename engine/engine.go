@@ -9,6 +9,8 @@ import (
 	"context"
 	"image"
 	"time"
+
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 )
 
 // FrameKind is what a frame became in the cache.
@@ -77,6 +79,11 @@ type Result struct {
 	Flow float64
 	// Window is the window that produced the result (windowed mode).
 	Window int
+	// Kept are the frame's map points made on the device for the filter a
+	// PointMaker was told, or nil (then the consumer unprojects Depth).
+	Kept *geom.KeptPoints
+
+	dev *devMaps // the maps still on the device, inside the stream only
 }
 
 // CacheStats describes the KV cache after the last call.
@@ -93,6 +100,9 @@ type CacheStats struct {
 	KVBytes       int64 `json:"kv_bytes"`            // storage reserved for the KV cache
 	Window        int   `json:"window"`
 	FramesIn      int64 `json:"frames_in"` // frames pushed since the stream started
+	// PointsOnDevice counts the results given device points (Result.Kept)
+	// since the stream started.
+	PointsOnDevice int64 `json:"points_device_frames"`
 }
 
 // Preparer is a Stream whose preprocessing can run ahead of Push on other

@@ -10,5 +10,6 @@ func (r *Result) DepthFrame() geom.DepthFrame {
 		Width: r.Width, Height: r.Height,
 		Depth: r.Depth, Conf: r.Conf, RGB: r.RGB,
 		Intrinsics: r.Intrinsics, CamToWorld: r.CamToWorld,
+		Kept: r.Kept,
 	}
 }

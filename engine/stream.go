@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
@@ -201,6 +202,12 @@ type stream struct {
 	idle          WarmupStats // Idle's steps since the last Push
 	idleErr       error       // a failed Idle step, for the next Push
 	serialWindows bool
+
+	// device points (points.go): what MakePoints asked for, the maps kept
+	// during the current Push, and the frames given points so far
+	points       *pointRequest
+	kept         []*devMaps
+	devicePoints atomic.Int64
 }
 
 func newStream(cfg Config, log *slog.Logger, be backend.Backend, m *model.Model) *stream {
@@ -252,8 +259,8 @@ func (s *stream) windowFrames() int {
 	return ws + max(s.cfg.WindowSize-ws, 0)*max(s.cfg.KeyframeInterval, 1)
 }
 
-// Push preprocesses a frame and runs it.
-func (s *stream) Push(ctx context.Context, f Frame) ([]Result, error) {
+// push preprocesses a frame and runs it.
+func (s *stream) push(ctx context.Context, f Frame) ([]Result, error) {
 	if s.closed {
 		return nil, errors.New("engine: stream is closed")
 	}
@@ -283,6 +290,9 @@ func (s *stream) Push(ctx context.Context, f Frame) ([]Result, error) {
 		return out, err
 	}
 	out = append(out, res...)
+	if err := s.makePoints(out); err != nil {
+		return out, err
+	}
 	if s.early() {
 		if err := s.warm(ctx, in); err != nil {
 			return out, err
@@ -412,6 +422,7 @@ func (s *stream) startCall(ctx context.Context, w *window, m *model.Model, ins [
 			c.kind, step.SkipAppend = NonKeyframe, true
 		}
 	}
+	step.KeepDepth = s.keepDepth(w, c.kind, bg)
 	var p *model.Pass
 	var err error
 	if encs != nil {
@@ -451,6 +462,7 @@ func (s *stream) finishCall(c *call) []Result {
 	res := make([]Result, len(c.ins))
 	for i, in := range c.ins {
 		res[i] = s.result(w, in, out, i, c.kind)
+		s.keepMaps(&res[i], out.DeviceDepth, out.DeviceConf, i)
 		s.remember(w, in)
 	}
 	if c.kind != Scale {
@@ -493,9 +505,17 @@ func (s *stream) runCall(ctx context.Context, w *window, m *model.Model, ins []i
 // keyframe and then commits the frame or rolls it back (reference §12).
 func (s *stream) runFlowFrame(ctx context.Context, in input, local int) (Result, error) {
 	w := s.win
-	out, err := s.m.Forward(ctx, [][]float32{in.pix}, s.h, s.w, model.Step{DeferEviction: true})
+	// kept whatever the decision: a non-keyframe's maps are freed unused
+	keep := s.keepDepth(w, Keyframe, false)
+	out, err := s.m.Forward(ctx, [][]float32{in.pix}, s.h, s.w, model.Step{DeferEviction: true, KeepDepth: keep})
 	if err != nil {
 		return Result{}, err
+	}
+	var dev *devMaps
+	if keep {
+		var r Result
+		s.keepMaps(&r, out.DeviceDepth, out.DeviceConf, 0)
+		dev = r.dev
 	}
 	s.trace(TraceEvent{Event: "call", Frames: 1})
 	pose := out.PoseEnc[0]
@@ -527,6 +547,7 @@ func (s *stream) runFlowFrame(ctx context.Context, in input, local int) (Result,
 	s.trace(TraceEvent{Event: ev, Flow: float64(flow)})
 	r := s.result(w, in, out, 0, kind)
 	r.Flow = float64(flow)
+	r.dev = dev
 	return r, nil
 }
 
@@ -662,6 +683,10 @@ func (s *stream) warp(r *Result, sim geom.Similarity) {
 }
 
 func warpResult(r *Result, sim geom.Similarity) {
+	if r.dev != nil {
+		r.dev.scale = float32(sim.Scale)
+		r.dev.warps++
+	}
 	r.PoseEnc = sim.ApplyPose(r.PoseEnc)
 	r.CamToWorld = geom.PoseEncToCamToWorld(r.PoseEnc)
 	r.Intrinsics = geom.IntrinsicsFromPoseEnc(r.PoseEnc, r.Width, r.Height)
@@ -810,8 +835,8 @@ func (s *stream) emittedFor(retained []input, n int) (geom.WindowFrames, error) 
 	return framesOf(res), nil
 }
 
-// Flush runs a partial phase 1 and releases everything held.
-func (s *stream) Flush(ctx context.Context) ([]Result, error) {
+// flush runs a partial phase 1 and releases everything held.
+func (s *stream) flush(ctx context.Context) ([]Result, error) {
 	var out []Result
 	if len(s.win.buf) > 0 {
 		res, err := s.runPhase1(ctx)
@@ -895,6 +920,7 @@ func (s *stream) Stats() CacheStats {
 		LastPageLen: st.LastPageLen, PageSize: st.PageSize,
 		CameraFrames: s.m.CameraFrames(), KVBytes: s.m.KVBytes(),
 		Window: s.win.index, FramesIn: s.framesIn,
+		PointsOnDevice: s.devicePoints.Load(),
 	}
 }
 

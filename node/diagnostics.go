@@ -151,6 +151,9 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 		kv("kv_window", st.Window),
 		kv("engine_frames_in", st.FramesIn),
 	)
+	// keyframe clouds made on the GPU (engine.PointMaker) and on the host
+	kept, host := n.m.PointFrames()
+	vals = append(vals, kv("points_device_frames", kept), kv("points_host_frames", host))
 
 	problems := skippedTotal + dropped
 	level, message := diagnostic_msgs.DiagnosticStatus_OK, "mapping"

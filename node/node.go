@@ -198,6 +198,9 @@ func (n *Node) Run(ctx context.Context) error {
 		n.stream = st
 	}
 
+	if err := n.tellPoints(); err != nil {
+		return err
+	}
 	// The pipeline outlives ctx: finish closes it, flushing what is queued.
 	pipeCtx, stopPipe := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPipe()
@@ -254,6 +257,22 @@ func closeAll(cs []io.Closer) {
 }
 
 // setup builds what depends on the final configuration.
+// tellPoints gives the engine the map's point filter, so that a GPU makes
+// the keyframes' points where their depth maps are (engine.PointMaker);
+// the map unprojects the rest itself.
+func (n *Node) tellPoints() error {
+	pm, ok := n.stream.(engine.PointMaker)
+	if !ok {
+		return nil
+	}
+	dev, err := pm.MakePoints(n.m.Config().Filter, true)
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.log.Info("keyframe points", "on_device", dev)
+	return nil
+}
+
 func (n *Node) setup(ctx context.Context) error {
 	if n.cfg.BaseFrame != "" {
 		m, err := geom.ParseTransform(n.cfg.BaseToCamera)

@@ -277,6 +277,9 @@ type runMap struct {
 	PixelStride   int     `json:"pixel_stride"`
 	PointsIn      int64   `json:"points_unprojected"`
 	Points        int     `json:"points"`
+	// frames whose points the GPU made (engine.PointMaker) and the host
+	FramesDevice int64 `json:"point_frames_device"`
+	FramesHost   int64 `json:"point_frames_host"`
 }
 
 type runDepth struct {
@@ -406,6 +409,15 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	}
 	defer stream.Close()
 	rec.Timings.LoadS = time.Since(t0).Seconds()
+	// every result is mapped: a GPU makes the points of all of them where
+	// their depth maps are (engine.PointMaker), the host the rest
+	if pm, ok := stream.(engine.PointMaker); ok {
+		dev, err := pm.MakePoints(w.m.Config().Filter, false)
+		if err != nil {
+			return err
+		}
+		log.Info("points", "on_device", dev)
+	}
 
 	m.w, m.rec = w, rec
 	m.st = &runStream{Stream: stream, ctx: ctx, stopped: &m.stopped}
@@ -883,7 +895,9 @@ func (w *runWriter) writePreview(positions [][3]float64, pts []geom.Point) error
 // far.
 func (w *runWriter) fillRecord(rec *runRecord, start time.Time) {
 	st := w.m.Stats()
-	rec.Map = runMap{ConfThreshold: w.o.confThreshold, VoxelSize: w.o.voxel, PixelStride: w.o.pixelStride, PointsIn: st.PointsIn, Points: st.Voxels}
+	dev, host := w.m.PointFrames()
+	rec.Map = runMap{ConfThreshold: w.o.confThreshold, VoxelSize: w.o.voxel, PixelStride: w.o.pixelStride, PointsIn: st.PointsIn, Points: st.Voxels,
+		FramesDevice: dev, FramesHost: host}
 	rec.Depth = w.depth
 	rec.Frames.Results, rec.Frames.Scale, rec.Frames.Keyframes = w.frames.Results, w.frames.Scale, w.frames.Keyframes
 	rec.Frames.NonKeyframes, rec.Frames.Windows = w.frames.NonKeyframes, w.frames.Windows

@@ -52,6 +52,32 @@ type Profiler interface {
 	RestartProfile()
 }
 
+// Unprojector is a backend that makes a frame's map points where its depth
+// map is: geom.ConfidentPoints' filter and unprojection run on the device,
+// and only the kept points come back.
+type Unprojector interface {
+	// Unproject returns the points of depth (H·W) that u keeps, in
+	// row-major order: 3 coordinates per point in xyz and the pixel index
+	// v·W+u of each in pixel.
+	Unproject(depth, conf Tensor, u Unprojection) (xyz []float32, pixel []int32, err error)
+}
+
+// Unprojection is one frame's filter and camera for Unprojector: a pixel
+// (u, v), u and v multiples of Stride, is kept when its depth d =
+// depth·DepthScale is finite and positive and its confidence is above
+// ConfThreshold (strictly); its point is CamToWorld·((u−cx)/fx·d,
+// (v−cy)/fy·d, d), dropped when not finite in float32.
+type Unprojection struct {
+	Width, Height int
+	Intrinsics    [4]float64 // fx, fy, cx, cy
+	CamToWorld    [4][4]float64
+	// DepthScale multiplies each depth in float32 first (a window's
+	// similarity scale), as the host scales a Result's depth.
+	DepthScale    float32
+	ConfThreshold float64
+	Stride        int
+}
+
 // KVReleaser is a KVStore that can give its memory back while it holds no
 // frames; its pages get memory again when they are written.
 type KVReleaser interface {
@@ -83,6 +109,7 @@ const (
 	CapMemory  = "memory"
 	CapProfile = "profile"
 	CapClose   = "close"
+	CapPoints  = "unproject"
 	CapRelease = "kv-release"
 	CapKVSize  = "kv-size"
 	CapKVClose = "kv-close"
@@ -90,7 +117,7 @@ const (
 )
 
 // Capabilities names the optional interfaces b implements (ErrorReporter,
-// Trimmer, MemoryReporter, Profiler, io.Closer); when store is not nil, the
+// Trimmer, MemoryReporter, Profiler, io.Closer, Unprojector); when store is not nil, the
 // ones store implements follow (KVReleaser, KVSizer, io.Closer,
 // KVSnapshotter).
 func Capabilities(b Backend, store KVStore) []string {
@@ -110,6 +137,8 @@ func Capabilities(b Backend, store KVStore) []string {
 	add(ok, CapProfile)
 	_, ok = b.(io.Closer)
 	add(ok, CapClose)
+	_, ok = b.(Unprojector)
+	add(ok, CapPoints)
 	if store != nil {
 		_, ok = store.(KVReleaser)
 		add(ok, CapRelease)

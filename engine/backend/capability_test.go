@@ -18,6 +18,9 @@ func (deviceDouble) MemoryUsage() (cur, peak int64) { return 0, 0 }
 func (deviceDouble) ResetMemoryPeak()               {}
 func (deviceDouble) RestartProfile()                {}
 func (deviceDouble) Close() error                   { return nil }
+func (deviceDouble) Unproject(_, _ backend.Tensor, _ backend.Unprojection) ([]float32, []int32, error) {
+	return nil, nil, nil
+}
 
 type storeDouble struct{ backend.KVStore }
 
@@ -43,7 +46,7 @@ func TestCapabilities(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := []string{backend.CapErrors, backend.CapTrim, backend.CapMemory, backend.CapProfile, backend.CapClose,
-		backend.CapRelease, backend.CapKVSize, backend.CapKVClose, backend.CapKVSnap}
+		backend.CapPoints, backend.CapRelease, backend.CapKVSize, backend.CapKVClose, backend.CapKVSnap}
 	cases := []struct {
 		name  string
 		be    backend.Backend
@@ -52,7 +55,7 @@ func TestCapabilities(t *testing.T) {
 	}{
 		{"cpu", c, store, []string{backend.CapKVSnap}},
 		{"device", deviceDouble{c}, storeDouble{store}, all},
-		{"device without a store", deviceDouble{c}, nil, all[:5]},
+		{"device without a store", deviceDouble{c}, nil, all[:6]},
 		{"partial", halfDouble{c}, store, []string{backend.CapTrim, backend.CapKVSnap}},
 	}
 	for _, tc := range cases {

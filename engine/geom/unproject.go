@@ -3,6 +3,7 @@ package geom
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Point is a coloured world point: the element of clouds, maps and PLY files.
@@ -25,6 +26,10 @@ type DepthFrame struct {
 	RGB        []uint8
 	Intrinsics Intrinsics // at Width×Height
 	CamToWorld Mat4
+	// Kept, when set, are the frame's points made ahead for Kept.Filter
+	// (KeptPoints); consumers use them instead of ConfidentPoints when their
+	// filter is that one.
+	Kept *KeptPoints
 }
 
 // Check reports sizes that disagree and unusable intrinsics.
@@ -108,11 +113,23 @@ func UnprojectMap(depth []float32, w, h int, k Intrinsics, camToWorld Mat4) ([]f
 // threshold, unprojected by Unproject and coloured from f.RGB (Grey without
 // it). Points that come out non-finite (overflow) are dropped.
 func ConfidentPoints(dst []Point, f DepthFrame, filt PointFilter) ([]Point, error) {
+	err := confident(f, filt, func(i int, p Point) {
+		if f.RGB != nil {
+			p.R, p.G, p.B = f.RGB[3*i], f.RGB[3*i+1], f.RGB[3*i+2]
+		}
+		dst = append(dst, p)
+	})
+	return dst, err
+}
+
+// confident calls keep, in ConfidentPoints' order, with each kept pixel's
+// index (v·Width+u) and its grey point.
+func confident(f DepthFrame, filt PointFilter, keep func(i int, p Point)) error {
 	if err := f.Check(); err != nil {
-		return dst, err
+		return err
 	}
 	if err := filt.Check(); err != nil {
-		return dst, err
+		return err
 	}
 	for v := 0; v < f.Height; v += filt.Stride {
 		for u := 0; u < f.Width; u += filt.Stride {
@@ -126,11 +143,52 @@ func ConfidentPoints(dst []Point, f DepthFrame, filt PointFilter) ([]Point, erro
 			if !isFinite32(p.X) || !isFinite32(p.Y) || !isFinite32(p.Z) {
 				continue
 			}
-			if f.RGB != nil {
-				p.R, p.G, p.B = f.RGB[3*i], f.RGB[3*i+1], f.RGB[3*i+2]
-			}
-			dst = append(dst, p)
+			keep(i, p)
 		}
+	}
+	return nil
+}
+
+// KeptPoints are a frame's map points made ahead (on a GPU, where the depth
+// map was), without their colours: ConfidentPoints' points of the frame for
+// Filter, in its order, as coordinates and the pixel each came from.
+type KeptPoints struct {
+	Filter PointFilter
+	XYZ    []float32 // 3 per point
+	Pixel  []int32   // v·Width+u per point
+}
+
+// Keep is ConfidentPoints' selection of f's pixels as KeptPoints: the host
+// form of what a GPU backend makes on the device.
+func Keep(f DepthFrame, filt PointFilter) (*KeptPoints, error) {
+	k := &KeptPoints{Filter: filt}
+	err := confident(f, filt, func(i int, p Point) {
+		k.XYZ = append(k.XYZ, p.X, p.Y, p.Z)
+		k.Pixel = append(k.Pixel, int32(i))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// Points appends the kept points to dst, coloured from rgb (3·Height·Width,
+// HWC; nil gives Grey), which must be the frame's. A pixel index outside
+// rgb is an error.
+func (k *KeptPoints) Points(dst []Point, rgb []uint8) ([]Point, error) {
+	if len(k.XYZ) != 3*len(k.Pixel) {
+		return dst, fmt.Errorf("geom: %d coordinates for %d kept points", len(k.XYZ), len(k.Pixel))
+	}
+	dst = slices.Grow(dst, len(k.Pixel))
+	for j, i := range k.Pixel {
+		p := Point{X: k.XYZ[3*j], Y: k.XYZ[3*j+1], Z: k.XYZ[3*j+2], R: Grey, G: Grey, B: Grey}
+		if rgb != nil {
+			if i < 0 || 3*int(i)+2 >= len(rgb) {
+				return dst, fmt.Errorf("geom: kept point %d is pixel %d, outside the frame's %d colours", j, i, len(rgb)/3)
+			}
+			p.R, p.G, p.B = rgb[3*i], rgb[3*i+1], rgb[3*i+2]
+		}
+		dst = append(dst, p)
 	}
 	return dst, nil
 }

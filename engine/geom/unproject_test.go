@@ -133,3 +133,63 @@ func TestConfidentPointsEdges(t *testing.T) {
 		t.Error("UnprojectMap accepted a zero focal length")
 	}
 }
+
+// TestKeepIsConfidentPoints: Keep selects ConfidentPoints' pixels in its
+// order, and KeptPoints.Points colours them as ConfidentPoints does (grey
+// without colours); a pixel index outside the colours is an error.
+func TestKeepIsConfidentPoints(t *testing.T) {
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	const w, h = 7, 5
+	fr := DepthFrame{
+		Width: w, Height: h,
+		Depth: make([]float32, w*h), Conf: make([]float32, w*h), RGB: make([]uint8, 3*w*h),
+		Intrinsics: Intrinsics{3, 2.5, 3.2, 2.1},
+		CamToWorld: Rigid(rotation(Quat{0.1, -0.2, 0.05, 0.97}), [3]float64{1, -2, 0.5}),
+	}
+	special := []float32{nan, inf, 0, -1, 1e38}
+	for i := range fr.Depth {
+		fr.Depth[i] = 0.5 + float32(i%11)*0.37
+		if i%6 == 1 {
+			fr.Depth[i] = special[(i/6)%len(special)]
+		}
+		fr.Conf[i] = 1 + float32(i%4)*0.5 // 1, 1.5, 2, 2.5: some exactly at the threshold
+		fr.RGB[3*i], fr.RGB[3*i+1], fr.RGB[3*i+2] = uint8(i), uint8(2*i), uint8(3*i)
+	}
+	for _, filt := range []PointFilter{{ConfThreshold: 1.5, Stride: 1}, {ConfThreshold: 1.5, Stride: 3}, {ConfThreshold: 0, Stride: 2}} {
+		for _, rgb := range [][]uint8{fr.RGB, nil} {
+			f := fr
+			f.RGB = rgb
+			want, err := ConfidentPoints(nil, f, filt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k, err := Keep(f, filt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := k.Points(nil, rgb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k.Filter != filt || len(want) == 0 || !slices.Equal(got, want) {
+				t.Fatalf("filter %+v, colours %v: kept %+v, want %+v", filt, rgb != nil, got, want)
+			}
+			for j, i := range k.Pixel {
+				if u, v := int(i)%w, int(i)/w; u%filt.Stride != 0 || v%filt.Stride != 0 || (j > 0 && i <= k.Pixel[j-1]) {
+					t.Fatalf("filter %+v: pixel %d (%d, %d) off the stride grid or out of order", filt, i, u, v)
+				}
+			}
+		}
+	}
+	k := &KeptPoints{XYZ: []float32{1, 2, 3}, Pixel: []int32{w * h}}
+	if _, err := k.Points(nil, fr.RGB); err == nil || !strings.Contains(err.Error(), "outside") {
+		t.Fatalf("pixel outside the frame: %v", err)
+	}
+	k = &KeptPoints{XYZ: []float32{1, 2}, Pixel: []int32{0}}
+	if _, err := k.Points(nil, nil); err == nil {
+		t.Fatal("2 coordinates for a point accepted")
+	}
+	if _, err := Keep(DepthFrame{Width: 2, Height: 1, Depth: []float32{1}}, PointFilter{Stride: 1}); err == nil {
+		t.Fatal("Keep took a short depth map")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine/geom"
@@ -71,6 +72,9 @@ type Map struct {
 	grid     *VoxelGrid
 	path     []PathPose
 	pointsIn int64
+	// frames FramePoints served from f.Kept and by unprojecting (atomic:
+	// FramePoints runs on other goroutines)
+	keptFrames, hostFrames atomic.Int64
 }
 
 // NewMap checks the configuration and makes an empty map.
@@ -114,13 +118,33 @@ func (m *Map) AddPoints(f geom.DepthFrame) ([]geom.Point, error) {
 // FramePoints unprojects a frame's confident points with the map's filter,
 // without touching the map: the per-pixel half of AddPoints, safe to run on
 // other goroutines (a pipeline's workers) before AddFramePoints takes the
-// points in frame order.
+// points in frame order. Points made ahead for the same filter (f.Kept, a
+// GPU's) are taken as they are and only coloured here.
 func (m *Map) FramePoints(f geom.DepthFrame) ([]geom.Point, error) {
+	if k := f.Kept; k != nil && k.Filter == m.cfg.Filter {
+		if err := f.Check(); err != nil {
+			return nil, fmt.Errorf("mapio: %w", err)
+		}
+		pts, err := k.Points(nil, f.RGB)
+		if err != nil {
+			return nil, fmt.Errorf("mapio: %w", err)
+		}
+		m.keptFrames.Add(1)
+		return pts, nil
+	}
 	pts, err := geom.ConfidentPoints(nil, f, m.cfg.Filter)
 	if err != nil {
 		return nil, fmt.Errorf("mapio: %w", err)
 	}
+	m.hostFrames.Add(1)
 	return pts, nil
+}
+
+// PointFrames counts the frames FramePoints gave points for since the map
+// was made: kept are those whose points were made ahead (on a GPU), host
+// those it unprojected itself. Safe for concurrent use.
+func (m *Map) PointFrames() (kept, host int64) {
+	return m.keptFrames.Load(), m.hostFrames.Load()
 }
 
 // AddFramePoints adds points FramePoints made to the map.

@@ -207,3 +207,54 @@ func TestMapStateRoundTrip(t *testing.T) {
 		t.Fatalf("a cut state: %v, %+v", err, b.Stats())
 	}
 }
+
+// TestFramePointsTakesKeptPoints: points made ahead for the map's own
+// filter are taken as they are (only coloured), points made for another
+// filter are ignored and the frame unprojected; PointFrames counts both.
+func TestFramePointsTakesKeptPoints(t *testing.T) {
+	filt := geom.PointFilter{ConfThreshold: 2, Stride: 1}
+	m, err := NewMap(MapConfig{VoxelSize: 0.1, Filter: filt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := frameAt(0)
+	host, err := geom.ConfidentPoints(nil, f, filt)
+	if err != nil || len(host) != 4 {
+		t.Fatalf("%d host points, %v", len(host), err)
+	}
+	// made ahead, moved by 100 so that their use shows
+	k, err := geom.Keep(f, filt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(k.XYZ); i += 3 {
+		k.XYZ[i] += 100
+	}
+	f.Kept = k
+	got, err := m.FramePoints(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range got {
+		want := host[i]
+		want.X += 100
+		if p != want {
+			t.Fatalf("point %d: %+v, want the kept point %+v", i, p, want)
+		}
+	}
+	if len(got) != len(host) {
+		t.Fatalf("%d points, want %d", len(got), len(host))
+	}
+	f.Kept = &geom.KeptPoints{Filter: geom.PointFilter{ConfThreshold: 2, Stride: 2}, XYZ: k.XYZ, Pixel: k.Pixel}
+	if got, err := m.FramePoints(f); err != nil || !reflect.DeepEqual(got, host) {
+		t.Fatalf("points for another filter: %+v, %v; want the host's %+v", got, err, host)
+	}
+	if kept, hosted := m.PointFrames(); kept != 1 || hosted != 1 {
+		t.Fatalf("PointFrames %d kept, %d host; want 1, 1", kept, hosted)
+	}
+	f.Kept = k
+	f.Intrinsics[0] = 0
+	if _, err := m.FramePoints(f); err == nil {
+		t.Fatal("kept points of a frame with unusable intrinsics accepted")
+	}
+}

@@ -206,7 +206,7 @@ func (h *cameraHead) forward(be backend.Backend, cc *camCache, last backend.Tens
 	if store {
 		cc.frames += s
 	}
-	dl.add(all, func(raw []float32) {
+	dl.add(all, false, func(raw []float32) {
 		out := make([][][poseDim]float32, iters)
 		for i := range out {
 			out[i] = activatePose(raw[i*s*poseDim:(i+1)*s*poseDim], s)

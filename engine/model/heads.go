@@ -47,16 +47,21 @@ func loadHeads(be backend.Backend, root *weights.Cursor, selected int) (heads, e
 
 // run queues the dense heads on the selected layers [S, P, 2E] of frames
 // [f0, f0+S) of a call of total frames; out's maps are filled when dl is
-// fetched.
-func (hd heads) run(be backend.Backend, layers []backend.Tensor, patchStart, gh, gw, h, w, f0, total int, dl *downloads, out *Output) error {
+// fetched. keep keeps the depth and confidence maps on the device as well
+// (Step.KeepDepth).
+func (hd heads) run(be backend.Backend, layers []backend.Tensor, patchStart, gh, gw, h, w, f0, total int, keep bool, dl *downloads, out *Output) error {
 	s := layers[0].Shape()[0]
 	if hd.depth != nil {
 		raw, err := hd.depth.Forward(be, layers, patchStart, gh, gw, h, w)
 		if err != nil {
 			return fmt.Errorf("model: depth head: %w", err)
 		}
-		activatePlanes(be, raw, s, f0, total, 0, 1, backend.OpExp, dl, &out.Depth)
-		activatePlanes(be, raw, s, f0, total, 1, 1, backend.OpExpP1, dl, &out.DepthConf)
+		var devDepth, devConf *[]backend.Tensor
+		if keep {
+			devDepth, devConf = &out.DeviceDepth, &out.DeviceConf
+		}
+		activatePlanes(be, raw, s, f0, total, 0, 1, backend.OpExp, dl, &out.Depth, devDepth)
+		activatePlanes(be, raw, s, f0, total, 1, 1, backend.OpExpP1, dl, &out.DepthConf, devConf)
 		be.Free(raw)
 	}
 	if hd.point != nil {
@@ -64,8 +69,8 @@ func (hd heads) run(be backend.Backend, layers []backend.Tensor, patchStart, gh,
 		if err != nil {
 			return fmt.Errorf("model: point head: %w", err)
 		}
-		activatePlanes(be, raw, s, f0, total, 0, 3, backend.OpInvLog, dl, &out.Points)
-		activatePlanes(be, raw, s, f0, total, 3, 1, backend.OpExpP1, dl, &out.PointsConf)
+		activatePlanes(be, raw, s, f0, total, 0, 3, backend.OpInvLog, dl, &out.Points, nil)
+		activatePlanes(be, raw, s, f0, total, 3, 1, backend.OpExpP1, dl, &out.PointsConf, nil)
 		be.Free(raw)
 	}
 	return nil
@@ -73,19 +78,26 @@ func (hd heads) run(be backend.Backend, layers []backend.Tensor, patchStart, gh,
 
 // activatePlanes applies op to channels [c0, c0+n) of raw [S, C, H, W],
 // frames [f0, f0+S) of total; once dl is fetched, *dst holds them per frame,
-// channels last ([H·W·n]).
-func activatePlanes(be backend.Backend, raw backend.Tensor, s, f0, total, c0, n int, op backend.UnaryOp, dl *downloads, dst *[][]float32) {
+// channels last ([H·W·n]); with dev set, (*dev)[f] keeps each frame's
+// tensor on the device too.
+func activatePlanes(be backend.Backend, raw backend.Tensor, s, f0, total, c0, n int, op backend.UnaryOp, dl *downloads, dst *[][]float32, dev *[]backend.Tensor) {
 	sh := raw.Shape()
 	c, hw := sh[1], sh[2]*sh[3]
 	flat := be.Reshape(raw, s*c, hw)
 	if len(*dst) != total {
 		*dst = make([][]float32, total)
 	}
+	if dev != nil && len(*dev) != total {
+		*dev = make([]backend.Tensor, total)
+	}
 	for f := 0; f < s; f++ {
 		planes := be.SliceRows(flat, f*c+c0, n)
 		act := be.Unary(op, planes)
 		be.Free(planes)
-		dl.add(act, func(host []float32) {
+		if dev != nil {
+			(*dev)[f0+f] = act
+		}
+		dl.add(act, dev != nil, func(host []float32) {
 			if n == 1 {
 				(*dst)[f0+f] = host
 				return
@@ -125,27 +137,33 @@ type downloads []download
 
 type download struct {
 	t    backend.Tensor
+	keep bool // the Output keeps t on the device (Step.KeepDepth)
 	done func([]float32)
 }
 
-func (d *downloads) add(t backend.Tensor, done func([]float32)) {
-	*d = append(*d, download{t, done})
+func (d *downloads) add(t backend.Tensor, keep bool, done func([]float32)) {
+	*d = append(*d, download{t, keep, done})
 }
 
-// fetch copies every result to the host, hands it on and frees it.
+// fetch copies every result to the host, hands it on and frees it unless
+// the Output keeps it.
 func (d *downloads) fetch(be backend.Backend) {
 	for _, x := range *d {
 		host := be.ToHost(x.t)
-		be.Free(x.t)
+		if !x.keep {
+			be.Free(x.t)
+		}
 		x.done(host)
 	}
 	*d = nil
 }
 
-// free drops the queued results (a call that failed half way).
-func (d *downloads) free(be backend.Backend) {
+// free drops the queued results (a call that failed half way), kept ones
+// too: the Output they were for is never handed out.
+func (d *downloads) free(be backend.Backend, out *Output) {
 	for _, x := range *d {
 		be.Free(x.t)
 	}
 	*d = nil
+	out.DeviceDepth, out.DeviceConf = nil, nil
 }

@@ -134,6 +134,10 @@ type Step struct {
 	// Each frame's heads see only that frame's tokens, so the values are the
 	// same.
 	FrameHeads bool
+	// KeepDepth keeps the call's depth and confidence maps on the device
+	// too (Output.DeviceDepth, DeviceConf), for work that follows on the
+	// device (backend.Unprojector); the caller frees them.
+	KeepDepth bool
 }
 
 // Output is what one call produces, per frame of the call.
@@ -146,6 +150,10 @@ type Output struct {
 	// With KeepIntermediates: DinoTokens[f] is frame f's DINO patch tokens
 	// [NP·Embed]; AggLayers[l] is selected layer l for all frames [S·P·2·Embed].
 	DinoTokens, AggLayers [][]float32
+	// With Step.KeepDepth: the depth and confidence maps of each frame
+	// ([H·W] tensors) as the backend holds them; whoever took the Output
+	// frees them (backend.Free).
+	DeviceDepth, DeviceConf []backend.Tensor
 }
 
 // Model is a loaded network and its caches.

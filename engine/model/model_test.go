@@ -233,3 +233,39 @@ func TestMaxFramesIsAnError(t *testing.T) {
 		t.Fatalf("frame past MaxFrames: got %v, want an error naming MaxFrames", err)
 	}
 }
+
+// TestKeepDepth: a call with Step.KeepDepth also hands out each frame's
+// depth and confidence maps as backend tensors holding exactly the values
+// of Output.Depth and DepthConf, a whole phase 1 and one frame, heads run
+// at once or frame by frame; without it there are none.
+func TestKeepDepth(t *testing.T) {
+	gc := loadCase(t, "stream_kf1")
+	ctx := context.Background()
+	for _, frameHeads := range []bool{false, true} {
+		mdl := loadTiny(t, gc.m, false)
+		be := mdl.be
+		for _, imgs := range [][][]float32{gc.images[:3], gc.images[3:4], gc.images[4:5]} {
+			keep := len(imgs) > 1 || !frameHeads
+			out, err := mdl.Forward(ctx, imgs, gc.h, gc.w, Step{KeepDepth: keep, FrameHeads: frameHeads})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !keep {
+				if out.DeviceDepth != nil || out.DeviceConf != nil {
+					t.Fatal("maps kept without KeepDepth")
+				}
+				continue
+			}
+			if len(out.DeviceDepth) != len(imgs) || len(out.DeviceConf) != len(imgs) {
+				t.Fatalf("%d frames: %d depth and %d confidence maps kept", len(imgs), len(out.DeviceDepth), len(out.DeviceConf))
+			}
+			for i := range imgs {
+				if !slices.Equal(be.ToHost(out.DeviceDepth[i]), out.Depth[i]) || !slices.Equal(be.ToHost(out.DeviceConf[i]), out.DepthConf[i]) {
+					t.Fatalf("frame %d (frame heads %v): the kept maps differ from the output's", i, frameHeads)
+				}
+				be.Free(out.DeviceDepth[i])
+				be.Free(out.DeviceConf[i])
+			}
+		}
+	}
+}

@@ -252,7 +252,7 @@ func (p *Pass) Step() (done bool, err error) {
 			for l, t := range p.layers {
 				one[l] = be.SliceRows(t, p.i, 1)
 			}
-			err := m.heads.run(be, one, m.agg.numSpecial, gh, gw, p.h, p.w, p.i, s, &p.dl, p.out)
+			err := m.heads.run(be, one, m.agg.numSpecial, gh, gw, p.h, p.w, p.i, s, p.step.KeepDepth, &p.dl, p.out)
 			for _, t := range one {
 				be.Free(t)
 			}
@@ -263,7 +263,7 @@ func (p *Pass) Step() (done bool, err error) {
 			if p.i < s {
 				return false, nil
 			}
-		} else if err := m.heads.run(be, p.layers, m.agg.numSpecial, gh, gw, p.h, p.w, 0, s, &p.dl, p.out); err != nil {
+		} else if err := m.heads.run(be, p.layers, m.agg.numSpecial, gh, gw, p.h, p.w, 0, s, p.step.KeepDepth, &p.dl, p.out); err != nil {
 			return false, p.fail(err)
 		}
 		p.dl.fetch(be)
@@ -423,7 +423,7 @@ func (p *Pass) fail(err error) error {
 		// A committed keyframe whose eviction already ran cannot be undone;
 		// the caller must Reset after an error.
 	}
-	p.dl.free(be)
+	p.dl.free(be, p.out)
 	p.end()
 	p.err = err
 	return err
