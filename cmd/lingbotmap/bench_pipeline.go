@@ -221,6 +221,11 @@ type pipelineRecord struct {
 	// the first phase 1 left out, as bench leaves them out).
 	TimedFPS    float64 `json:"timed_throughput_fps"`
 	TimedFrames int     `json:"timed_frames"`
+	// PointsDeviceFrames and PointsHostFrames count the keyframes whose
+	// cloud was unprojected on the device and on the host, when the sender
+	// stopped (-1: not reported).
+	PointsDeviceFrames int `json:"points_device_frames"`
+	PointsHostFrames   int `json:"points_host_frames"`
 	// TimedDropped are the frames after the warm-up the node dropped.
 	TimedDropped int `json:"timed_frames_dropped"`
 
@@ -450,12 +455,13 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 	sent := time.Now()
 	// frames_dropped is final once the sender stopped: wait for a report
 	// made after that
-	dropped := -1
+	dropped, ptsDevice, ptsHost := -1, -1, -1
 	var thread modelThread
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && sendErr == nil; time.Sleep(5 * time.Millisecond) {
 		m, at := tr.newest("/diagnostics")
 		if d, ok := m.(*diagnostic_msgs.DiagnosticArray); ok && at.After(sent) {
 			dropped = diagInt(d, "frames_dropped")
+			ptsDevice, ptsHost = diagInt(d, "points_device_frames"), diagInt(d, "points_host_frames")
 			thread = modelThreadOf(d, at.Sub(start))
 			break
 		}
@@ -481,6 +487,7 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 		Rate: p.rate, Policy: nc.QueuePolicy, Queue: nc.QueueSize, Windowed: e.Windowed, WindowSize: e.WindowSize,
 		OverlapSize: e.OverlapSize, KFInterval: e.KeyframeInterval, Warmup: o.warmup, CPUThreads: runtime.GOMAXPROCS(0),
 		FramesIn: o.frames, Dropped: dropped, Memory: mem, Frames: recs, ModelThread: thread,
+		PointsDeviceFrames: ptsDevice, PointsHostFrames: ptsHost,
 	}
 	for i := range recs {
 		recs[i].Seq = uint64(i) // a dropped frame was never reported
@@ -705,6 +712,9 @@ func writePipelineReport(out io.Writer, r *pipelineRecord) {
 	fmt.Fprintf(out, "throughput: %.2f frames/s (%d poses in %.2f s of wall time)\n", r.ThroughputFPS, r.FramesOut, r.WallS)
 	if r.TimedFPS > 0 {
 		fmt.Fprintf(out, "throughput after the %d warm-up frames: %.2f frames/s (%d poses; %d of those frames dropped)\n", r.Warmup, r.TimedFPS, r.TimedFrames, r.TimedDropped)
+	}
+	if r.PointsDeviceFrames >= 0 {
+		fmt.Fprintf(out, "clouds made on the device for %d keyframes, on the host for %d (when the camera stopped)\n", r.PointsDeviceFrames, r.PointsHostFrames)
 	}
 	t := r.ModelThread
 	fmt.Fprintf(out, "model thread: %.1f %% in the engine, %.1f %% waiting for frames, %.1f %% held back by the stages after it\n", t.BusyPct, t.InputPct, t.OutputPct)
