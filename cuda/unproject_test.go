@@ -106,10 +106,18 @@ func goldenCases(t *testing.T, name string) []unprojectCase {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// the reference's depth is [B, S, H, W, 1]: drop the trailing unit axis
+	for len(dshape) > 2 && dshape[len(dshape)-1] == 1 {
+		dshape = dshape[:len(dshape)-1]
+	}
 	h, w := dshape[len(dshape)-2], dshape[len(dshape)-1]
 	n := w * h
+	frames := len(depth) / n
+	if len(pe) != 9*frames || len(conf) != len(depth) {
+		t.Fatalf("golden %s: %d depth frames of %d×%d, %d pose encodings, %d confidences", name, frames, w, h, len(pe)/9, len(conf))
+	}
 	var cs []unprojectCase
-	for f := 0; f < len(depth)/n; f += 5 {
+	for f := 0; f < frames; f += 5 {
 		var enc [9]float32
 		copy(enc[:], pe[9*f:9*f+9])
 		cs = append(cs, unprojectCase{name: fmt.Sprintf("%s frame %d", name, f), w: w, h: h,

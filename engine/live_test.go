@@ -252,6 +252,9 @@ func TestLiveEarlyStartEqualsSerial(t *testing.T) {
 					if w.SwitchSteps != 0 {
 						t.Errorf("push %d: %d warm-up steps (cost %d) left for the window change", i, w.SwitchSteps, w.SwitchCost)
 					}
+					if !w.AlignedAhead {
+						t.Errorf("push %d: the window change aligned the new window itself", i)
+					}
 				}
 				// the warm-up works only during the frames a next window
 				// re-runs: [k·step, k·step + overlap) for k ≥ 1

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/model"
 )
 
@@ -29,6 +30,44 @@ type warmup struct {
 	enc  *model.Pass       // the encoding in progress, of p1[len(encs)]
 	call *call             // its phase 1, run step by step
 	raw  []Result          // its results: the re-runs its alignment needs
+	// aligned gets the window's similarity, worked out on a goroutine of
+	// its own once raw is complete (a median over every depth pixel of the
+	// scale frames: too long for the frame that changes windows); nil
+	// until then.
+	aligned chan alignment
+}
+
+// alignment is a warmed window's similarity to the window before it.
+type alignment struct {
+	sim geom.Similarity
+	err error
+}
+
+// startAlign works out the warmed window's similarity in the background from
+// its re-run results and the results emitted for the same frames, when
+// those are still held (they are: the warm-up ends within the overlap).
+func (s *stream) startAlign(nx *warmup) {
+	lo := len(s.held) - len(nx.raw)
+	for ; lo >= 0; lo-- {
+		if s.held[lo].Seq == nx.raw[0].Seq {
+			break
+		}
+	}
+	if lo < 0 || lo+len(nx.raw) > len(s.held) {
+		return // the switch aligns as a serial change does
+	}
+	prev := s.held[lo : lo+len(nx.raw)]
+	for i, r := range prev {
+		if r.Seq != nx.raw[i].Seq {
+			return
+		}
+	}
+	pf, cf, n := framesOf(prev), framesOf(nx.raw), len(nx.raw)
+	nx.aligned = make(chan alignment, 1)
+	go func() {
+		sim, err := geom.PairwiseAlignment(pf, cf, n)
+		nx.aligned <- alignment{sim, err}
+	}()
 }
 
 // WarmupStats describes the live windows' background work during the last
@@ -48,6 +87,9 @@ type WarmupStats struct {
 	Switched    bool `json:"switched"`
 	SwitchSteps int  `json:"switch_steps"`
 	SwitchCost  int  `json:"switch_cost"`
+	// AlignedAhead says that the change took the new window's alignment
+	// from the goroutine that worked it out while the warm-up ended.
+	AlignedAhead bool `json:"aligned_ahead"`
 	// KVBytes is the second model state's KV storage.
 	KVBytes int64 `json:"kv_bytes"`
 	// IdleSteps and IdleCost are the warm-up steps Idle ran since the
@@ -276,6 +318,9 @@ func (s *stream) advance(ctx context.Context, budget int) (steps, cost int, err 
 		if done {
 			nx.raw = append(nx.raw, s.finishCall(nx.call)...)
 			nx.call = nil
+			if len(nx.raw) == nx.win.rerun {
+				s.startAlign(nx)
+			}
 		}
 	}
 }
@@ -295,13 +340,25 @@ func (s *stream) switchWindow(ctx context.Context) ([]Result, error) {
 		return nil, fmt.Errorf("engine: window %d has not run its %d scale frames at the change", nx.win.index, nx.win.rerun)
 	}
 	s.next = nil
+	raw := nx.raw
+	if nx.aligned != nil {
+		a := <-nx.aligned
+		if a.err != nil {
+			return nil, fmt.Errorf("engine: aligning window %d: %w", nx.win.index, a.err)
+		}
+		// the re-runs served the alignment only: nothing to emit
+		nx.win.sim, nx.win.aligned = a.sim, true
+		s.sims = append(s.sims, a.sim)
+		s.bg.AlignedAhead = true
+		raw = nil
+	}
 	old := s.m
 	old.Reset()
 	s.m, s.spare = nx.m, old
 	s.win = nx.win
 	s.trace(TraceEvent{Event: "reset", Frames: nx.win.n})
 	s.log.Info("new window", "window", s.win.index, "rerun_frames", nx.win.n, "gap_frames", nx.win.gap, "switch_steps", steps)
-	return s.emitLive(nx.raw)
+	return s.emitLive(raw)
 }
 
 // dropWarmup abandons a warm-up (reset, end of input, a saved state that

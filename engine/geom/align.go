@@ -117,7 +117,11 @@ func PairwiseAlignment(prev, cur WindowFrames, overlap int) (Similarity, error) 
 
 	scale := 1.0
 	if prev.Depth != nil && cur.Depth != nil {
-		var ratios []float32
+		n := 0
+		for _, o := range paired {
+			n += len(cur.Depth[o])
+		}
+		ratios := make([]float32, 0, n)
 		for _, o := range paired {
 			a, b := prev.Depth[start+o], cur.Depth[o]
 			if len(a) != len(b) {
@@ -146,9 +150,12 @@ const eps32 = 1.1920929e-07
 // appendRatios adds a/b for the usable pixel pairs, divided in float32 as in
 // the reference so that the median picks the same pixel.
 func appendRatios(dst, a, b []float32) []float32 {
+	const expMask = 0x7f800000 // all ones: Inf or NaN
+	b = b[:len(a)]
 	for i, x := range a {
 		y := b[i]
-		if !isFinite32(x) || !isFinite32(y) || !(float32(math.Abs(float64(y))) > eps32) {
+		yb := math.Float32bits(y)
+		if math.Float32bits(x)&expMask == expMask || yb&expMask == expMask || !(math.Float32frombits(yb&^(1<<31)) > eps32) {
 			continue
 		}
 		dst = append(dst, x/y)
@@ -190,10 +197,53 @@ func Warp(w *WindowFrames, s Similarity) error {
 	return nil
 }
 
-// selectKth returns the k-th smallest value (0-based) of xs, reordering xs. It
-// is quickselect (expected linear time): the median of millions of depth ratios
-// must not cost a full sort between frames.
+// radixMin is the length from which selectKth narrows by a radix pass first.
+const radixMin = 1 << 14
+
+// selectKth returns the k-th smallest value (0-based) of xs, which holds no
+// NaN, reordering xs. The median of millions of depth ratios is taken when
+// live windows change, so it must cost little more than reading them: one
+// pass counts the values by their top 16 bits in an order-preserving key,
+// the bucket that holds the k-th is gathered to the front, and quickselect
+// finishes inside it.
 func selectKth(xs []float32, k int) float32 {
+	if len(xs) < radixMin {
+		return quickselect(xs, k)
+	}
+	hist := make([]int, 1<<16)
+	for _, x := range xs {
+		hist[orderKey(x)>>16]++
+	}
+	bucket := uint32(0)
+	for b, n := range hist {
+		if k < n {
+			bucket = uint32(b)
+			break
+		}
+		k -= n
+	}
+	n := 0
+	for _, x := range xs {
+		if orderKey(x)>>16 == bucket {
+			xs[n] = x
+			n++
+		}
+	}
+	return quickselect(xs[:n], k)
+}
+
+// orderKey maps a float32 to a uint32 in the same order (negative values
+// below positive ones, -0 just below +0).
+func orderKey(x float32) uint32 {
+	b := math.Float32bits(x)
+	if b>>31 != 0 {
+		return ^b
+	}
+	return b | 1<<31
+}
+
+// quickselect is selectKth by partitioning (expected linear time).
+func quickselect(xs []float32, k int) float32 {
 	lo, hi := 0, len(xs)-1
 	for lo < hi {
 		// Median of three as the pivot keeps sorted input linear.

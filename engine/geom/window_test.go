@@ -306,13 +306,23 @@ func TestAlignmentMatchesGolden(t *testing.T) {
 
 func TestSelectKthMatchesSort(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
-	for trial := range 300 {
+	special := []float32{float32(math.Inf(1)), float32(math.Inf(-1)), 0, float32(math.Copysign(0, -1)), math.SmallestNonzeroFloat32, -math.MaxFloat32}
+	for trial := range 340 {
 		n := 1 + r.IntN(200)
+		if trial >= 300 {
+			// long enough for the radix pass: ratios near 1 crowd one bucket
+			n = radixMin + r.IntN(3*radixMin)
+		}
 		xs := make([]float32, n)
 		for i := range xs {
-			if trial%3 == 0 {
+			switch {
+			case trial%3 == 0:
 				xs[i] = float32(r.IntN(5)) // many ties
-			} else {
+			case trial%5 == 0 && r.IntN(20) == 0:
+				xs[i] = special[r.IntN(len(special))]
+			case trial >= 300 && trial%2 == 0:
+				xs[i] = float32(1 + 0.01*r.NormFloat64())
+			default:
 				xs[i] = float32(r.NormFloat64())
 			}
 		}
