@@ -220,7 +220,11 @@ type Pipeline struct {
 	room    chan struct{} // closed (and replaced) when the queue has room
 	closing bool
 
-	order   chan *item // in submission order, to the model
+	order chan *item // in submission order, to the model
+	// slots bound the items taken from the queue that the model has not
+	// taken yet: with DropOldest only Ahead of them, so that a backlog stays
+	// in the queue, where the newest frame displaces the oldest.
+	slots   chan struct{}
 	work    chan *item // to the prepare workers
 	results chan *ticket
 	post    chan *ticket
@@ -250,6 +254,7 @@ func New(ctx context.Context, stream engine.Stream, cfg Config) (*Pipeline, erro
 		wake:     make(chan struct{}, 1),
 		room:     make(chan struct{}),
 		order:    make(chan *item, cfg.Workers+cfg.Ahead),
+		slots:    make(chan struct{}, inFlight(cfg)),
 		work:     make(chan *item, cfg.Workers),
 		results:  make(chan *ticket, cfg.Behind),
 		post:     make(chan *ticket, cfg.PostWorkers),
@@ -270,6 +275,16 @@ func New(ctx context.Context, stream engine.Stream, cfg Config) (*Pipeline, erro
 	go p.earlyWorker()
 	go p.deliver()
 	return p, nil
+}
+
+// inFlight is how many items may be between the queue and the model: enough
+// for every worker and Ahead more with Block; with DropOldest only Ahead, so
+// that no frame waits for the model where it cannot be dropped for a newer.
+func inFlight(cfg Config) int {
+	if cfg.Policy == DropOldest {
+		return cfg.Ahead
+	}
+	return cfg.Workers + cfg.Ahead
 }
 
 // Submit hands a frame to the pipeline. With Block it waits for room until
@@ -411,22 +426,16 @@ func (p *Pipeline) dispatch() {
 	defer close(p.work)
 	defer close(p.order)
 	for {
-		p.mu.Lock()
-		var it *item
-		if len(p.queue) > 0 {
-			it = p.queue[0]
-			p.queue = p.queue[1:]
-			close(p.room)
-			p.room = make(chan struct{})
+		// a place on the model's line first: what waits for one stays
+		// droppable in the queue
+		select {
+		case p.slots <- struct{}{}:
+		case <-p.ctx.Done():
+			return
 		}
-		p.mu.Unlock()
+		it := p.next()
 		if it == nil {
-			select {
-			case <-p.wake:
-				continue
-			case <-p.ctx.Done():
-				return
-			}
+			return
 		}
 		it.queued = time.Now()
 		select {
@@ -444,6 +453,30 @@ func (p *Pipeline) dispatch() {
 		case p.work <- it:
 		case <-p.ctx.Done():
 			return
+		}
+	}
+}
+
+// next takes the oldest queued item, waiting for one; nil when the
+// pipeline ends.
+func (p *Pipeline) next() *item {
+	for {
+		p.mu.Lock()
+		var it *item
+		if len(p.queue) > 0 {
+			it = p.queue[0]
+			p.queue = p.queue[1:]
+			close(p.room)
+			p.room = make(chan struct{})
+		}
+		p.mu.Unlock()
+		if it != nil {
+			return it
+		}
+		select {
+		case <-p.wake:
+		case <-p.ctx.Done():
+			return nil
 		}
 	}
 }
@@ -516,6 +549,7 @@ func (p *Pipeline) model() {
 		if !ok {
 			return
 		}
+		<-p.slots // the dispatcher may take the next item from the queue
 		select {
 		case <-it.done:
 		case <-p.ctx.Done():

@@ -437,3 +437,53 @@ func TestEarlyRunsBeforePostInOrder(t *testing.T) {
 		t.Errorf("Early saw frames %v, want 0..6 in order", early)
 	}
 }
+
+// gatedStream holds every Push until its gate opens.
+type gatedStream struct {
+	engine.Stream
+	gate chan struct{}
+}
+
+func (g gatedStream) Push(ctx context.Context, f engine.Frame) ([]engine.Result, error) {
+	<-g.gate
+	return g.Stream.Push(ctx, f)
+}
+
+// With DropOldest a backlog stays where it can be dropped: while the model is
+// held, only Ahead frames leave the queue, whatever the number of workers,
+// so that the newest frames are the ones that run once it goes on.
+func TestDropOldestBacklogStaysDroppable(t *testing.T) {
+	gate := make(chan struct{})
+	var c collector
+	cfg := Config{Workers: 4, PostWorkers: 1, Queue: 2, Ahead: 1, Policy: DropOldest, Deliver: c.deliver}
+	p, err := New(context.Background(), gatedStream{tinyStream(t), gate}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	for i := range n {
+		if err := p.Submit(context.Background(), Input{Seq: uint64(i), Image: testImage(i)}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Millisecond) // workers take what they may
+	}
+	close(gate)
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	outs := c.get()
+	var seqs []uint64
+	for _, o := range outs {
+		seqs = append(seqs, o.Seq)
+	}
+	// frame 0 in the model, Ahead more past the queue, the Queue newest
+	if max := 1 + cfg.Ahead + cfg.Queue; len(seqs) > max {
+		t.Fatalf("%d frames ran (%v) after the model was held: more than the %d that may be past the queue or in it", len(seqs), seqs, max)
+	}
+	if len(seqs) < 2 || seqs[len(seqs)-1] != n-1 || seqs[len(seqs)-2] != n-2 {
+		t.Fatalf("frames run %v: the newest two (%d, %d) must be among them", seqs, n-2, n-1)
+	}
+	if s := p.Stats(); int(s.Dropped)+len(seqs)+int(s.NoResult) != n {
+		t.Fatalf("%d dropped + %d run + %d without result != %d", s.Dropped, len(seqs), s.NoResult, n)
+	}
+}
