@@ -79,14 +79,19 @@ type Config struct {
 // them and a test keeps the two equal.
 func DefaultConfig() Config {
 	// The node maps a live camera without end: windowed mode (the
-	// reference's window of 64 slots, 16 overlapping) keeps memory and the
-	// time per frame repeating per window, where streaming mode would stop
-	// mapping at max_frames; live windows publish every pose at once and
-	// warm the next window up beside the current one. run, bench and
-	// verify keep the reference's streaming schedule (engine.DefaultConfig).
+	// reference's window of 64 slots) keeps memory and the time per frame
+	// repeating per window, where streaming mode would stop mapping at
+	// max_frames; live windows publish every pose at once and warm the next
+	// window up beside the current one. Their overlap is 32, not the
+	// reference's 16: a window then holds at most 40 frames' pages and its
+	// successor's warm-up spreads over 24 frames, so that no frame of a
+	// 30 FPS camera waits behind the model (engine/pipeline/RECORD.md). run,
+	// bench and verify keep the reference's streaming schedule
+	// (engine.DefaultConfig).
 	e := engine.DefaultConfig()
 	e.Windowed = true
 	e.WindowMode = engine.WindowLive
+	e.OverlapSize = 32
 	return Config{
 		Engine:              e,
 		ImageTransport:      "raw",

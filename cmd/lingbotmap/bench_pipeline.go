@@ -659,16 +659,16 @@ func summarize(rec *pipelineRecord, recs []frameRecord, warmup int, rate float64
 			rec.ModelRatio = rec.ModelLastMs / rec.ModelFirstMs
 		}
 	}
-	// window boundaries: the worst latency of the frames delivered from a
-	// window change to 2×overlap frames after it (the overlap re-runs there)
-	reach := max(2*rec.OverlapSize, 8)
+	// window boundaries: the worst latency of the frames around a window
+	// change: the last ones of the old window (they carry the end of the
+	// warm-up) and those that waited behind the change
 	worst := 0.0
 	for i := 1; i < len(timed); i++ {
 		if timed[i].Window == timed[i-1].Window {
 			continue
 		}
 		rec.Boundaries++
-		for j := i; j < min(i+reach, len(timed)); j++ {
+		for j := max(i-boundaryBefore, 0); j < min(i+boundaryAfter, len(timed)); j++ {
 			worst = max(worst, timed[j].LatencyMs)
 		}
 	}
@@ -679,6 +679,9 @@ func summarize(rec *pipelineRecord, recs []frameRecord, warmup int, rate float64
 		}
 	}
 }
+
+// The frames around a window change that count for its latency.
+const boundaryBefore, boundaryAfter = 4, 8
 
 // heldAfterFirstWindow fills the held-memory figures from the samples taken
 // after the first window (device memory where tracked, else the RSS).
@@ -734,8 +737,8 @@ func writePipelineReport(out io.Writer, r *pipelineRecord) {
 			r.ModelFirstMs, r.ModelSpan, r.ModelLastMs, r.ModelSpan, r.ModelRatio)
 	}
 	if r.Boundaries > 0 {
-		fmt.Fprintf(out, "window boundaries: %d; worst latency within %d frames after one %.1f ms = %.2f× the median\n",
-			r.Boundaries, max(2*r.OverlapSize, 8), r.BoundaryWorstMs, r.BoundaryWorstRatio)
+		fmt.Fprintf(out, "window boundaries: %d; worst latency from %d frames before one to %d after it %.1f ms = %.2f× the median\n",
+			r.Boundaries, boundaryBefore, boundaryAfter-1, r.BoundaryWorstMs, r.BoundaryWorstRatio)
 	}
 	if len(r.Memory) > 0 {
 		fmt.Fprintln(out, "memory (MB):")

@@ -100,6 +100,7 @@ func runDefaults() node.Config {
 	// --windowed is asked for
 	d.Engine.Windowed = false
 	d.Engine.WindowMode = engine.WindowReference
+	d.Engine.OverlapSize = engine.DefaultConfig().OverlapSize
 	return d
 }
 
