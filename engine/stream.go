@@ -253,10 +253,23 @@ func (s *stream) live() bool { return s.cfg.Windowed && s.cfg.WindowMode == Wind
 // overlap is the number of frames consecutive windows share.
 func (s *stream) overlap() int { return s.cfg.OverlapSize }
 
-// windowFrames is a fixed-interval window's length in frames.
-func (s *stream) windowFrames() int {
+// windowFrames is a fixed-interval window's length in frames (positions).
+// A live window after the first re-runs its scale frames and skips the rest
+// of the overlap (its gap), so its cache holds gap frames fewer than its
+// length; live window 0 has no gap and ends that many frames early, so that
+// its cache never holds more frames than a later window's and its last
+// frames cost the model no more than theirs. It keeps at least its scale
+// frames before the overlap, so that the next window's scale frames follow
+// its phase 1.
+func (s *stream) windowFrames(w *window) int {
 	ws := s.cfg.ScaleFrames
-	return ws + max(s.cfg.WindowSize-ws, 0)*max(s.cfg.KeyframeInterval, 1)
+	n := ws + max(s.cfg.WindowSize-ws, 0)*max(s.cfg.KeyframeInterval, 1)
+	if w.index == 0 && s.live() && s.cfg.FlowThreshold == 0 {
+		if short := n - max(s.overlap()-ws, 0); short-s.overlap() >= ws {
+			return short
+		}
+	}
+	return n
 }
 
 // push preprocesses a frame and runs it.
@@ -350,7 +363,7 @@ func (s *stream) windowDone() bool {
 	if s.cfg.FlowThreshold > 0 {
 		return w.n > w.scaleN && w.kfs >= s.cfg.WindowSize-w.scaleN
 	}
-	return w.n+w.gap >= s.windowFrames()
+	return w.n+w.gap >= s.windowFrames(w)
 }
 
 // feed runs one input through the current window.

@@ -165,7 +165,7 @@ func (s *stream) early() bool { return s.cfg.canStartEarly() && !s.serialWindows
 // left.
 func (s *stream) warm(ctx context.Context, in input) error {
 	w := s.win
-	wf, sf := s.windowFrames(), s.cfg.ScaleFrames
+	wf, sf := s.windowFrames(w), s.cfg.ScaleFrames
 	pos := w.n + w.gap - 1          // in's position in this window
 	start := max(wf-s.overlap(), 0) // the next window's first scale frame's
 	if w.n == 0 || pos < start {
