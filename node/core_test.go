@@ -624,3 +624,70 @@ func poseOf(t *testing.T, m geom.Mat4) geometry_msgs.Pose {
 	}
 	return msgs.Pose(tr, q)
 }
+
+// save_map holds every pose published before the call, although poses go
+// out before their frames are mapped: while the mapping of the last frame
+// is held back, its pose is out and save_map waits for it.
+func TestSaveMapHoldsPublishedPoses(t *testing.T) {
+	ref := goldenReplay(t)
+	w, h := ref.Size()
+	cfg := fastConfig(t)
+	const frames = 6
+	hold := make(chan struct{})
+	tr := nodetest.New("/lbm", nil)
+	n, err := node.New(node.Options{Config: cfg, Transport: tr, Log: slog.New(slog.DiscardHandler),
+		NewStream: func(context.Context, node.Config) (engine.Stream, error) { return ref, nil },
+		// frames are mapped in order: holding the one before the last
+		// holds the last one's mapping, not its pose
+		Observe: func(r node.FrameReport) {
+			if r.Seq == frames-2 {
+				<-hold
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- n.Run(ctx) }()
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(hold)
+		}
+	}
+	defer func() {
+		release()
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	waitFor(t, "the node to subscribe", 5*time.Second, func() bool { return tr.Subscribed("/image") })
+	for i := range frames {
+		if err := tr.Deliver("/image", frame(i, w, h, "cam"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "every pose", 10*time.Second, func() bool { return len(tr.Messages("/lbm/pose")) == frames })
+	type reply struct {
+		msg string
+		err error
+	}
+	done := make(chan reply, 1)
+	go func() {
+		msg, err := tr.Call("/lbm/save_map")
+		done <- reply{msg, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("save_map answered while the last frame's mapping was held: %q %v", r.msg, r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	release()
+	r := <-done
+	if want := fmt.Sprintf("%d poses", frames); r.err != nil || !strings.Contains(r.msg, want) {
+		t.Fatalf("save_map: %q %v, want %s", r.msg, r.err, want)
+	}
+}

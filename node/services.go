@@ -2,12 +2,14 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/pipeline"
 )
 
 // serve offers the node's std_srvs/Trigger services.
@@ -23,7 +25,7 @@ func (n *Node) serve() ([]io.Closer, error) {
 			return "paused: incoming images are ignored", nil
 		}},
 		{"~resume", func(context.Context) (string, error) { n.paused.Store(false); return "resumed", nil }},
-		{"~save_map", func(context.Context) (string, error) { return n.saveMap() }},
+		{"~save_map", func(ctx context.Context) (string, error) { return n.saveMap(ctx) }},
 		{"~save_session", func(ctx context.Context) (string, error) { return n.saveSession(ctx) }},
 	} {
 		name, handle := n.tr.Resolve(sv.name), sv.handle
@@ -82,10 +84,17 @@ func (n *Node) reset(ctx context.Context) error {
 // save_dir parameter at the time of the call (ROS 1: rosparam set
 // ~save_dir), or the save_dir setting. ~save_session (session.go) writes
 // the whole session there.
-func (n *Node) saveMap() (string, error) {
+//
+// Poses go out before their frames are mapped (the pipeline's early lane),
+// so it first waits until every frame submitted before the call is mapped:
+// the files then hold at least every pose published before it.
+func (n *Node) saveMap(ctx context.Context) (string, error) {
 	dir, err := n.saveDir()
 	if err != nil {
 		return "", err
+	}
+	if err := n.pipe.Do(ctx, func(engine.Stream) error { return nil }); err != nil && !errors.Is(err, pipeline.ErrClosed) {
+		return "", fmt.Errorf("waiting for the frames before the call to be mapped: %w", err)
 	}
 	// The map is not safe for concurrent use: publishing waits for the files.
 	n.mu.Lock()
