@@ -3,9 +3,10 @@
 // preprocess frames ahead of the model, one goroutine runs the model, one
 // goroutine hands each result at once to what must not wait (Early: a pose),
 // workers behind it do each result's own work (unprojection, image encoding,
-// messages), and one goroutine delivers the results in frame order. Every hand-off is bounded: a slow consumer holds the model back,
-// which holds the input back, where the policy either blocks the producer
-// or drops the oldest waiting frame. The node and the run command share it.
+// messages), and one goroutine delivers the results in frame order. Every
+// hand-off is bounded: a slow consumer holds the model back, which holds the
+// input back, where the policy either blocks the producer or drops the
+// oldest waiting frame. The node and the run command share it.
 package pipeline
 
 import (
