@@ -82,6 +82,12 @@ var wgKernel = attnKernel{module: "attention_hopper", name: "attn_wg_paged_bf", 
 // on Hopper (cuda/NOTES.md: the Hopper paged kernel).
 var tma3Kernel = attnKernel{module: "attention_hopper", name: "attn_tma3_paged_bf", bq: 192, tk: 128, perSM: 1, smem: tmaStages*2*128*64*2 + 1024 + 3*8192 + 1024, threads: 384, bfOut: true, fillWaves: true}
 
+// f8Kernel reads the FP8 cache (FP8 mode, Hopper): tma3's schedule on e4m3
+// tiles, 16 KB a K+V stage, then the barriers' 1 KB, Q in e4m3 (4 KB a
+// warpgroup) and its row scales (256 bytes a warpgroup), plus 1 KB of
+// alignment slack (kernels/attention_hopper.cu, F8).
+var f8Kernel = attnKernel{module: "attention_hopper", name: "attn_f8_paged", bq: 192, tk: 128, perSM: 1, smem: tmaStages*2*128*64 + 1024 + 3*4096 + 3*256 + 1024, threads: 384, bfOut: true, fillWaves: true}
+
 // fa2Kernel is the mma.sync pipelined kernel, paged or dense.
 func fa2Kernel(name string) attnKernel {
 	return attnKernel{module: "attention_fa2", name: name, bq: faBQ, tk: mmaTK, perSM: 2, smem: 2 * faStage, bfOut: true}
@@ -128,7 +134,7 @@ func (g *gpu) attend(k attnKernel, out *Tensor, batch, nq, h, d, nk int, args fu
 	ns := g.splits(k, qTiles*batch*h, nk)
 	if k.bfOut {
 		var obf cu.DevicePtr
-		if ns == 1 && g.cfg.Precision == BF16 {
+		if ns == 1 && g.cfg.Precision.bf16Trunk() {
 			var err error
 			if obf, err = g.attachBF16(out); err != nil {
 				return err
@@ -188,7 +194,7 @@ func (g *gpu) Attention(q, k, v backend.Tensor, scale float32) backend.Tensor {
 		if qt.numel() == 0 {
 			return nil
 		}
-		if g.cfg.Precision == BF16 && d == 64 && !g.cfg.ExactAttention {
+		if g.cfg.Precision.bf16Trunk() && d == 64 && !g.cfg.ExactAttention {
 			// Trunk attention (DINO, frame and global blocks; the camera
 			// head's heads are 128 wide and stay fp32 like the reference).
 			if done, err := g.labAttention(out, qt, kt, vt, scale); done {
@@ -300,6 +306,9 @@ func (g *gpu) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pag
 			return err
 		}
 		return g.attend(k, out, 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
+			if st.fp8 {
+				return []any{qt.ptr(), kArg, vArg, table, ps, nq, nk, h, scale, o, pm, pl, st.layerScales(layer)}
+			}
 			return []any{qt.ptr(), kArg, vArg, table, ps, nq, nk, h, scale, o, pm, pl}
 		})
 	})
@@ -311,6 +320,19 @@ func (g *gpu) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pag
 func (g *gpu) pagedKernel(st *kvStore, layer int) (k attnKernel, kArg, vArg any, err error) {
 	kArg, vArg = st.k[layer], st.v[layer]
 	d := st.spec.HeadDim
+	if st.fp8 {
+		// NewKVStore and New made sure of head dim 64 and the Hopper target.
+		maps, err := st.tensorMaps()
+		if err != nil {
+			return k, nil, nil, err
+		}
+		k = f8Kernel
+		if lk, ok := g.labF8Kernel(); ok {
+			k = lk
+		}
+		k.splits = g.pagedSplits
+		return k, maps.at(2 * layer), maps.at(2*layer + 1), nil
+	}
 	fast := st.bf && d == 64 && !g.cfg.ExactAttention
 	if k, kl, vl, ok, err := g.labPagedKernel(st, layer, fast); ok || err != nil {
 		return k, kl, vl, err

@@ -5,6 +5,7 @@ package cuda
 import (
 	"cmp"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
@@ -91,6 +92,36 @@ func BenchmarkPagedAttention(b *testing.B) {
 				g.Free(g.PagedAttention(q, st, 0, table, specials, 0.125))
 			}
 			waitGPU(b, g)
+			b.ReportMetric(4*nq*keys*h*d*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+		})
+	}
+	// The same in an FP8 store (e4m3 K and V, the FP8 tensor cores).
+	f8 := fx.fp8
+	if f8 == nil {
+		return
+	}
+	s8, err := f8.NewKVStore(backend.KVSpec{Layers: 1, Pages: frames + 1, PageSize: ps, Heads: h, HeadDim: d})
+	if err != nil {
+		b.Fatal(err)
+	}
+	k8, v8, q8 := f8.FromHost(f8.ToHost(k), ps, h, d), f8.FromHost(f8.ToHost(v), ps, h, d), f8.FromHost(g.ToHost(q), nq, h, d)
+	for _, pg := range table {
+		f8.WriteKV(s8, 0, int(pg), 0, k8, v8, 0, ps)
+	}
+	for _, variant := range append([]string{pagedFA}, labPagedKernels()...) {
+		if variant != pagedFA && !strings.HasPrefix(variant, "poly") {
+			continue
+		}
+		b.Run("fp8_"+cmp.Or(variant, "auto"), func(b *testing.B) {
+			f8.(*gpu).pagedVariant = variant
+			defer func() { f8.(*gpu).pagedVariant = pagedFA }()
+			f8.Free(f8.PagedAttention(q8, s8, 0, table, specials, 0.125))
+			waitGPU(b, f8)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				f8.Free(f8.PagedAttention(q8, s8, 0, table, specials, 0.125))
+			}
+			waitGPU(b, f8)
 			b.ReportMetric(4*nq*keys*h*d*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
 		})
 	}

@@ -23,14 +23,24 @@ const (
 	BF16 Precision = iota
 	// FP32 keeps everything in float32 with TF32 off, for exact golden checks.
 	FP32
+	// FP8 is BF16 with the KV cache in FP8 (e4m3, a power-of-two scale per
+	// layer, head and K or V) and the global attention on the FP8 tensor
+	// cores (Hopper only): half the cache's memory.
+	FP8
 )
 
 func (p Precision) String() string {
-	if p == FP32 {
+	switch p {
+	case FP32:
 		return "fp32"
+	case FP8:
+		return "fp8"
 	}
 	return "bf16"
 }
+
+// bf16Trunk says the trunk's weights and GEMMs are bf16 (BF16 and FP8).
+func (p Precision) bf16Trunk() bool { return p == BF16 || p == FP8 }
 
 // Config sets up the CUDA backend. Start from DefaultConfig.
 type Config struct {
@@ -97,7 +107,7 @@ var PagedKernels = []string{"auto", "fa2"}
 
 // retiredPagedKernels are the lab's variants (cuda/dev): a build without the
 // cudadev tag names them in its error rather than calling them unknown.
-var retiredPagedKernels = []string{"mma", "exact", "wg", "tma"}
+var retiredPagedKernels = []string{"mma", "exact", "wg", "tma", "poly4", "poly2"}
 
 // DefaultConfig is device 0 in bf16 with the default kernels.
 func DefaultConfig() Config {
@@ -123,8 +133,11 @@ type Backend interface {
 
 // Validate names the first setting that is out of range.
 func (c Config) Validate() error {
-	if c.Precision != BF16 && c.Precision != FP32 {
-		return fmt.Errorf("cuda: unknown precision %d (want BF16 or FP32)", c.Precision)
+	if c.Precision != BF16 && c.Precision != FP32 && c.Precision != FP8 {
+		return fmt.Errorf("cuda: unknown precision %d (want BF16, FP32 or FP8)", c.Precision)
+	}
+	if c.Precision == FP8 && c.ExactAttention {
+		return fmt.Errorf("cuda: exact_attention reads a bf16 or fp32 cache; precision fp8 keeps it in fp8")
 	}
 	if c.Device < 0 {
 		return fmt.Errorf("cuda: device %d: ordinals start at 0", c.Device)

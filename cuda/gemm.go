@@ -101,14 +101,14 @@ func (g *gpu) gemmPrec(bf, conv bool) gemmPrec {
 	switch {
 	case bf:
 		return gemmBF16
-	case conv && g.cfg.Precision == BF16:
+	case conv && g.cfg.Precision.bf16Trunk():
 		return gemmTF32
 	}
 	return gemmF32
 }
 
 // bf16Weight says w's GEMMs run in bf16.
-func (g *gpu) bf16Weight(w *Tensor) bool { return w.buf.trunk && g.cfg.Precision == BF16 }
+func (g *gpu) bf16Weight(w *Tensor) bool { return w.buf.trunk && g.cfg.Precision.bf16Trunk() }
 
 // weightOperand is w in the precision its GEMM runs in.
 func (g *gpu) weightOperand(w *Tensor) (cu.DevicePtr, bool, error) {

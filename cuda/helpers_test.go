@@ -21,6 +21,10 @@ import (
 type fixtures struct {
 	cpu        *cpu.Backend
 	fp32, bf16 Backend
+	// fp8 is nil when the target has no FP8 kernels (cuda.arch below
+	// sm_90); fp8Err is then New's refusal, which the FP8 tests check.
+	fp8    Backend
+	fp8Err error
 }
 
 var fx fixtures
@@ -45,9 +49,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "cuda tests need a GPU:", err)
 		os.Exit(1)
 	}
+	cfg.Precision = FP8
+	fx.fp8, fx.fp8Err = New(cfg)
 	code := m.Run()
 	fx.fp32.Close()
 	fx.bf16.Close()
+	if fx.fp8 != nil {
+		fx.fp8.Close()
+	}
 	os.Exit(code)
 }
 
@@ -74,8 +83,11 @@ func pairs(t testing.TB, seed uint64) []pair {
 }
 
 func (p pair) name() string {
-	if p.gpu == fx.fp32 {
+	switch p.gpu {
+	case fx.fp32:
 		return "fp32"
+	case fx.fp8:
+		return "fp8"
 	}
 	return "bf16"
 }

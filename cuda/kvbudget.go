@@ -46,14 +46,24 @@ type kvPlan struct {
 	// The store: global blocks, heads and head dim, patch tokens a frame
 	// (one page), and all its pages (patch, then special; kvcache.NumPages).
 	layers, heads, headDim, pageSize, pages int
-	elem                                    int64 // bytes a K or V element: 2 in bf16, 4 in fp32
+	elem                                    int64 // bytes a K or V element: 1 in fp8, 2 in bf16, 4 in fp32
 	// lazy: pages get memory when first written (virtual memory
 	// management), so reserved but unwritten pages cost nothing.
 	lazy bool
+	// fp8ok: the GPU runs the FP8 cache (Hopper), so the error may suggest it.
+	fp8ok bool
+}
+
+// rows is the rows a page is allocated (kvStore.rows).
+func (p kvPlan) rows() int {
+	if p.elem == 1 {
+		return fp8Rows(p.pageSize)
+	}
+	return p.pageSize
 }
 
 func (p kvPlan) pageBytes() int64 {
-	return int64(p.layers) * int64(p.pageSize) * 2 * int64(p.heads*p.headDim) * p.elem
+	return int64(p.layers) * int64(p.rows()) * 2 * int64(p.heads*p.headDim) * p.elem
 }
 
 func (p kvPlan) patchPages() int { return p.win.ScaleFrames + p.win.SlidingWindow + p.win.Headroom }
@@ -80,7 +90,7 @@ func (p kvPlan) kvBytes() int64 {
 	// Lazily backed pages get memory in whole granules of each layer's K
 	// and V arrays (vmSpace): the patch pages are the first of the array,
 	// the special pages a run that may start inside a granule.
-	region := int64(p.pageSize*p.heads*p.headDim) * p.elem // one page of one array
+	region := int64(p.rows()*p.heads*p.headDim) * p.elem // one page of one array
 	granules := func(n int) int64 { return (int64(n)*region + vmGranule - 1) / vmGranule }
 	mapped := min(granules(patch)+granules(special)+1, granules(p.pages))
 	return int64(2*p.layers) * mapped * vmGranule
@@ -172,11 +182,15 @@ func (p kvPlan) check(free, total int64) error {
 	if n := p.largestWidth(free); n > 0 {
 		fits = append(fits, fmt.Sprintf("image_width %d with this window", n))
 	}
-	if p.elem == 4 {
+	for _, c := range []struct {
+		elem int64
+		name string
+	}{{2, "precision bf16"}, {1, "precision fp8"}} {
 		q := p
-		q.elem = 2
-		if q.need() <= free {
-			fits = append(fits, "precision bf16")
+		q.elem = c.elem
+		if c.elem < p.elem && (c.elem > 1 || p.fp8ok && p.headDim == 64) && q.need() <= free {
+			fits = append(fits, c.name)
+			break
 		}
 	}
 	if len(fits) == 0 {

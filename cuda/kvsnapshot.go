@@ -14,11 +14,18 @@ import (
 
 // The GPU store can be saved and restored with a session: pages are copied
 // to the host and back, bf16 pages widened to float32 on the way out and
-// rounded back on the way in, which restores them bit for bit.
+// rounded back on the way in, which restores them bit for bit. FP8 pages
+// go out dequantized (exactly: the scales are powers of two); a layer
+// restored into a store that has no scales for it yet gets them from the
+// restored values by the rule of its first write, so its values come back
+// within e4m3's rounding, and bit for bit when that gives the same scales.
 var _ backend.KVSnapshotter = (*kvStore)(nil)
 
 // ExportKV copies the listed pages of one layer to the host.
 func (s *kvStore) ExportKV(layer int, pages []int32, k, v []float32) error {
+	if s.fp8 {
+		return s.exportFP8(layer, pages, k, v)
+	}
 	return s.copyPages(layer, pages, k, v, func(p int32, dev cu.DevicePtr, dst []float32, raw []uint16) error {
 		if !s.backed[p] {
 			clear(dst) // a page without memory reads as zeros when it gets some
@@ -39,6 +46,9 @@ func (s *kvStore) ExportKV(layer int, pages []int32, k, v []float32) error {
 
 // ImportKV writes host K and V into the listed pages of one layer.
 func (s *kvStore) ImportKV(layer int, pages []int32, k, v []float32) error {
+	if s.fp8 {
+		return s.importFP8(layer, pages, k, v)
+	}
 	return s.copyPages(layer, pages, k, v, func(p int32, dev cu.DevicePtr, src []float32, raw []uint16) error {
 		if err := s.back(int(p)); err != nil {
 			return err
@@ -106,4 +116,131 @@ func (s *kvStore) checkPages(layer int, pages []int32, nk, nv int) (int, error) 
 		return 0, fmt.Errorf("cuda: the KV store is closed")
 	}
 	return per, nil
+}
+
+// exportFP8 dequantizes the listed pages of one layer to the host
+// ([PageSize][Heads·HeadDim] each, V transposed back).
+func (s *kvStore) exportFP8(layer int, pages []int32, k, v []float32) error {
+	per, err := s.checkPages(layer, pages, len(k), len(v))
+	if err != nil {
+		return err
+	}
+	if err := s.g.Err(); err != nil {
+		return err
+	}
+	return s.g.own.do(func() error {
+		if err := cu.Synchronize(); err != nil {
+			return err
+		}
+		if !s.calibrated[layer] {
+			// Never written: its pages hold zeros (or nothing yet).
+			clear(k[:len(pages)*per])
+			clear(v[:len(pages)*per])
+			return nil
+		}
+		sc, err := s.hostScales(layer)
+		if err != nil {
+			return err
+		}
+		raw := make([]byte, s.pageBytes())
+		cols, rows, hd, h := s.spec.Heads*s.spec.HeadDim, s.rows(), s.spec.HeadDim, s.spec.Heads
+		for i, p := range pages {
+			kd, vd := k[i*per:(i+1)*per], v[i*per:(i+1)*per]
+			if !s.backed[p] {
+				clear(kd)
+				clear(vd)
+				continue
+			}
+			off := cu.DevicePtr(int64(p) * s.pageBytes())
+			if err := cu.MemcpyDtoH(unsafe.Pointer(&raw[0]), s.k[layer]+off, int64(len(raw))); err != nil {
+				return err
+			}
+			for j := range kd {
+				kd[j] = e4m3Value(raw[j]) * sc[j%cols/hd]
+			}
+			if err := cu.MemcpyDtoH(unsafe.Pointer(&raw[0]), s.v[layer]+off, int64(len(raw))); err != nil {
+				return err
+			}
+			for j := range vd {
+				r, c := j/cols, j%cols
+				vd[j] = e4m3Value(raw[c*rows+r&^15+fp8KeyPos(r&15)]) * sc[h+c/hd]
+			}
+		}
+		return nil
+	})
+}
+
+// importFP8 quantizes host K and V into the listed pages of one layer,
+// setting the layer's scales from them first if it has none.
+func (s *kvStore) importFP8(layer int, pages []int32, k, v []float32) error {
+	per, err := s.checkPages(layer, pages, len(k), len(v))
+	if err != nil {
+		return err
+	}
+	if err := s.g.Err(); err != nil {
+		return err
+	}
+	cols, rows, hd, h := s.spec.Heads*s.spec.HeadDim, s.rows(), s.spec.HeadDim, s.spec.Heads
+	return s.g.own.do(func() error {
+		if err := cu.Synchronize(); err != nil {
+			return err
+		}
+		var sc []float32
+		if s.calibrated[layer] {
+			if sc, err = s.hostScales(layer); err != nil {
+				return err
+			}
+		} else {
+			// As on the device, NaN (rows never written) is ignored.
+			amax := make([]float32, 2*h)
+			for i, vals := range [][]float32{k[:len(pages)*per], v[:len(pages)*per]} {
+				for j, x := range vals {
+					if a, at := float32(math.Abs(float64(x))), i*h+j%cols/hd; a > amax[at] {
+						amax[at] = a
+					}
+				}
+			}
+			sc = make([]float32, 2*h)
+			for i, a := range amax {
+				sc[i] = fp8Scale(a)
+			}
+			if err := cu.MemcpyHtoD(s.layerScales(layer), unsafe.Pointer(&sc[0]), int64(len(sc))*4); err != nil {
+				return err
+			}
+			s.calibrated[layer] = true
+		}
+		raw := make([]byte, s.pageBytes())
+		for i, p := range pages {
+			if err := s.back(int(p)); err != nil {
+				return err
+			}
+			off := cu.DevicePtr(int64(p) * s.pageBytes())
+			clear(raw)
+			for j, x := range k[i*per : (i+1)*per] {
+				raw[j] = e4m3Bits(x / sc[j%cols/hd])
+			}
+			if err := cu.MemcpyHtoD(s.k[layer]+off, unsafe.Pointer(&raw[0]), int64(len(raw))); err != nil {
+				return err
+			}
+			clear(raw)
+			for j, x := range v[i*per : (i+1)*per] {
+				r, c := j/cols, j%cols
+				raw[c*rows+r&^15+fp8KeyPos(r&15)] = e4m3Bits(x / sc[h+c/hd])
+			}
+			if err := cu.MemcpyHtoD(s.v[layer]+off, unsafe.Pointer(&raw[0]), int64(len(raw))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// hostScales copies a layer's FP8 scales to the host: K's per head, then
+// V's (owner thread).
+func (s *kvStore) hostScales(layer int) ([]float32, error) {
+	sc := make([]float32, 2*s.spec.Heads)
+	if err := cu.MemcpyDtoH(unsafe.Pointer(&sc[0]), s.layerScales(layer), int64(len(sc))*4); err != nil {
+		return nil, err
+	}
+	return sc, nil
 }

@@ -16,14 +16,23 @@ import (
 
 // kvStore is the paged KV cache on the device: per layer one K and one V
 // array of [Pages, PageSize, Heads, HeadDim], bf16 in BF16 mode (as the
-// reference's FlashInfer cache) and fp32 in FP32 mode. The arrays are regions
+// reference's FlashInfer cache) and fp32 in FP32 mode. In FP8 mode both are
+// e4m3 with a scale per layer, head and K or V (kernels/kvfp8.cu), pages
+// are rows() = PageSize rounded up to 16 rows long, and V is stored
+// transposed, [Pages, Heads·HeadDim, rows()]. The arrays are regions
 // of one reserved address range (vmSpace) that gets memory a page at a time,
 // when a page is first written; without virtual memory management every page
 // is allocated up front.
 type kvStore struct {
 	spec backend.KVSpec
-	bf   bool
+	bf   bool // bf16 elements
+	fp8  bool // e4m3 elements (FP8 mode)
 	elem int64
+	// FP8: the scales on the device, [Layers][2][Heads] (K's, then V's),
+	// set from each layer's first write (calibrated[l]) after the store is
+	// made or released.
+	scales     *buffer
+	calibrated []bool
 	// k[l] and v[l] are the layer's arrays.
 	k, v []cu.DevicePtr
 	vm   *vmSpace  // nil: eager buffers in bufs
@@ -60,7 +69,16 @@ func (s *kvStore) tensorMaps() (*tensorMaps, error) {
 	cols := s.spec.Heads * s.spec.HeadDim
 	for l := 0; l < s.spec.Layers; l++ {
 		for i, base := range []cu.DevicePtr{s.k[l], s.v[l]} {
-			if err := m.encodeBF16Pages(2*l+i, base, cols, s.spec.PageSize, s.spec.Pages, s.spec.HeadDim, tma3Kernel.tk); err != nil {
+			var err error
+			switch {
+			case s.fp8 && i == 0:
+				err = m.encodeFP8KPages(2*l, base, cols, s.spec.PageSize, s.rows(), s.spec.Pages, s.spec.HeadDim, f8Kernel.tk)
+			case s.fp8:
+				err = m.encodeFP8VtPages(2*l+1, base, cols, s.rows(), s.spec.Pages, f8Kernel.tk, s.spec.HeadDim)
+			default:
+				err = m.encodeBF16Pages(2*l+i, base, cols, s.spec.PageSize, s.spec.Pages, s.spec.HeadDim, tma3Kernel.tk)
+			}
+			if err != nil {
 				m.free()
 				return nil, err
 			}
@@ -84,7 +102,16 @@ func (s *kvStore) Bytes() int64 {
 }
 
 func (s *kvStore) pageBytes() int64 {
-	return int64(s.spec.PageSize) * int64(s.spec.Heads*s.spec.HeadDim) * s.elem
+	return int64(s.rows()) * int64(s.spec.Heads*s.spec.HeadDim) * s.elem
+}
+
+// rows is the rows a page is allocated: the page size, rounded up to 16 in
+// FP8 mode (the transposed V's rows must be 16-byte multiples for the TMA).
+func (s *kvStore) rows() int {
+	if s.fp8 {
+		return fp8Rows(s.spec.PageSize)
+	}
+	return s.spec.PageSize
 }
 
 // back gives page p memory in every layer if it has none yet (owner thread).
@@ -128,13 +155,20 @@ func (g *gpu) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 	if err := g.Err(); err != nil {
 		return nil, err
 	}
-	st := &kvStore{spec: spec, bf: g.cfg.Precision == BF16, elem: 4, g: g, backed: make([]bool, spec.Pages)}
-	if st.bf {
+	st := &kvStore{spec: spec, bf: g.cfg.Precision == BF16, fp8: g.cfg.Precision == FP8, elem: 4, g: g, backed: make([]bool, spec.Pages)}
+	switch {
+	case st.bf:
 		st.elem = 2
+	case st.fp8:
+		if spec.HeadDim != 64 {
+			return nil, fmt.Errorf("cuda: the FP8 cache's kernel takes heads of 64, not %d: use precision bf16", spec.HeadDim)
+		}
+		st.elem = 1
+		st.calibrated = make([]bool, spec.Layers)
 	}
 	per := int64(spec.Pages) * st.pageBytes()
 	plan := kvPlan{win: g.cfg.Window, layers: spec.Layers, heads: spec.Heads, headDim: spec.HeadDim,
-		pageSize: spec.PageSize, pages: spec.Pages, elem: st.elem, lazy: !g.cfg.EagerKV}
+		pageSize: spec.PageSize, pages: spec.Pages, elem: st.elem, lazy: !g.cfg.EagerKV, fp8ok: g.target.hopper()}
 	err := g.own.do(func() error {
 		free, total, err := memInfo()
 		if err != nil {
@@ -145,6 +179,11 @@ func (g *gpu) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 		}
 		if st.pt, err = g.pool.getAs(int64(spec.Pages)*4, catKV); err != nil {
 			return err
+		}
+		if st.fp8 {
+			if st.scales, err = g.pool.getAs(int64(spec.Layers)*2*int64(spec.Heads)*4, catKV); err != nil {
+				return err
+			}
 		}
 		if !g.cfg.EagerKV {
 			st.vm, err = newVMSpace(2*spec.Layers, per)
@@ -208,6 +247,10 @@ func (s *kvStore) free() {
 	}
 	s.g.pool.put(s.pt)
 	s.pt = nil
+	if s.scales != nil {
+		s.g.pool.put(s.scales)
+		s.scales = nil
+	}
 	s.maps.free()
 	s.maps = nil
 	s.k, s.v = nil, nil
@@ -229,6 +272,7 @@ func (s *kvStore) Release() error {
 		s.g.pool.external(-s.vm.bytes, catKV)
 		s.vm.unmapAll()
 		clear(s.backed)
+		clear(s.calibrated) // the next stream's first writes set the scales
 		// The next page table is checked (and its pages backed) even if it
 		// is the one on the device now.
 		s.ptHost = s.ptHost[:0]
@@ -286,6 +330,9 @@ func (g *gpu) WriteKV(s backend.KVStore, layer, page, dstRow int, k, v backend.T
 		if err := st.back(page); err != nil {
 			return err
 		}
+		if st.fp8 {
+			return g.writeKVFP8(st, layer, page, dstRow, kt.ptr()+cu.DevicePtr(int64(srcRow)*int64(ld)*4), vt.ptr()+cu.DevicePtr(int64(srcRow)*int64(ld)*4), n)
+		}
 		elem := int64(4)
 		kernel := "write_kv_f32"
 		if st.bf {
@@ -300,4 +347,26 @@ func (g *gpu) WriteKV(s backend.KVStore, layer, page, dstRow int, k, v backend.T
 		}
 		return g.launch1D("movement", kernel, cnt, st.k[layer]+dst, st.v[layer]+dst, kt.ptr()+src, vt.ptr()+src, cnt)
 	})
+}
+
+// writeKVFP8 quantizes n rows (fp32 at ks and vs) into rows [dstRow,
+// dstRow+n) of a page, first setting the layer's scales from them if this
+// is its first write (owner thread).
+func (g *gpu) writeKVFP8(st *kvStore, layer, page, dstRow int, ks, vs cu.DevicePtr, n int) error {
+	h := st.spec.Heads
+	scales := st.layerScales(layer)
+	if !st.calibrated[layer] {
+		if err := g.launch("kvfp8", "kv_fp8_calibrate", [3]int{h, 2, 1}, [3]int{256, 1, 1}, 0, ks, vs, n, h, scales); err != nil {
+			return err
+		}
+		st.calibrated[layer] = true
+	}
+	off := cu.DevicePtr(int64(page) * st.pageBytes())
+	return g.launch("kvfp8", "write_kv_fp8", [3]int{(n + 63) / 64, h, 1}, [3]int{256, 1, 1}, 0,
+		st.k[layer]+off, st.v[layer]+off, ks, vs, n, h, dstRow, st.rows(), scales)
+}
+
+// layerScales is the device address of a layer's FP8 scales.
+func (s *kvStore) layerScales(layer int) cu.DevicePtr {
+	return s.scales.ptr + cu.DevicePtr(int64(layer)*2*int64(s.spec.Heads)*4)
 }

@@ -66,6 +66,26 @@ func (g *gpu) labPagedKernel(st *kvStore, layer int, fast bool) (k attnKernel, k
 		return k, maps.at(2 * layer), maps.at(2*layer + 1), true, nil
 	case hopper && (g.pagedVariant == pagedWG || g.pagedVariant == pagedTMA):
 		return wgKernel, kArg, vArg, true, nil
+	case hopper && (g.pagedVariant == pagedPoly4 || g.pagedVariant == pagedPoly2) && st.spec.PageSize >= tma3Kernel.tk:
+		maps, err := st.tensorMaps()
+		if err != nil {
+			return k, nil, nil, true, err
+		}
+		k = tma3Kernel
+		k.module, k.name = "attention_lab", "attn_tma3_paged_bf_"+g.pagedVariant
+		k.splits = g.pagedSplits
+		return k, maps.at(2 * layer), maps.at(2*layer + 1), true, nil
 	}
 	return k, kArg, vArg, false, nil
+}
+
+// labF8Kernel is the FP8 cache's kernel of a lab variant; ok is false when
+// the production one applies.
+func (g *gpu) labF8Kernel() (k attnKernel, ok bool) {
+	if g.pagedVariant != pagedPoly4 && g.pagedVariant != pagedPoly2 {
+		return k, false
+	}
+	k = f8Kernel
+	k.module, k.name = "attention_lab", "attn_f8_paged_"+g.pagedVariant
+	return k, true
 }

@@ -13,3 +13,5 @@ func (g *gpu) labAttention(out, qt, kt, vt *Tensor, scale float32) (bool, error)
 func (g *gpu) labPagedKernel(st *kvStore, layer int, fast bool) (attnKernel, any, any, bool, error) {
 	return attnKernel{}, nil, nil, false, nil
 }
+
+func (g *gpu) labF8Kernel() (attnKernel, bool) { return attnKernel{}, false }

@@ -28,7 +28,7 @@ func (g *gpu) LayerNorm(x, w, b backend.Tensor, eps float32) backend.Tensor {
 			// block's norm1/norm2 feed only qkv/fc1), which costs less than
 			// the cast that GEMM would otherwise make.
 			var bf cu.DevicePtr
-			if g.cfg.Precision == BF16 {
+			if g.cfg.Precision.bf16Trunk() {
 				var err error
 				if bf, err = g.attachBF16(out); err != nil {
 					return err

@@ -407,7 +407,7 @@ func (g *gpu) Weight(name string, data []float32, prec backend.Precision, shape 
 	if backend.Numel(shape) != len(data) {
 		panic(fmt.Sprintf("cuda: Weight %s: %d values for shape %v", name, len(data), shape))
 	}
-	trunk := prec == backend.Trunk && g.cfg.Precision == BF16
+	trunk := prec == backend.Trunk && g.cfg.Precision.bf16Trunk()
 	if trunk && len(shape) == 2 && len(data) > 0 {
 		return g.uploadMatrixBF16(data, shape)
 	}

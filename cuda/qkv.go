@@ -78,7 +78,7 @@ func (g *gpu) SplitQKV(qkv backend.Tensor, p backend.QKVParams) (q, k, v backend
 			// In BF16 mode k and v also come out in bf16 for the attention
 			// that reads them (see Attention), sparing it two casts.
 			var kbf, vbf cu.DevicePtr
-			if g.cfg.Precision == BF16 && !g.cfg.ExactAttention {
+			if g.cfg.Precision.bf16Trunk() && !g.cfg.ExactAttention {
 				var err error
 				if kbf, err = g.attachBF16(ts[1]); err == nil {
 					vbf, err = g.attachBF16(ts[2])

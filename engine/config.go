@@ -27,7 +27,9 @@ type Config struct {
 	// Threads for the CPU backend (0 = all cores).
 	Threads int `mapstructure:"threads"`
 	// Precision of the CUDA backend: "bf16" (the reference's production
-	// path) or "fp32" (exact, slower). The CPU backend is always fp32.
+	// path), "fp32" (exact, slower) or "fp8" (bf16 with the KV cache and
+	// the global attention in FP8, Hopper GPUs: half the cache's memory).
+	// The CPU backend is always fp32.
 	Precision string `mapstructure:"precision"`
 	// SelectedLayers are the aggregator layers the heads read; empty means
 	// the released model's choice for its depth ([4 11 17 23] for 24 layers).
@@ -149,7 +151,7 @@ var CUDAArches = []string{"auto", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90"}
 // the CUDA backend names its paged-attention kernels: "fa2" (the portable
 // kernel) in every build; the others are the lab's (cuda/dev), which only a
 // binary built with the cudadev tag runs.
-var PagedKernels = []string{"fa2", "mma", "exact", "wg", "tma"}
+var PagedKernels = []string{"fa2", "mma", "exact", "wg", "tma", "poly4", "poly2"}
 
 // DefaultConfig is the reference demo's configuration; the model's own
 // defaults (model.DefaultOptions) are its source for the model settings.
@@ -201,8 +203,8 @@ func (c Config) Validate() error {
 	if c.Weights == "" && c.ModelSize != "tiny" && c.ModelSize != "full" {
 		bad("model_size", "must be tiny or full, not %q", c.ModelSize)
 	}
-	if c.Precision != "bf16" && c.Precision != "fp32" {
-		bad("precision", "must be bf16 or fp32, not %q", c.Precision)
+	if c.Precision != "bf16" && c.Precision != "fp32" && c.Precision != "fp8" {
+		bad("precision", "must be bf16, fp32 or fp8, not %q", c.Precision)
 	}
 	if c.Threads < 0 {
 		bad("threads", "must be ≥ 0, not %d", c.Threads)

@@ -23,8 +23,11 @@ func newEngineStream(ctx context.Context, cfg engine.Config, log *slog.Logger) (
 func cudaConfig(cfg engine.Config, log *slog.Logger) cuda.Config {
 	k := cfg.CUDA
 	c := cuda.DefaultConfig()
-	if cfg.Precision == "fp32" {
+	switch cfg.Precision {
+	case "fp32":
 		c.Precision = cuda.FP32
+	case "fp8":
+		c.Precision = cuda.FP8
 	}
 	c.CacheDir = k.KernelCache
 	c.ExactAttention = k.ExactAttention

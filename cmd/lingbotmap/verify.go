@@ -90,7 +90,7 @@ golden outputs. The golden case's manifest sets the model and its schedule.`,
 	}
 	f := cmd.Flags()
 	o.settings, bindErr = bindSettings(f, verifyDefaults(), verifySettings())
-	f.Float64Var(&o.rtol, "rtol", 0, "relative tolerance (default 1e-4 for fp32; bf16: 2e-2 pose, 3e-2 depth)")
+	f.Float64Var(&o.rtol, "rtol", 0, "relative tolerance (default 1e-4 for fp32; bf16: 2e-2 pose, 3e-2 depth; fp8: 4e-2 pose, 6e-2 depth)")
 	f.StringVar(&o.jsonOut, "json", "", "also write the report as JSON to this file")
 	f.StringVar(&o.images, "images", "", "decode and preprocess the manifest's image_files from this folder instead of reading inputs.safetensors (checks preprocessing end to end)")
 	return cmd
@@ -197,8 +197,12 @@ func runVerify(ctx context.Context, o *verifyOptions, out io.Writer) error {
 	pose, depth := o.rtol, o.rtol
 	if pose == 0 {
 		pose, depth = 1e-4, 1e-4
-		if o.device == "cuda" && o.precision == "bf16" {
+		switch {
+		case o.device == "cuda" && o.precision == "bf16":
 			pose, depth = 2e-2, 3e-2
+		case o.device == "cuda" && o.precision == "fp8":
+			// Twice bf16's: the issue's bar for the FP8 cache (#21).
+			pose, depth = 4e-2, 6e-2
 		}
 	}
 
@@ -246,14 +250,23 @@ func runVerify(ctx context.Context, o *verifyOptions, out io.Writer) error {
 	// of the threshold is a tie no bf16 run can be expected to reproduce:
 	// verify follows the reference there (so the later outputs stay
 	// comparable) and reports it; any other decision must match.
-	flowTol := 1e-3
+	flowTol, flowClip := 1e-3, 0.0
 	var ties []string
-	if cfg.Device == "cuda" && cfg.Precision == "bf16" {
+	if cfg.Device == "cuda" && (cfg.Precision == "bf16" || cfg.Precision == "fp8") {
 		// The mean flow is dominated by the pixels that move most, which
 		// amplifies the pose error: measured bf16 errors reach 5 % of the
-		// largest flow, so the values are held to 1e-1 of it and the tie
-		// band is the depth tolerance of the threshold itself.
+		// largest flow, so the values are held to 1e-1 of it (fp8: 2e-1)
+		// and the tie band is the depth tolerance of the threshold itself.
 		flowTol = 1e-1
+		if cfg.Precision == "fp8" {
+			flowTol = 2e-1
+		}
+		// A flow far above the threshold decides nothing that rounding
+		// could change, and its value can be ill-conditioned (one stream_flow
+		// frame: 89 px in the reference, 95 in bf16, 453 in fp8, each a
+		// keyframe at a 14 px threshold): flows are compared up to twice the
+		// threshold, and the decisions all the same.
+		flowClip = 2 * cfg.FlowThreshold
 		refDec, refFlow := referenceDecisions(m)
 		cfg.Decide = tieFollower(refDec, refFlow, cfg.FlowThreshold, depth, &ties)
 	}
@@ -298,7 +311,7 @@ func runVerify(ctx context.Context, o *verifyOptions, out io.Writer) error {
 	}
 	compareOutputs(rep, ref, results, n, h, w, pose, depth, problem)
 	rep.Ties = ties
-	compareSchedule(rep, m, trace, flowTol, problem)
+	compareSchedule(rep, m, trace, flowTol, flowClip, problem)
 	if a, ok := st.(engine.Aligner); ok && cfg.Windowed {
 		compareAlignments(rep, ref, a.Alignments(), pose, problem)
 	}
@@ -440,8 +453,9 @@ func compareOutputs(rep *verifyReport, ref *weights.SafeTensors, results []engin
 	}
 }
 
-// compareSchedule checks the cache bookkeeping after every call and the flow decisions.
-func compareSchedule(rep *verifyReport, m *golden.Manifest, trace []engine.TraceEvent, flowTol float64, problem func(string, ...any)) {
+// compareSchedule checks the cache bookkeeping after every call and the
+// flow decisions; with flowClip > 0, flows above it are compared as flowClip.
+func compareSchedule(rep *verifyReport, m *golden.Manifest, trace []engine.TraceEvent, flowTol, flowClip float64, problem func(string, ...any)) {
 	var calls []engine.TraceEvent
 	var decisions []engine.TraceEvent
 	for _, ev := range trace {
@@ -478,6 +492,9 @@ func compareSchedule(rep *verifyReport, m *golden.Manifest, trace []engine.Trace
 		return
 	}
 	fs := &errStat{Output: "flow (px)", Group: "decisions", Tol: flowTol}
+	if flowClip > 0 {
+		fs.Group = fmt.Sprintf("decisions ≤ %g px", flowClip)
+	}
 	var pairs []string
 	for i, d := range decisions {
 		if i < len(refFlow) {
@@ -491,7 +508,11 @@ func compareSchedule(rep *verifyReport, m *golden.Manifest, trace []engine.Trace
 			}
 		}
 		if i < len(refFlow) {
-			fs.add([]float32{float32(d.Flow)}, []float32{float32(refFlow[i])})
+			got, want := d.Flow, refFlow[i]
+			if flowClip > 0 {
+				got, want = min(got, flowClip), min(want, flowClip)
+			}
+			fs.add([]float32{float32(got)}, []float32{float32(want)})
 		}
 	}
 	rep.Flows = strings.Join(pairs, " ")

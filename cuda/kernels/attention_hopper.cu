@@ -13,6 +13,9 @@
 #define WTILE (WK * HD * 2) // bytes of one K or V tile
 #define WSTAGES 5           // K+V stages of the cp.async kernel (at least 4); tiles are loaded WSTAGES-2 ahead
 #define WSTAGES_TMA 4       // K+V stages of the TMA kernel
+#define F8_TILE (WK * HD)   // bytes of one e4m3 K or Vᵀ tile
+
+#include "fp8.cuh"
 
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
 // D(64×128) (+)= A(64×16, registers) · B(16×128, shared memory descriptor, K-major).
@@ -63,6 +66,58 @@ __device__ __forceinline__ void wgmma_n128_ss_first(float* d, unsigned long long
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WG_REGS64 "%64, %65, p, 1, 1, 0, 0;\n}\n"
                  : WG_ACC64(WG_WO)
                  : "l"(da), "l"(db), "r"(0));
+}
+
+// Shared-memory matrix descriptor, 64-byte swizzle: K-major rows of 64
+// bytes (an e4m3 head of 64), atoms of 8 rows 512 bytes apart.
+__device__ __forceinline__ unsigned long long wg_desc64(unsigned addr) {
+    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | (1ull << 16) | ((unsigned long long)(512 >> 4) << 32) |
+           (2ull << 62);
+}
+
+// S(64×128) (+)= A(64×32) · B(32×128), e4m3, both from shared-memory
+// descriptors (K-major, as FP8 wgmma requires of both).
+__device__ __forceinline__ void wgmma_f8_ss(float* d, unsigned long long da, unsigned long long db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " WG_REGS64 "%64, %65, p, 1, 1;\n}\n"
+                 : WG_ACC64(WG_RW)
+                 : "l"(da), "l"(db), "r"(acc));
+}
+// Its first k-step: D is only written (see wgmma_n128_k_first).
+__device__ __forceinline__ void wgmma_f8_ss_first(float* d, unsigned long long da, unsigned long long db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " WG_REGS64 "%64, %65, p, 1, 1;\n}\n"
+                 : WG_ACC64(WG_WO)
+                 : "l"(da), "l"(db), "r"(0));
+}
+
+// O(64×64) += P(64×32, e4m3 registers) · V(32×64), V given as Vᵀ rows
+// (K-major) through a shared-memory descriptor.
+__device__ __forceinline__ void wgmma_f8_pv(float* d, const unsigned* a, unsigned long long desc) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+        "{%32,%33,%34,%35}, %36, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
+
+// 2^x on the FMA and integer units instead of the special-function unit
+// (which does ex2 at an eighth of the FMA rate): x = n + f, n the nearest
+// integer, 2^f by a cubic fitted on [-0.5, 0.5] (relative error 7.5e-5),
+// 2^n added to the exponent. x is clamped at -125 (2^-125 is 0 to P).
+__device__ __forceinline__ float ex2_poly(float x) {
+    x = fmaxf(x, -125.f);
+    const float r = x + 12582912.f; // 1.5·2^23: the mantissa's low bits now hold round(x)
+    const float f = x - (r - 12582912.f);
+    const float p = fmaf(fmaf(fmaf(0.0551716685f, f, 0.242611140f), f, 0.693260968f), f, 0.999928057f);
+    return __int_as_float(__float_as_int(p) + (__float_as_int(r) << 23));
 }
 
 // (wg_pin of floats is in common.cuh.)
@@ -136,12 +191,24 @@ struct __align__(64) TensorMap {
 // second and third share a schedule role (see run), and Q lives in shared
 // memory so that the 168 registers a thread then has suffice (with Q in
 // registers ptxas serialized the MMAs).
-template <bool TMA, int NWG>
+//
+// F8: the FP8 cache of kvfp8.cu (three warpgroups, TMA). K tiles are 128
+// keys × 64 e4m3 bytes in the 64-byte swizzle, Vᵀ tiles 64 rows × 128 keys
+// in the 128-byte swizzle; Q is rounded to e4m3 with a scale per row and
+// head (its largest magnitude to 448), kept beside Q in shared memory; kvs
+// holds the layer's per-head K and V scales. The scores' row factors
+// f0, f1 take the scales into the softmax; P is formed as 2^8 times the
+// probabilities (in e4m3's normal range, the factor cancels in O/l), and
+// V's scale multiplies the output.
+//
+// POLY > 0 (the lab's variants): every POLY-th group of four scores takes
+// its exponentials from ex2_poly, sharing the work with the FMA units.
+template <bool TMA, int NWG, bool F8 = false, int POLY = 0>
 __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16_t* __restrict__ k,
                                          const bf16_t* __restrict__ v, const TensorMap* tk, const TensorMap* tv,
                                          const int* __restrict__ pages, int ps, int nq, int nk, int h, float scale,
                                          float* __restrict__ out, float* __restrict__ pm, float* __restrict__ pl,
-                                         unsigned* __restrict__ obf) {
+                                         unsigned* __restrict__ obf, const float* __restrict__ kvs = nullptr) {
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
     extern __shared__ __align__(16) unsigned char wg_smem[];
     // Swizzle atoms must start on 1024 bytes; the launch adds 1 KB of slack.
@@ -158,6 +225,9 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     const i64 ld = (i64)h * HD;
 
     constexpr int NST = TMA ? WSTAGES_TMA : WSTAGES; // K+V stages
+    static_assert(!F8 || (TMA && NWG == 3), "the FP8 cache is read with three warpgroups and TMA copies");
+    constexpr int KTILE = F8 ? F8_TILE : WTILE;    // bytes of a K tile; a V tile follows it
+    constexpr int STAGE = KTILE + (F8 ? F8_TILE : WTILE);
     const int nsplit = gridDim.z;
     // cp.async: keys [k0, k1) in tiles of WK from k0. TMA: tiles [tb, tb +
     // ntiles) of the (page, part) sequence, tpp parts a page; the last page
@@ -186,7 +256,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         }
     };
     // TMA: the stages' barriers follow the tiles.
-    const unsigned bars = sbase + NST * 2 * WTILE;
+    const unsigned bars = sbase + NST * STAGE;
     int nextPage = 0; // TMA, thread 0: the page of the next tile to load, read a tile ahead
 
     // Thread tid copies 16-byte chunk (tid & 7) of rows (tid >> 3) + 32·i, i < 4;
@@ -201,10 +271,11 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
                 // Tiles are loaded in order: fetch the page after this one now.
                 const int pn = (tb + t + 1) / tpp;
                 if (pn < npg) nextPage = pages[pn];
-                const unsigned st = sbase + (t % NST) * 2 * WTILE, bar = bars + (t % NST) * 8;
-                mbar_expect_tx(bar, 2 * WTILE);
+                const unsigned st = sbase + (t % NST) * STAGE, bar = bars + (t % NST) * 8;
+                mbar_expect_tx(bar, STAGE);
                 tma_load_3d(st, tk, hd * HD, part * WK, page, bar);
-                tma_load_3d(st + WTILE, tv, hd * HD, part * WK, page, bar);
+                if constexpr (F8) tma_load_3d(st + KTILE, tv, part * WK, hd * HD, page, bar); // Vᵀ: keys, then rows
+                else tma_load_3d(st + KTILE, tv, hd * HD, part * WK, page, bar);
             }
             return;
         }
@@ -261,9 +332,42 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // fragments of this warp's 16 rows.
     static_assert(NWG == 2 || (TMA && NWG == 3), "three warpgroups need the TMA layout of shared memory");
     constexpr bool QS = NWG == 3;
-    const unsigned qsm = sbase + NST * 2 * WTILE + 1024 + wg * 8192;
+    constexpr int QTILE = F8 ? 4096 : 8192; // bytes of a warpgroup's Q
+    const unsigned qsm = sbase + NST * STAGE + 1024 + wg * QTILE;
+    // F8: the row scales of Q, 64 floats a warpgroup after the Q tiles.
+    float* const qscale = (float*)(sgen + NST * STAGE + 1024 + NWG * QTILE) + wg * 64;
     unsigned qa[QS ? 1 : 4][4];
-    if constexpr (QS) {
+    if constexpr (F8) {
+        // Thread pair j holds row j's 64 values, 32 each: their largest
+        // magnitude sets the row's scale.
+        const int j = (tid & 127) >> 1, half = tid & 1, row = wrow + j;
+        const float* qr = q + (i64)min(row, nq - 1) * ld + (i64)hd * HD + half * 32;
+        float x[32];
+        float amax = 0.f;
+#pragma unroll
+        for (int c = 0; c < 8; c++) {
+            float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (row < nq) y = *(const float4*)(qr + c * 4);
+            x[4 * c] = y.x, x[4 * c + 1] = y.y, x[4 * c + 2] = y.z, x[4 * c + 3] = y.w;
+            amax = fmaxf(amax, fmaxf(fmaxf(fabsf(y.x), fabsf(y.y)), fmaxf(fabsf(y.z), fabsf(y.w))));
+        }
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        const float sq = amax > 0.f ? amax / 448.f : 1.f, iq = 1.f / sq;
+        if (half == 0) qscale[j] = sq;
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            unsigned w[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float* z = x + 16 * c + 4 * e;
+                w[e] = f8_pack4(z[0] * iq, z[1] * iq, z[2] * iq, z[3] * iq);
+            }
+            const int ch = half * 2 + c; // 16-byte chunk of the 64-byte row, 64-byte swizzle
+            *(uint4*)(sgen + (qsm - sbase) + j * 64 + ((ch ^ ((j >> 1) & 3)) << 4)) = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+        fence_proxy_async();
+        __syncthreads(); // the row scales, for the threads whose score rows they are
+    } else if constexpr (QS) {
         const int j = (tid & 127) >> 1, half = tid & 1, row = wrow + j;
         const float* qr = q + (i64)min(row, nq - 1) * ld + (i64)hd * HD + half * 32;
 #pragma unroll
@@ -285,11 +389,19 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         load_q_frags(qa, q0, q1, ok0, ok1, tg);
     }
     const float sl2 = scale * 1.4426950408889634f;
+    // The scores' factors into base-2 exponents of rows r0 and r1.
+    float f0 = sl2, f1 = sl2, sv = 1.f;
+    if constexpr (F8) {
+        const float sk = kvs[hd];
+        sv = kvs[h + hd];
+        f0 = sl2 * sk * qscale[warp * 16 + g];
+        f1 = sl2 * sk * qscale[warp * 16 + g + 8];
+    }
     float o[32];
 #pragma unroll
     for (int i = 0; i < 32; i++) o[i] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
-    unsigned p[8][4]; // P of the tile whose P·V comes next, as A fragments
+    unsigned p[F8 ? 4 : 8][4]; // P of the tile whose P·V comes next, as A fragments
 
     // S = Q·Kᵀ of tile t (issued, not waited for). carried: s lives across
     // the loop's back edge while the MMA runs (warpgroup 1), so its first
@@ -297,9 +409,13 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // registers; otherwise it only writes s, which then needs no registers
     // between tiles.
     auto issue_qk = [&](float(&s)[64], int t, bool carried) {
-        const unsigned ka = sbase + (t % NST) * 2 * WTILE;
+        const unsigned ka = sbase + (t % NST) * STAGE;
         wg_fence();
-        if constexpr (QS) {
+        if constexpr (F8) {
+            if (carried) wgmma_f8_ss(s, wg_desc64(qsm), wg_desc64(ka), 0);
+            else wgmma_f8_ss_first(s, wg_desc64(qsm), wg_desc64(ka));
+            wgmma_f8_ss(s, wg_desc64(qsm + 32), wg_desc64(ka + 32), 1);
+        } else if constexpr (QS) {
             if (carried) wgmma_n128_ss(s, wg_desc(qsm, 16, 1024), wg_desc(ka, 16, 1024), 0);
             else wgmma_n128_ss_first(s, wg_desc(qsm, 16, 1024), wg_desc(ka, 16, 1024));
 #pragma unroll
@@ -315,10 +431,15 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     };
     // O += P·V of tile t (issued, not waited for).
     auto issue_pv = [&](int t) {
-        const unsigned va = sbase + (t % NST) * 2 * WTILE + WTILE;
+        const unsigned va = sbase + (t % NST) * STAGE + KTILE;
         wg_fence();
+        if constexpr (F8) {
 #pragma unroll
-        for (int kk = 0; kk < 8; kk++) wgmma_n64_mn(o, p[kk], wg_desc(va + kk * 2048, 16, 1024), 1);
+            for (int kk = 0; kk < 4; kk++) wgmma_f8_pv(o, p[kk], wg_desc(va + kk * 32, 16, 1024));
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < 8; kk++) wgmma_n64_mn(o, p[kk], wg_desc(va + kk * 2048, 16, 1024), 1);
+        }
         wg_commit();
     };
     // Online softmax of tile t's scores: new maxima, the factors c0, c1 for
@@ -340,17 +461,28 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         }
         tree16(a, b, fmaxf);
         const float mn0 = fmaxf(m0, quad_max(a[0])), mn1 = fmaxf(m1, quad_max(b[0]));
-        c0 = ex2((m0 - mn0) * sl2); // 0 on the first tile
-        c1 = ex2((m1 - mn1) * sl2);
+        c0 = ex2((m0 - mn0) * f0); // 0 on the first tile
+        c1 = ex2((m1 - mn1) * f1);
         m0 = mn0;
         m1 = mn1;
-        const float ms0 = mn0 * sl2, ms1 = mn1 * sl2;
+        float ms0 = mn0 * f0, ms1 = mn1 * f1;
+        if constexpr (F8) {
+            ms0 -= 8.f; // P = 2^8 · probability
+            ms1 -= 8.f;
+        }
 #pragma unroll
         for (int j = 0; j < 16; j++) {
-            s[4 * j] = ex2(fmaf(s[4 * j], sl2, -ms0));
-            s[4 * j + 1] = ex2(fmaf(s[4 * j + 1], sl2, -ms0));
-            s[4 * j + 2] = ex2(fmaf(s[4 * j + 2], sl2, -ms1));
-            s[4 * j + 3] = ex2(fmaf(s[4 * j + 3], sl2, -ms1));
+            if (POLY > 0 && j % (POLY > 0 ? POLY : 1) == POLY - 1) {
+                s[4 * j] = ex2_poly(fmaf(s[4 * j], f0, -ms0));
+                s[4 * j + 1] = ex2_poly(fmaf(s[4 * j + 1], f0, -ms0));
+                s[4 * j + 2] = ex2_poly(fmaf(s[4 * j + 2], f1, -ms1));
+                s[4 * j + 3] = ex2_poly(fmaf(s[4 * j + 3], f1, -ms1));
+            } else {
+                s[4 * j] = ex2(fmaf(s[4 * j], f0, -ms0));
+                s[4 * j + 1] = ex2(fmaf(s[4 * j + 1], f0, -ms0));
+                s[4 * j + 2] = ex2(fmaf(s[4 * j + 2], f1, -ms1));
+                s[4 * j + 3] = ex2(fmaf(s[4 * j + 3], f1, -ms1));
+            }
             a[j] = s[4 * j] + s[4 * j + 1];
             b[j] = s[4 * j + 2] + s[4 * j + 3];
         }
@@ -359,6 +491,20 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         l1 = l1 * c1 + b[0];
     };
     auto to_p = [&](const float(&s)[64]) {
+        if constexpr (F8) {
+            // Register kk·4+i of the 32-key step kk: rows g (i even) and g+8
+            // (i odd), the stored key positions 4t…4t+3 (i < 2) and 16+4t…
+            // (f8_key_pos maps keys there).
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                const float* x = s + 16 * kk;
+                p[kk][0] = f8_pack4(x[0], x[1], x[4], x[5]);
+                p[kk][1] = f8_pack4(x[2], x[3], x[6], x[7]);
+                p[kk][2] = f8_pack4(x[8], x[9], x[12], x[13]);
+                p[kk][3] = f8_pack4(x[10], x[11], x[14], x[15]);
+            }
+            return;
+        }
 #pragma unroll
         for (int kk = 0; kk < 8; kk++) {
             p[kk][0] = pack_bf16(s[8 * kk], s[8 * kk + 1]);
@@ -393,9 +539,18 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             mbar_wait(bars + (t % NST) * 8, (t / NST) & 1);
             if (stale(t)) {
                 const int nt = tile_keys(t);
-                unsigned char* vs = sgen + (t % NST) * 2 * WTILE + WTILE;
-                for (int i = tid; i < (WK - nt) * 8; i += blockDim.x)
-                    *(uint4*)(vs + nt * 128 + i * 16) = make_uint4(0, 0, 0, 0);
+                unsigned char* vs = sgen + (t % NST) * STAGE + KTILE;
+                if constexpr (F8) {
+                    // Vᵀ: key columns nt… of every row, at their stored
+                    // positions in the 128-byte swizzle.
+                    for (int i = tid; i < (WK - nt) * HD; i += blockDim.x) {
+                        const int d = i & (HD - 1), key = nt + i / HD, pos = (key & ~15) | f8_key_pos(key & 15);
+                        vs[d * 128 + (((pos >> 4) ^ (d & 7)) << 4) + (pos & 15)] = 0;
+                    }
+                } else {
+                    for (int i = tid; i < (WK - nt) * 8; i += blockDim.x)
+                        *(uint4*)(vs + nt * 128 + i * 16) = make_uint4(0, 0, 0, 0);
+                }
                 fence_proxy_async();
             }
         } else {
@@ -515,17 +670,17 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         if (r >= nq) continue;
         float* dst;
         unsigned* dbf = nullptr;
-        float mul = 1.f;
+        float mul = sv; // 1 but in F8
         if (nsplit == 1) {
             const i64 at = (i64)r * ld + (i64)hd * HD;
             dst = out + at;
             if (obf) dbf = obf + at / 2;
-            mul = lsum > 0.f ? 1.f / lsum : 0.f;
+            mul = lsum > 0.f ? sv / lsum : 0.f;
         } else {
             const i64 prow = ((i64)blockIdx.z * nq + r) * h + hd;
             dst = out + prow * HD;
             if (tg == 0) {
-                pm[prow] = (half ? m1 : m0) * sl2;
+                pm[prow] = half ? m1 * f1 : m0 * f0;
                 pl[prow] = lsum;
             }
         }
@@ -569,3 +724,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
 // head dim 64. It needs key splits to fill the GPU (96 blocks for one
 // frame's 1005 queries × 16 heads).
 TMA_PAGED_KERNEL(attn_tma3_paged_bf, 3)
+
+// The FP8 cache's kernel (F8 in wg_paged): K and Vᵀ as e4m3 tensor maps
+// (kvfp8.cu's layout), kvs the layer's K and V scales per head. Shared
+// memory: the stages (16 KB), 1 KB for the barriers, Q (4 KB a warpgroup),
+// its row scales, and 1 KB of alignment slack.
+extern "C" __global__ void __launch_bounds__(384, 1)
+    attn_f8_paged(const float* __restrict__ q, const __grid_constant__ TensorMap tk, const __grid_constant__ TensorMap tv,
+                  const int* __restrict__ pages, int ps, int nq, int nk, int h, float scale, float* __restrict__ out,
+                  float* __restrict__ pm, float* __restrict__ pl, const float* __restrict__ kvs,
+                  unsigned* __restrict__ obf) {
+    pdl_wait();
+    wg_paged<true, 3, true>(q, nullptr, nullptr, &tk, &tv, pages, ps, nq, nk, h, scale, out, pm, pl, obf, kvs);
+}

@@ -5,8 +5,9 @@
 #
 #   cuda/scripts/run.sh [STAGE...]     run in the order given; stages: info build
 #                                     test bench verify (= verify-bf16 verify-fp32)
-#                                     benchcmd ref peak profile sanitize ncu wgcheck
-#                                     golden-sized pipeline long runfolder smallgpu
+#                                     verify-fp8 benchcmd ref peak profile sanitize
+#                                     ncu wgcheck golden-sized pipeline long runfolder
+#                                     smallgpu reach
 #                                     (default: info build test bench)
 #   TEST_RUN=regexp   go test -run filter (default: all tests); TEST_SKIP=regexp -skip
 #   SANITIZE_RUN=re   tests for the 'sanitize' stage (compute-sanitizer memcheck)
@@ -38,6 +39,7 @@
 #                     execution trace and CPU profile of PIPE_TRACE_S seconds
 #                     (default 5) of each pipeline run into $OUT; PIPE_ARGS="..."
 #                     more flags for every pipeline run
+#   REACH_LONG=n      'reach': frames of the long fp8 run (default 1000; 0 skips it)
 #   SIZED_HW=HxW      'golden-sized': input size of the cases it makes with the
 #                     reference and then verifies (default 224x294: 336-token
 #                     pages, so the TMA paged kernels run; needs .ref)
@@ -114,7 +116,7 @@ stage_test() {
   grep -E '^(--- FAIL|FAIL|ok|PASS)|relative error|device error|panic' "$OUT/test.log" | head -40 | tee -a "$OUT/summary.txt"
   # If a tensor-core attention kernel is wrong, time and verify the rest with
   # the exact fp32 kernels rather than report numbers from a broken kernel.
-  if grep -qE -- '--- FAIL: Test(Paged)?Attention' "$OUT/test.log"; then
+  if grep -qE -- '--- FAIL: Test(Paged)?Attention \(' "$OUT/test.log"; then
     export LINGBOTMAP_CUDA_EXACT_ATTENTION=1
     say "attention tests failed: later stages run with LINGBOTMAP_CUDA_EXACT_ATTENTION=1"
   fi
@@ -195,6 +197,23 @@ stage_smallgpu() { # the memory of cuda/README.md's settings for 8 and 16 GB car
     say "small-GPU setting $i ($args): exit $?"
     grep -E 'steady|phase 1|^memory|memory at close' "$OUT/smallgpu-$i.log" | sed -E 's/^.*INFO //' | tee -a "$OUT/summary.txt"
   done
+}
+
+stage_reach() { # cuda/README.md's GPU table: bf16, fp8 and the portable path with a full cache at 518×378
+  local spec name prec arch
+  for spec in "bf16 bf16 auto" "fp8 fp8 auto" "portable bf16 sm_80"; do
+    read -r name prec arch <<<"$spec"
+    LINGBOTMAP_CUDA_ARCH=$arch timeout 200 /tmp/lingbotmap bench --device cuda --precision "$prec" --frames 164 --warmup 80 \
+      --mem-every 16 >"$OUT/reach-$name.log" 2>&1
+    say "reach $name (precision $prec, cuda.arch $arch): exit $?"
+    grep -E 'steady|full cache|phase 1|^memory|memory at close|cuda backend ready' "$OUT/reach-$name.log" | sed -E 's/^.*INFO //' | tee -a "$OUT/summary.txt"
+  done
+  if [ "${REACH_LONG:-1000}" -gt 0 ]; then
+    timeout 240 /tmp/lingbotmap bench --device cuda --precision fp8 --frames "${REACH_LONG:-1000}" --warmup 80 --mem-every 100 \
+      >"$OUT/reach-fp8-long.log" 2>&1
+    say "reach fp8 over ${REACH_LONG:-1000} frames: exit $?"
+    grep -E 'steady|full cache|^memory|after [0-9]+ frames|memory at close' "$OUT/reach-fp8-long.log" | sed -E 's/^.*INFO //' | tail -8 | tee -a "$OUT/summary.txt"
+  fi
 }
 
 stage_long() { # hours of camera in miniature: the node's default live windows, as fast as they go
@@ -326,6 +345,8 @@ for st in $stages; do
     verify) stage_verify bf16; stage_verify fp32 ;;
     verify-bf16) stage_verify bf16 ;;
     verify-fp32) stage_verify fp32 ;;
+    verify-fp8) stage_verify fp8 ;;
+    reach) stage_reach ;;
     benchcmd) stage_benchcmd ;;
     pipeline) stage_pipeline ;;
     long) stage_long ;;

@@ -176,3 +176,30 @@ extern "C" __global__ void __launch_bounds__(128) attn_mma_dense(const float* q,
 // The Hopper paged kernel with two warpgroups and TMA copies (see
 // TMA_PAGED_KERNEL in attention_hopper.cu).
 TMA_PAGED_KERNEL(attn_tma_paged_bf, 2)
+
+// The production TMA kernels with part of the softmax's exponentials on the
+// FMA units (POLY in wg_paged): every fourth or every second group of four
+// scores. Same parameters as attn_tma3_paged_bf and attn_f8_paged.
+#define POLY_BF_KERNEL(NAME, POLY)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                               \
+        NAME(const float* __restrict__ q, const __grid_constant__ TensorMap tk, const __grid_constant__ TensorMap tv,   \
+             const int* __restrict__ pages, int ps, int nq, int nk, int h, float scale, float* __restrict__ out,        \
+             float* __restrict__ pm, float* __restrict__ pl, unsigned* __restrict__ obf) {                              \
+        pdl_wait();                                                                                                     \
+        wg_paged<true, 3, false, POLY>(q, nullptr, nullptr, &tk, &tv, pages, ps, nq, nk, h, scale, out, pm, pl, obf);  \
+    }
+POLY_BF_KERNEL(attn_tma3_paged_bf_poly4, 4)
+POLY_BF_KERNEL(attn_tma3_paged_bf_poly2, 2)
+
+#define POLY_F8_KERNEL(NAME, POLY)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                               \
+        NAME(const float* __restrict__ q, const __grid_constant__ TensorMap tk, const __grid_constant__ TensorMap tv,   \
+             const int* __restrict__ pages, int ps, int nq, int nk, int h, float scale, float* __restrict__ out,        \
+             float* __restrict__ pm, float* __restrict__ pl, const float* __restrict__ kvs,                             \
+             unsigned* __restrict__ obf) {                                                                              \
+        pdl_wait();                                                                                                     \
+        wg_paged<true, 3, true, POLY>(q, nullptr, nullptr, &tk, &tv, pages, ps, nq, nk, h, scale, out, pm, pl, obf,    \
+                                      kvs);                                                                             \
+    }
+POLY_F8_KERNEL(attn_f8_paged_poly4, 4)
+POLY_F8_KERNEL(attn_f8_paged_poly2, 2)

@@ -1,0 +1,251 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/lingbotmap/lingbotmap/engine/backend"
+)
+
+// fp8Pair is the FP8 backend against the CPU oracle; without FP8 kernels
+// (a target below sm_90) it checks that New refused with a message that
+// names the setting, and returns false.
+func fp8Pair(t *testing.T, seed uint64) (pair, bool) {
+	t.Helper()
+	if fx.fp8 == nil {
+		g := fx.bf16.(*gpu)
+		if g.target.hopper() {
+			t.Fatalf("precision fp8 on a Hopper target: %v", fx.fp8Err)
+		}
+		if fx.fp8Err == nil || !strings.Contains(fx.fp8Err.Error(), "precision fp8") || !strings.Contains(fx.fp8Err.Error(), "bf16") {
+			t.Fatalf("precision fp8 on %s: error %v, want one that names precision fp8 and bf16", g.target.arch, fx.fp8Err)
+		}
+		return pair{}, false
+	}
+	return pair{t: t, gpu: fx.fp8, rng: rand.New(rand.NewPCG(seed, 3))}, true
+}
+
+// quantizeRows rounds each head's 64 values of every row to e4m3 with the
+// row's scale (its largest magnitude to 448), as the FP8 kernel rounds Q.
+func quantizeRows(x []float32, h, d int) []float32 {
+	out := make([]float32, len(x))
+	for r := 0; r < len(x)/(h*d); r++ {
+		for hd := 0; hd < h; hd++ {
+			row := x[(r*h+hd)*d : (r*h+hd+1)*d]
+			var amax float32
+			for _, v := range row {
+				amax = max(amax, float32(math.Abs(float64(v))))
+			}
+			sq := float32(1)
+			if amax > 0 {
+				sq = amax / 448
+			}
+			iq := 1 / sq
+			for i, v := range row {
+				out[(r*h+hd)*d+i] = e4m3Value(e4m3Bits(v*iq)) * sq
+			}
+		}
+	}
+	return out
+}
+
+// TestPagedAttentionFP8 writes the cases of TestPagedAttention (head dim
+// 64) into an FP8 store and checks (1) that the store holds each value
+// rounded to e4m3 at its power-of-two scale (ExportKV dequantizes, V read
+// back through its transposed, permuted layout), and (2) the FP8 kernel
+// against the CPU's exact attention over those stored values and over Q
+// rounded as the kernel rounds it, so that what is left is the rounding of
+// P to e4m3 (about 2^-4/√3 relative per probability: a few per cent of a
+// random output); and reports the error against unrounded inputs.
+func TestPagedAttentionFP8(t *testing.T) {
+	p, ok := fp8Pair(t, 21)
+	if !ok {
+		return
+	}
+	// Against unrounded inputs the error is Q's and K's rounding, which the
+	// peaky scores of these inputs amplify (head 1's keys are 8 times
+	// larger): 0.06–0.16 measured on the H200; a wrong layout gives ~1.
+	const tolStored, tolExact = 6e-2, 0.3
+	cases := []struct{ ps, frames, specials, nq, h int }{
+		{999, 5, 6, 1005, 2}, {7, 11, 3, 10, 2}, {65, 40, 30, 200, 2}, {64, 9, 64, 129, 3}, {100, 30, 1, 77, 1},
+		{130, 7, 100, 200, 2}, {257, 3, 200, 150, 2}, {128, 4, 128, 130, 1}, {15, 6, 6, 400, 2},
+	}
+	const d = 64
+	for _, c := range cases {
+		spec := backend.KVSpec{Layers: 2, Pages: c.frames + 4, PageSize: c.ps, Heads: c.h, HeadDim: d}
+		gs, err := p.gpu.NewKVStore(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exact, err := fx.cpu.NewKVStore(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ld := c.h * d
+		what := fmt.Sprintf("FP8 PagedAttention %+v", c)
+		var table []int32
+		written := map[int32]int{} // rows written a page
+		write := func(page int32, row int, k, v []float32, n int) {
+			ck, gk := p.in(k, n, ld)
+			cv, gv := p.in(v, n, ld)
+			fx.cpu.WriteKV(exact, 1, int(page), row, ck, cv, 0, n)
+			p.gpu.WriteKV(gs, 1, int(page), row, gk, gv, 0, n)
+			written[page] = max(written[page], row+n)
+		}
+		specialPage := int32(c.frames + 2)
+		for f := 0; f < c.frames; f++ {
+			page := int32((f*3 + 1) % (c.frames + 2))
+			// Heads and V of different magnitudes: the scales are per head.
+			k, v := p.randn(c.ps*ld, 1.5), p.randn(c.ps*ld, 0.7)
+			for i := range k {
+				if i%ld >= d {
+					k[i] *= 8
+				}
+			}
+			write(page, 0, k, v, c.ps)
+			table = append(table, page)
+		}
+		nan := make([]float32, c.ps*ld)
+		for i := range nan {
+			nan[i] = float32(math.NaN())
+		}
+		write(specialPage, 0, nan, nan, c.ps) // stale rows past the specials
+		written[specialPage] = 0
+		half := c.specials / 2
+		write(specialPage, 0, p.randn(half*ld, 1), p.randn(half*ld, 1), half)
+		write(specialPage, half, p.randn((c.specials-half)*ld, 1), p.randn((c.specials-half)*ld, 1), c.specials-half)
+		table = append(table, specialPage)
+
+		// (1) The stored values.
+		per := c.ps * ld
+		sk := make([]float32, len(table)*per)
+		sv := make([]float32, len(table)*per)
+		if err := gs.(backend.KVSnapshotter).ExportKV(1, table, sk, sv); err != nil {
+			t.Fatal(err)
+		}
+		ek := make([]float32, len(table)*per)
+		ev := make([]float32, len(table)*per)
+		if err := exact.(backend.KVSnapshotter).ExportKV(1, table, ek, ev); err != nil {
+			t.Fatal(err)
+		}
+		// Each head's largest magnitude bounds its scale: at most twice
+		// (a power of two) 16/448 of the first write's.
+		amax := make([]float64, 2*c.h)
+		for i, page := range table {
+			for j := 0; j < written[page]*ld; j++ {
+				amax[j%ld/d] = max(amax[j%ld/d], math.Abs(float64(ek[i*per+j])))
+				amax[c.h+j%ld/d] = max(amax[c.h+j%ld/d], math.Abs(float64(ev[i*per+j])))
+			}
+		}
+		for i, page := range table {
+			for j := 0; j < written[page]*ld; j++ {
+				for w, a := range [][2]float32{{sk[i*per+j], ek[i*per+j]}, {sv[i*per+j], ev[i*per+j]}} {
+					// Half a quantum: 2^-4 of the value, or half the
+					// subnormals' quantum, 2^-10 of the scale.
+					bound := math.Abs(float64(a[1]))/16 + amax[w*c.h+j%ld/d]*32/448/1024
+					if diff := math.Abs(float64(a[0] - a[1])); !(diff <= bound) {
+						t.Fatalf("%s: page %d element %d stored as %g, want %g rounded to e4m3 (bound %g)", what, page, j, a[0], a[1], bound)
+					}
+				}
+			}
+		}
+
+		// (2) The kernel.
+		stored, err := fx.cpu.NewKVStore(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stored.(backend.KVSnapshotter).ImportKV(1, table, sk, sv); err != nil {
+			t.Fatal(err)
+		}
+		q := p.randn(c.nq*ld, 1)
+		cq, gq := p.in(quantizeRows(q, c.h, d), c.nq, c.h, d)
+		eq := fx.cpu.FromHost(q, c.nq, c.h, d)
+		scale := float32(1 / math.Sqrt(d))
+		// The lab's variants of the kernel (cudadev builds), pages of a tile or more.
+		for _, variant := range labPagedKernels() {
+			if strings.HasPrefix(variant, "poly") && c.ps >= f8Kernel.tk {
+				g := p.gpu.(*gpu)
+				g.pagedVariant = variant
+				p.check(what+" kernel "+variant, p.gpu.PagedAttention(gq, gs, 1, table, c.specials, scale), fx.cpu.PagedAttention(cq, stored, 1, table, c.specials, scale), tolStored)
+				g.pagedVariant = pagedFA
+			}
+		}
+		got := p.gpu.PagedAttention(gq, gs, 1, table, c.specials, scale)
+		want := fx.cpu.PagedAttention(cq, stored, 1, table, c.specials, scale)
+		g, w, e := p.gpu.ToHost(got), fx.cpu.ToHost(want), fx.cpu.ToHost(fx.cpu.PagedAttention(eq, exact, 1, table, c.specials, scale))
+		if err := p.gpu.Err(); err != nil {
+			t.Fatalf("%s: device error: %v", what, err)
+		}
+		p.gpu.Free(got)
+		fx.cpu.Free(want)
+		relS, worst := relErr(g, w)
+		relE, _ := relErr(g, e)
+		t.Logf("%s: relative error %.3g against the stored values, %.3g against unrounded inputs", what, relS, relE)
+		if !(relS <= tolStored) {
+			t.Errorf("%s: relative error %.3g > %.3g against the stored values (worst element %d: got %g want %g)", what, relS, tolStored, worst, g[worst], w[worst])
+		}
+		if !(relE <= tolExact) {
+			t.Errorf("%s: relative error %.3g > %.3g against unrounded inputs", what, relE, tolExact)
+		}
+		p.check(what+" prefix", p.gpu.PagedAttention(gq, gs, 1, table[:2], c.ps, scale), fx.cpu.PagedAttention(cq, stored, 1, table[:2], c.ps, scale), tolStored)
+
+		// Restoring into a fresh store takes scales from the values (within
+		// e4m3's rounding); into the same store, bit for bit.
+		if err := gs.(backend.KVSnapshotter).ImportKV(1, table, sk, sv); err != nil {
+			t.Fatal(err)
+		}
+		rk := make([]float32, len(sk))
+		rv := make([]float32, len(sv))
+		if err := gs.(backend.KVSnapshotter).ExportKV(1, table, rk, rv); err != nil {
+			t.Fatal(err)
+		}
+		for i, page := range table {
+			for j := 0; j < written[page]*ld; j++ {
+				if rk[i*per+j] != sk[i*per+j] || rv[i*per+j] != sv[i*per+j] {
+					t.Fatalf("%s: re-imported page %d element %d: K %g V %g, want %g %g", what, page, j, rk[i*per+j], rv[i*per+j], sk[i*per+j], sv[i*per+j])
+				}
+			}
+		}
+		fresh, err := p.gpu.NewKVStore(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fresh.(backend.KVSnapshotter).ImportKV(1, table, sk, sv); err != nil {
+			t.Fatal(err)
+		}
+		p.check(what+" restored", p.gpu.PagedAttention(gq, fresh, 1, table, c.specials, scale), fx.cpu.PagedAttention(cq, stored, 1, table, c.specials, scale), tolStored)
+		for _, s := range []backend.KVStore{gs, fresh} {
+			if err := s.(interface{ Close() error }).Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// The FP8 store takes half the bf16 store's memory a page (rows rounded up
+// to 16), and refuses head dims its kernel does not take.
+func TestKVStoreFP8Size(t *testing.T) {
+	p, ok := fp8Pair(t, 22)
+	if !ok {
+		return
+	}
+	spec := backend.KVSpec{Layers: 2, Pages: 4, PageSize: 999, Heads: 16, HeadDim: 64}
+	s, err := p.gpu.NewKVStore(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.(interface{ Close() error }).Close()
+	st := p.gpu.(*gpu).kv(s)
+	if got, want := st.pageBytes(), int64(1008*16*64); got != want {
+		t.Errorf("FP8 page of one array: %d bytes, want %d", got, want)
+	}
+	if _, err := p.gpu.NewKVStore(backend.KVSpec{Layers: 1, Pages: 2, PageSize: 10, Heads: 2, HeadDim: 128}); err == nil || !strings.Contains(err.Error(), "bf16") {
+		t.Errorf("head dim 128 in fp8: error %v, want one that suggests bf16", err)
+	}
+}
