@@ -81,8 +81,9 @@ func BenchmarkPagedAttention(b *testing.B) {
 	}
 	q := g.FromHost(p.randn(nq*h*d, 1), nq, h, d)
 	keys := float64(frames*ps + specials)
-	for _, variant := range append([]string{pagedFA, pagedFA2}, labPagedKernels()...) {
-		b.Run(cmp.Or(variant, "auto"), func(b *testing.B) {
+	// run times one variant of the kernel on a backend and store.
+	run := func(name string, g Backend, st backend.KVStore, q backend.Tensor, variant string) {
+		b.Run(name, func(b *testing.B) {
 			g.(*gpu).pagedVariant = variant
 			defer func() { g.(*gpu).pagedVariant = pagedFA }()
 			g.Free(g.PagedAttention(q, st, 0, table, specials, 0.125))
@@ -94,6 +95,9 @@ func BenchmarkPagedAttention(b *testing.B) {
 			waitGPU(b, g)
 			b.ReportMetric(4*nq*keys*h*d*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
 		})
+	}
+	for _, variant := range append([]string{pagedFA, pagedFA2}, labPagedKernels()...) {
+		run(cmp.Or(variant, "auto"), g, st, q, variant)
 	}
 	// The same in an FP8 store (e4m3 K and V, the FP8 tensor cores).
 	f8 := fx.fp8
@@ -109,21 +113,9 @@ func BenchmarkPagedAttention(b *testing.B) {
 		f8.WriteKV(s8, 0, int(pg), 0, k8, v8, 0, ps)
 	}
 	for _, variant := range append([]string{pagedFA}, labPagedKernels()...) {
-		if variant != pagedFA && !strings.HasPrefix(variant, "poly") {
-			continue
+		if variant == pagedFA || strings.HasPrefix(variant, "poly") {
+			run("fp8_"+cmp.Or(variant, "auto"), f8, s8, q8, variant)
 		}
-		b.Run("fp8_"+cmp.Or(variant, "auto"), func(b *testing.B) {
-			f8.(*gpu).pagedVariant = variant
-			defer func() { f8.(*gpu).pagedVariant = pagedFA }()
-			f8.Free(f8.PagedAttention(q8, s8, 0, table, specials, 0.125))
-			waitGPU(b, f8)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				f8.Free(f8.PagedAttention(q8, s8, 0, table, specials, 0.125))
-			}
-			waitGPU(b, f8)
-			b.ReportMetric(4*nq*keys*h*d*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
-		})
 	}
 }
 

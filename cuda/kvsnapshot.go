@@ -68,17 +68,7 @@ func (s *kvStore) ImportKV(layer int, pages []int32, k, v []float32) error {
 // the K and then the V of every listed page with its device address and host
 // values. raw is a page's bf16 staging buffer, nil when the store is float32.
 func (s *kvStore) copyPages(layer int, pages []int32, k, v []float32, each func(p int32, dev cu.DevicePtr, host []float32, raw []uint16) error) error {
-	per, err := s.checkPages(layer, pages, len(k), len(v))
-	if err != nil {
-		return err
-	}
-	if err := s.g.Err(); err != nil {
-		return err
-	}
-	return s.g.own.do(func() error {
-		if err := cu.Synchronize(); err != nil {
-			return err
-		}
+	return s.onPages(layer, pages, k, v, func(per int) error {
 		var raw []uint16
 		if s.bf {
 			raw = make([]uint16, per)
@@ -93,6 +83,25 @@ func (s *kvStore) copyPages(layer int, pages []int32, k, v []float32, each func(
 			}
 		}
 		return nil
+	})
+}
+
+// onPages checks an export or import and calls f with a page's values on
+// the GPU's thread once the kernels already queued (which may write the
+// pages) have run.
+func (s *kvStore) onPages(layer int, pages []int32, k, v []float32, f func(per int) error) error {
+	per, err := s.checkPages(layer, pages, len(k), len(v))
+	if err != nil {
+		return err
+	}
+	if err := s.g.Err(); err != nil {
+		return err
+	}
+	return s.g.own.do(func() error {
+		if err := cu.Synchronize(); err != nil {
+			return err
+		}
+		return f(per)
 	})
 }
 
@@ -121,17 +130,7 @@ func (s *kvStore) checkPages(layer int, pages []int32, nk, nv int) (int, error) 
 // exportFP8 dequantizes the listed pages of one layer to the host
 // ([PageSize][Heads·HeadDim] each, V transposed back).
 func (s *kvStore) exportFP8(layer int, pages []int32, k, v []float32) error {
-	per, err := s.checkPages(layer, pages, len(k), len(v))
-	if err != nil {
-		return err
-	}
-	if err := s.g.Err(); err != nil {
-		return err
-	}
-	return s.g.own.do(func() error {
-		if err := cu.Synchronize(); err != nil {
-			return err
-		}
+	return s.onPages(layer, pages, k, v, func(per int) error {
 		if !s.calibrated[layer] {
 			// Never written: its pages hold zeros (or nothing yet).
 			clear(k[:len(pages)*per])
@@ -173,19 +172,10 @@ func (s *kvStore) exportFP8(layer int, pages []int32, k, v []float32) error {
 // importFP8 quantizes host K and V into the listed pages of one layer,
 // setting the layer's scales from them first if it has none.
 func (s *kvStore) importFP8(layer int, pages []int32, k, v []float32) error {
-	per, err := s.checkPages(layer, pages, len(k), len(v))
-	if err != nil {
-		return err
-	}
-	if err := s.g.Err(); err != nil {
-		return err
-	}
 	cols, rows, hd, h := s.spec.Heads*s.spec.HeadDim, s.rows(), s.spec.HeadDim, s.spec.Heads
-	return s.g.own.do(func() error {
-		if err := cu.Synchronize(); err != nil {
-			return err
-		}
+	return s.onPages(layer, pages, k, v, func(per int) error {
 		var sc []float32
+		var err error
 		if s.calibrated[layer] {
 			if sc, err = s.hostScales(layer); err != nil {
 				return err
