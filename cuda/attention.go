@@ -88,6 +88,10 @@ var tma3Kernel = attnKernel{module: "attention_hopper", name: "attn_tma3_paged_b
 // alignment slack (kernels/attention_hopper.cu, F8).
 var f8Kernel = attnKernel{module: "attention_hopper", name: "attn_f8_paged", bq: 192, tk: 128, perSM: 1, smem: tmaStages*2*128*64 + 1024 + 3*4096 + 3*256 + 1024, threads: 384, bfOut: true, fillWaves: true}
 
+// fa2F8Kernel reads the FP8 cache on any GPU: fa2's schedule on e4m3 tiles
+// widened to fp16, two stages of a K and a Vᵀ tile of 64 rows × 80 bytes.
+var fa2F8Kernel = attnKernel{module: "attention_fa2", name: "attn_fa2_paged_f8", bq: faBQ, tk: mmaTK, perSM: 2, smem: 2 * 2 * mmaTK * 80, bfOut: true}
+
 // fa2Kernel is the mma.sync pipelined kernel, paged or dense.
 func fa2Kernel(name string) attnKernel {
 	return attnKernel{module: "attention_fa2", name: name, bq: faBQ, tk: mmaTK, perSM: 2, smem: 2 * faStage, bfOut: true}
@@ -321,7 +325,10 @@ func (g *gpu) pagedKernel(st *kvStore, layer int) (k attnKernel, kArg, vArg any,
 	kArg, vArg = st.k[layer], st.v[layer]
 	d := st.spec.HeadDim
 	if st.fp8 {
-		// NewKVStore and New made sure of head dim 64 and the Hopper target.
+		// NewKVStore made sure of head dim 64.
+		if !g.kernels.hopper() || g.pagedVariant == pagedFA2 {
+			return fa2F8Kernel, kArg, vArg, nil
+		}
 		maps, err := st.tensorMaps()
 		if err != nil {
 			return k, nil, nil, err

@@ -80,11 +80,6 @@ func New(cfg Config) (Backend, error) {
 		own.stop()
 		return nil, err
 	}
-	if cfg.Precision == FP8 && !t.hopper() {
-		own.stop()
-		return nil, fmt.Errorf("cuda: precision fp8 runs the global attention on Hopper's FP8 tensor cores (an sm_90 GPU and cuda.arch auto or sm_90), but %s (sm_%d%d) with cuda.arch %q runs the %s kernels (%s); use precision bf16 there",
-			info.name, info.major, info.minor, cfg.Arch, t.family(), t.arch)
-	}
 	g := &gpu{cfg: cfg, log: log, own: own, info: info, target: t, launcher: newLauncher(), smemAllowed: map[string]int{}}
 	g.pool.limit = max(cfg.CacheLimit, 0)
 	if cfg.PagedKernel != "auto" {

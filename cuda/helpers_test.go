@@ -19,12 +19,8 @@ import (
 // The GPU backends are created once for the package: a context costs a few
 // hundred milliseconds and every test compares against the same CPU oracle.
 type fixtures struct {
-	cpu        *cpu.Backend
-	fp32, bf16 Backend
-	// fp8 is nil when the target has no FP8 kernels (cuda.arch below
-	// sm_90); fp8Err is then New's refusal, which the FP8 tests check.
-	fp8    Backend
-	fp8Err error
+	cpu             *cpu.Backend
+	fp32, bf16, fp8 Backend
 }
 
 var fx fixtures
@@ -50,13 +46,14 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	cfg.Precision = FP8
-	fx.fp8, fx.fp8Err = New(cfg)
+	if fx.fp8, err = New(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "cuda tests need a GPU:", err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	fx.fp32.Close()
 	fx.bf16.Close()
-	if fx.fp8 != nil {
-		fx.fp8.Close()
-	}
+	fx.fp8.Close()
 	os.Exit(code)
 }
 

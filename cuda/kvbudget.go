@@ -50,8 +50,6 @@ type kvPlan struct {
 	// lazy: pages get memory when first written (virtual memory
 	// management), so reserved but unwritten pages cost nothing.
 	lazy bool
-	// fp8ok: the GPU runs the FP8 cache (Hopper), so the error may suggest it.
-	fp8ok bool
 }
 
 // rows is the rows a page is allocated (kvStore.rows).
@@ -188,7 +186,7 @@ func (p kvPlan) check(free, total int64) error {
 	}{{2, "precision bf16"}, {1, "precision fp8"}} {
 		q := p
 		q.elem = c.elem
-		if c.elem < p.elem && (c.elem > 1 || p.fp8ok && p.headDim == 64) && q.need() <= free {
+		if c.elem < p.elem && (c.elem > 1 || p.headDim == 64) && q.need() <= free {
 			fits = append(fits, c.name)
 			break
 		}

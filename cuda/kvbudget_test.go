@@ -126,20 +126,22 @@ func TestKVPlanCheck(t *testing.T) {
 	if err := fp32.check(p.need(), total); err == nil || !strings.Contains(err.Error(), "precision bf16") {
 		t.Errorf("fp32 with bf16's need free: %v", err)
 	}
-	// bf16 that fits in fp8 says so on a GPU that runs it (Hopper), and not
-	// elsewhere; an fp8 page is 1008 rows of one byte.
+	// bf16 that fits in fp8 says so for heads of 64 (the FP8 kernels'), and
+	// not for others; an fp8 page is 1008 rows of one byte.
 	fp8 := p
 	fp8.elem = 1
 	if got, want := fp8.pageBytes(), int64(24*1008*2*1024); got != want {
 		t.Errorf("fp8 page: %d bytes, want %d", got, want)
 	}
-	hopper := p
-	hopper.fp8ok = true
-	if err := hopper.check(fp8.need(), total); err == nil || !strings.Contains(err.Error(), "precision fp8") {
-		t.Errorf("bf16 with fp8's need free, Hopper: %v", err)
+	if err := p.check(fp8.need(), total); err == nil || !strings.Contains(err.Error(), "precision fp8") {
+		t.Errorf("bf16 with fp8's need free: %v", err)
 	}
-	if err := p.check(fp8.need(), total); err == nil || strings.Contains(err.Error(), "precision fp8") {
-		t.Errorf("bf16 with fp8's need free, no FP8 kernels: %v", err)
+	wide := p
+	wide.heads, wide.headDim = 8, 128
+	wide8 := wide
+	wide8.elem = 1
+	if err := wide.check(wide8.need(), total); err == nil || strings.Contains(err.Error(), "precision fp8") {
+		t.Errorf("bf16 heads of 128 with fp8's need free: %v", err)
 	}
 	// Without a window the error is the store's alone.
 	bare := p

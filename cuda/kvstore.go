@@ -168,7 +168,7 @@ func (g *gpu) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 	}
 	per := int64(spec.Pages) * st.pageBytes()
 	plan := kvPlan{win: g.cfg.Window, layers: spec.Layers, heads: spec.Heads, headDim: spec.HeadDim,
-		pageSize: spec.PageSize, pages: spec.Pages, elem: st.elem, lazy: !g.cfg.EagerKV, fp8ok: g.target.hopper()}
+		pageSize: spec.PageSize, pages: spec.Pages, elem: st.elem, lazy: !g.cfg.EagerKV}
 	err := g.own.do(func() error {
 		free, total, err := memInfo()
 		if err != nil {

@@ -65,7 +65,7 @@ func kernelsIn(src string) []string {
 // left every module compilable in the same order.
 func TestKernelSourcesAssemble(t *testing.T) {
 	want := map[string][]string{
-		"attention_fa2.cu":    {"attn_fa2_dense_bf", "attn_fa2_paged_bf"},
+		"attention_fa2.cu":    {"attn_fa2_dense_bf", "attn_fa2_paged_bf", "attn_fa2_paged_f8"},
 		"attention_hopper.cu": {"attn_tma3_paged_bf", "attn_wg_paged_bf", "attn_f8_paged"},
 		"kvfp8.cu":            {"kv_fp8_calibrate", "write_kv_fp8"},
 		"attention_lab.cu":    {"attn_mma_dense", "attn_mma_paged_bf", "attn_tma_paged_bf"},

@@ -20,6 +20,8 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const void* p) {
 }
 
 // ---------------------------------------------------------------------------
+#include "fp8.cuh"
+
 // FA2-style paged kernel: 128 queries per block, each of the 4 warps owns 32
 // query rows (two m16 tiles), so every K and V fragment read from shared
 // memory (ldmatrix, 16 bytes a lane) feeds two MMAs instead of one — the
@@ -43,11 +45,25 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned* r, const void* p) {
 // row maxima and sums as pairwise trees instead of 16-long chains, and the
 // rescale of O and l skipped when no row of the warp raised its maximum
 // (the factor would be exactly 1).
-template <int STAGES, bool PAGED, bool TREE = false>
+//
+// F8 (paged): the FP8 cache (kvfp8.cu) on any GPU: k and v are its e4m3 K
+// and transposed V arrays, kvs the layer's scales. Tiles never straddle a
+// page (a page is ceil(ps/64) tiles from its start, as in the TMA kernels),
+// so that a tile's keys are whole 16-key groups of the transposed V. The
+// e4m3 values are widened exactly to fp16 (2^-8 of them, folded into the
+// scales) and Q and P are fp16, on fp16 MMAs: no rounding beyond the
+// cache's own. Shared memory rows are 80 bytes (64 and 16 of padding, which
+// spares the fragment loads bank conflicts). A stale value in a tile's
+// masked rows decodes to a finite number (e4m3 NaN is not one in fp16), so
+// P = 0 cancels it.
+#define F8ROW 80
+template <int STAGES, bool PAGED, bool TREE = false, bool F8 = false>
 __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_t* __restrict__ k,
                                         const bf16_t* __restrict__ v, const int* __restrict__ pages, int ps, int nq,
                                         int nk, int h, float scale, float* __restrict__ out, float* __restrict__ pm,
-                                        float* __restrict__ pl, unsigned* __restrict__ obf) {
+                                        float* __restrict__ pl, unsigned* __restrict__ obf,
+                                        const float* __restrict__ kvs = nullptr) {
+    static_assert(!F8 || PAGED, "the FP8 cache is paged");
     // STAGES × (K tile, V tile), dynamic: three stages need more than 48 KB.
     extern __shared__ __align__(16) bf16_t fa_smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
@@ -58,15 +74,55 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
     const int nsplit = gridDim.z;
     int chunk = (nk + nsplit - 1) / nsplit;
     chunk = (chunk + MK - 1) / MK * MK;
-    const int k0 = blockIdx.z * chunk;
-    const int k1 = min(nk, k0 + chunk);
-    const int ntiles = k1 > k0 ? (k1 - k0 + MK - 1) / MK : 0;
+    int k0 = blockIdx.z * chunk;
+    int k1 = min(nk, k0 + chunk);
+    int ntiles = k1 > k0 ? (k1 - k0 + MK - 1) / MK : 0;
+    // F8: tiles [tb, tb + ntiles) of the (page, part) sequence, tpp parts a
+    // page, the last page holding `last` rows; pages are rowsPad rows apart.
+    const int tpp = (ps + MK - 1) / MK, npg = (nk + ps - 1) / ps, last = nk - (npg - 1) * ps;
+    const int rowsPad = (ps + 15) & ~15;
+    int tb = 0;
+    if constexpr (F8) {
+        const int total = (npg - 1) * tpp + (last + MK - 1) / MK;
+        const int per = (total + nsplit - 1) / nsplit;
+        tb = blockIdx.z * per;
+        ntiles = max(0, min(total, tb + per) - tb);
+    }
+    // Keys of tile t (the rest of its rows are masked).
+    auto tile_keys = [&](int t) {
+        if constexpr (F8) {
+            const int pi = (tb + t) / tpp, part = (tb + t) - pi * tpp;
+            return min(MK, (pi == npg - 1 ? last : ps) - part * MK);
+        } else {
+            return k1 - (k0 + t * MK);
+        }
+    };
 
     // Thread tid copies rows (tid >> 3) + 16·i, i < 4, columns (tid & 7)·8.
     const int lrow = tid >> 3, lcol = (tid & 7) * 8;
     const bf16_t* kb = k + (i64)hd * HD + lcol;
     const bf16_t* vb = v + (i64)hd * HD + lcol;
     auto load_tile = [&](int t, int stage) {
+        if constexpr (F8) {
+            // Thread tid copies 16-byte chunk (tid & 3) of K rows and Vᵀ rows
+            // (tid >> 2) + 32·i, i < 2.
+            const int pi = (tb + t) / tpp, part = (tb + t) - pi * tpp, page = pages[pi];
+            const unsigned char* k8 = (const unsigned char*)k;
+            const unsigned char* v8 = (const unsigned char*)v;
+            unsigned char* st = (unsigned char*)fa_smem + stage * (2 * MK * F8ROW);
+            const int c = tid & 3;
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int j = (tid >> 2) + 32 * i, key = part * MK + j;
+                const bool kin = key < ps, vin = part * MK + c * 16 < rowsPad;
+                const i64 krow = (i64)page * rowsPad + (kin ? key : 0);
+                cp_async16(st + j * F8ROW + c * 16, k8 + krow * ld + hd * HD + c * 16, kin);
+                cp_async16(st + MK * F8ROW + j * F8ROW + c * 16,
+                           v8 + ((i64)page * ld + hd * HD + j) * rowsPad + (vin ? part * MK + c * 16 : 0), vin);
+            }
+            cp_async_commit();
+            return;
+        }
         const int t0 = k0 + t * MK;
         int pi = 0, rem = 0;
         if (PAGED && ps >= MK) {
@@ -116,9 +172,11 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
         const bool ok0 = rows[mt][0] < nq, ok1 = rows[mt][1] < nq;
         const float* q0 = q + (qrow0 + (ok0 ? rows[mt][0] : 0)) * ld + (i64)hd * HD;
         const float* q1 = q + (qrow0 + (ok1 ? rows[mt][1] : 0)) * ld + (i64)hd * HD;
-        load_q_frags(qa[mt], q0, q1, ok0, ok1, tg);
+        load_q_frags<F8>(qa[mt], q0, q1, ok0, ok1, tg);
     }
-    const float sl2 = scale * 1.4426950408889634f; // softmax in base 2
+    // Softmax in base 2; F8: K's scale and the 2^8 of its fp16 form folded in.
+    const float sl2 = F8 ? scale * 1.4426950408889634f * kvs[hd] * 256.f : scale * 1.4426950408889634f;
+    const float vmul = F8 ? kvs[h + hd] * 256.f : 1.f; // V's, applied to O
     float o[2][8][4];
     float m[2][2], l[2][2];
 #pragma unroll
@@ -137,13 +195,29 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
         __syncthreads();
         if (t + STAGES - 1 < ntiles) load_tile(t + STAGES - 1, (t + STAGES - 1) % STAGES);
         else cp_async_commit();
-        const bf16_t* kt = fa_smem + (t % STAGES) * (2 * MK * SROW);
-        const bf16_t* vt = kt + MK * SROW;
+        const bf16_t* kt = fa_smem + (t % STAGES) * (F8 ? MK * F8ROW : 2 * MK * SROW);
+        const bf16_t* vt = kt + (F8 ? MK * F8ROW / 2 : MK * SROW);
+        const unsigned char* k8t = (const unsigned char*)kt;
+        const unsigned char* v8t = (const unsigned char*)vt;
 
         // S = Q·Kᵀ (raw, unscaled): 32 rows × 64 keys per warp.
         float s[2][8][4];
 #pragma unroll
         for (int n = 0; n < 8; n++) {
+            if constexpr (F8) {
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+                // Key n·8+g, dims kk·16 + 2tg, +1 and +8, +9.
+                const unsigned char* kr = k8t + (n * 8 + g) * F8ROW + 2 * tg;
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    const unsigned x = *(const unsigned short*)(kr + kk * 16) | ((unsigned)*(const unsigned short*)(kr + kk * 16 + 8) << 16);
+                    const unsigned b0 = f8x2_to_f16x2<false>(x), b1 = f8x2_to_f16x2<true>(x);
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) mma_f16(s[mt][n], qa[mt][kk], b0, b1);
+                }
+                continue;
+            }
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
 #pragma unroll
@@ -157,7 +231,7 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
                 }
             }
         }
-        const int nt = k1 - (k0 + t * MK);
+        const int nt = tile_keys(t);
         if (nt < MK) {
 #pragma unroll
             for (int mt = 0; mt < 2; mt++)
@@ -220,6 +294,27 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
         // O += P·V, P rounded to bf16 as A fragments straight from registers.
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
+            if constexpr (F8) {
+                // P in fp16; V's B fragment for dims n·8+g: keys 2tg, 2tg+1,
+                // 8+2tg, 9+2tg of this 16-key group, which the transposed V
+                // keeps as the 4 bytes at 4tg (f8_key_pos).
+                unsigned a[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    a[mt][0] = pack_f16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    a[mt][1] = pack_f16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    a[mt][2] = pack_f16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    a[mt][3] = pack_f16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                }
+#pragma unroll
+                for (int n = 0; n < 8; n++) {
+                    const unsigned x = *(const unsigned*)(v8t + (n * 8 + g) * F8ROW + kk * 16 + 4 * tg);
+                    const unsigned b0 = f8x2_to_f16x2<false>(x), b1 = f8x2_to_f16x2<true>(x);
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) mma_f16(o[mt][n], a[mt], b0, b1);
+                }
+                continue;
+            }
             unsigned a[2][4];
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
@@ -252,12 +347,12 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
             if (r >= nq) continue;
             float* dst;
             unsigned* dbf = nullptr;
-            float mul = 1.f;
+            float mul = vmul;
             if (nsplit == 1) {
                 const i64 at = (qrow0 + r) * ld + (i64)hd * HD;
                 dst = out + at;
                 if (obf) dbf = obf + at / 2;
-                mul = lsum > 0.f ? 1.f / lsum : 0.f;
+                mul = lsum > 0.f ? vmul / lsum : 0.f;
             } else {
                 const i64 rowsAll = (i64)(gridDim.y / h) * nq; // B·Nq, as attn_combine counts rows
                 const i64 prow = ((i64)blockIdx.z * rowsAll + qrow0 + r) * h + hd;
@@ -287,6 +382,17 @@ extern "C" __global__ void __launch_bounds__(128, 2) attn_fa2_paged_bf(const flo
                                                                        unsigned* obf) {
     pdl_wait();
     fa_attn<2, true, true>(q, k, v, pages, ps, nq, nk, h, scale, out, pm, pl, obf);
+}
+
+// The FP8 cache (kvfp8.cu's layout) on any GPU; kvs: the layer's scales.
+extern "C" __global__ void __launch_bounds__(128, 2) attn_fa2_paged_f8(const float* q, const unsigned char* k,
+                                                                       const unsigned char* v, const int* pages, int ps,
+                                                                       int nq, int nk, int h, float scale, float* out,
+                                                                       float* pm, float* pl, const float* kvs,
+                                                                       unsigned* obf) {
+    pdl_wait();
+    fa_attn<2, true, true, true>(q, (const bf16_t*)k, (const bf16_t*)v, pages, ps, nq, nk, h, scale, out, pm, pl, obf,
+                                 kvs);
 }
 
 // Dense attention of DINO and the frame blocks on bf16 copies of k and v

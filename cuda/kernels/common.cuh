@@ -39,6 +39,13 @@ __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
     return r;
 }
 
+// Two floats to an fp16 pair (lo in the low half), round to nearest even.
+__device__ __forceinline__ unsigned pack_f16(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
 // The two dimensions (i, j) that RoPE pair m of a head of d rotates together;
 // pairing 0: halves-2D (rotate-half inside each half), 1: interleaved
 // (2m, 2m+1). See backend.RoPEPairing.
@@ -149,6 +156,14 @@ __device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The same MMA on fp16 operands.
+__device__ __forceinline__ void mma_f16(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // Eight consecutive elements as four bf16 pairs.
 __device__ __forceinline__ void load8(const bf16_t* p, unsigned* w) {
     const uint4 v = *(const uint4*)p;
@@ -172,6 +187,8 @@ __device__ __forceinline__ float quad_sum(float v) {
 // Q rows r0 and r0+8 of one head (q0, q1; ok* false past the last query)
 // as the four register A fragments of an m16 tile over the head's 64
 // dimensions, rounded to bf16 like the reference's q for the bf16 cache.
+// F16: fp16 pairs instead (the FP8 cache's portable kernel).
+template <bool F16 = false>
 __device__ __forceinline__ void load_q_frags(unsigned (&qa)[4][4], const float* q0, const float* q1, bool ok0, bool ok1,
                                              int tg) {
 #pragma unroll
@@ -180,9 +197,16 @@ __device__ __forceinline__ void load_q_frags(unsigned (&qa)[4][4], const float* 
         const float2 z = make_float2(0.f, 0.f);
         const float2 x0 = ok0 ? *(const float2*)(q0 + c) : z, x1 = ok1 ? *(const float2*)(q1 + c) : z;
         const float2 y0 = ok0 ? *(const float2*)(q0 + c + 8) : z, y1 = ok1 ? *(const float2*)(q1 + c + 8) : z;
-        qa[kk][0] = pack_bf16(x0.x, x0.y);
-        qa[kk][1] = pack_bf16(x1.x, x1.y);
-        qa[kk][2] = pack_bf16(y0.x, y0.y);
-        qa[kk][3] = pack_bf16(y1.x, y1.y);
+        if constexpr (F16) {
+            qa[kk][0] = pack_f16(x0.x, x0.y);
+            qa[kk][1] = pack_f16(x1.x, x1.y);
+            qa[kk][2] = pack_f16(y0.x, y0.y);
+            qa[kk][3] = pack_f16(y1.x, y1.y);
+        } else {
+            qa[kk][0] = pack_bf16(x0.x, x0.y);
+            qa[kk][1] = pack_bf16(x1.x, x1.y);
+            qa[kk][2] = pack_bf16(y0.x, y0.y);
+            qa[kk][3] = pack_bf16(y1.x, y1.y);
+        }
     }
 }

@@ -1,11 +1,24 @@
 // FP8 (e4m3) helpers shared by the KV cache's writes (kvfp8.cu) and the
-// Hopper FP8 paged kernel (attention_hopper.cu). e4m3 conversions need
-// sm_89; below it they trap (the backend refuses fp8 there before
-// launching anything that converts).
+// FP8 paged kernels (attention_hopper.cu, attention_fa2.cu). Rounding to
+// e4m3 is one instruction from sm_89 and software below; widening
+// (f8x2_to_f16x2) is integer arithmetic.
 
 // Position of key c (0…15) of a 16-key group in the stored Vᵀ row.
 __device__ __forceinline__ int f8_key_pos(int c) {
     return c < 8 ? 4 * (c >> 1) + (c & 1) : 4 * ((c - 8) >> 1) + 2 + (c & 1);
+}
+
+// x rounded to e4m3 in software (GPUs below sm_89 have no conversion): to
+// nearest even, saturating at ±448, NaN kept.
+__device__ __forceinline__ unsigned f8_round(float x) {
+    const unsigned s = (__float_as_uint(x) >> 24) & 0x80u;
+    const float a = fabsf(x);
+    if (a != a) return s | 0x7fu;
+    if (a >= 448.f) return s | 0x7eu;
+    if (a < 0.015625f) return s | __float2uint_rn(a * 512.f); // subnormals: multiples of 2^-9 (8 is 2^-6's code)
+    unsigned u = __float_as_uint(a);
+    u += 0x7ffffu + ((u >> 20) & 1u); // round the mantissa to 3 bits, ties to even
+    return s | min((((u >> 23) - 120u) << 3) | ((u >> 20) & 7u), 0x7eu);
 }
 
 // Four floats to four e4m3 bytes (a in the low byte), round to nearest even,
@@ -17,8 +30,7 @@ __device__ __forceinline__ unsigned f8_pack4(float a, float b, float c, float d)
     asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(d), "f"(c));
     return (unsigned)lo | ((unsigned)hi << 16);
 #else
-    __trap();
-    return 0;
+    return f8_round(a) | (f8_round(b) << 8) | (f8_round(c) << 16) | (f8_round(d) << 24);
 #endif
 }
 
@@ -31,4 +43,15 @@ __device__ __forceinline__ float f8_scale(float amax) {
     int e;
     const float m = frexpf(t, &e); // t = m·2^e, m in [0.5, 1)
     return ldexpf(1.f, m == 0.5f ? e - 1 : e);
+}
+
+// Bytes 0 and 1 (HI false) or 2 and 3 (HI true) of x, two e4m3 values, as an
+// fp16 pair worth 2^-8 of them, exactly: the e4m3 sign, exponent and
+// mantissa bits moved into fp16's places (fp16's exponent bias is 8 more;
+// e4m3's subnormals land on fp16 subnormals). Callers fold the 2^8 into
+// their scales.
+template <bool HI>
+__device__ __forceinline__ unsigned f8x2_to_f16x2(unsigned x) {
+    const unsigned t = __byte_perm(x, 0u, HI ? 0x4342u : 0x4140u); // 0x00b1_00b0
+    return ((t & 0x00800080u) << 8) | ((t & 0x007f007fu) << 7);
 }

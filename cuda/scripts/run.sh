@@ -40,6 +40,8 @@
 #                     (default 5) of each pipeline run into $OUT; PIPE_ARGS="..."
 #                     more flags for every pipeline run
 #   REACH_LONG=n      'reach': frames of the long fp8 run (default 1000; 0 skips it)
+#   REACH_SPECS="name precision arch;..."  'reach': the runs (default bf16, fp8 and
+#                     bf16 and fp8 compiled for sm_80)
 #   SIZED_HW=HxW      'golden-sized': input size of the cases it makes with the
 #                     reference and then verifies (default 224x294: 336-token
 #                     pages, so the TMA paged kernels run; needs .ref)
@@ -201,7 +203,12 @@ stage_smallgpu() { # the memory of cuda/README.md's settings for 8 and 16 GB car
 
 stage_reach() { # cuda/README.md's GPU table: bf16, fp8 and the portable path with a full cache at 518×378
   local spec name prec arch
-  for spec in "bf16 bf16 auto" "fp8 fp8 auto" "portable bf16 sm_80"; do
+  local IFS_OLD=$IFS
+  IFS=';'
+  # shellcheck disable=SC2206
+  local specs=(${REACH_SPECS:-bf16 bf16 auto;fp8 fp8 auto;portable bf16 sm_80;portable-fp8 fp8 sm_80})
+  IFS=$IFS_OLD
+  for spec in "${specs[@]}"; do
     read -r name prec arch <<<"$spec"
     LINGBOTMAP_CUDA_ARCH=$arch timeout 200 /tmp/lingbotmap bench --device cuda --precision "$prec" --frames 164 --warmup 80 \
       --mem-every 16 >"$OUT/reach-$name.log" 2>&1
