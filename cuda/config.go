@@ -24,8 +24,9 @@ const (
 	// FP32 keeps everything in float32 with TF32 off, for exact golden checks.
 	FP32
 	// FP8 is BF16 with the KV cache in FP8 (e4m3, a power-of-two scale per
-	// layer, head and K or V) and the global attention on the FP8 tensor
-	// cores (Hopper only): half the cache's memory.
+	// layer, head and K or V): half the cache's memory. Its attention runs
+	// on the FP8 tensor cores on Hopper, on fp16 ones (the e4m3 values
+	// widened exactly) elsewhere.
 	FP8
 )
 

@@ -27,8 +27,8 @@ type Config struct {
 	// Threads for the CPU backend (0 = all cores).
 	Threads int `mapstructure:"threads"`
 	// Precision of the CUDA backend: "bf16" (the reference's production
-	// path), "fp32" (exact, slower) or "fp8" (bf16 with the KV cache and
-	// the global attention in FP8, Hopper GPUs: half the cache's memory).
+	// path), "fp32" (exact, slower) or "fp8" (bf16 with the KV cache in FP8
+	// e4m3: half its memory).
 	// The CPU backend is always fp32.
 	Precision string `mapstructure:"precision"`
 	// SelectedLayers are the aggregator layers the heads read; empty means
