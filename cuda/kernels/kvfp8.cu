@@ -2,7 +2,7 @@
 // scales and the page writes. K pages keep the bf16 store's row layout
 // ([rows][h·64], one byte an element). V pages are stored transposed,
 // [h·64][rows] with rows rounded up to 16 (rowsPad), and within every group
-// of 16 keys in the order the Hopper FP8 kernel's P fragments take them
+// of 16 keys in the order in which the FP8 kernels hold P in registers
 // (f8_key_pos): the FP8 tensor cores read both operands K-major, so P·V
 // needs Vᵀ, and P, converted from the score accumulators in registers,
 // holds keys {2t, 2t+1, 8+2t, 9+2t} where the instruction expects keys
