@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
+	"github.com/lingbotmap/lingbotmap/engine/backend/e4m3"
 )
 
 // fp8Pair is the FP8 backend against the CPU oracle.
@@ -34,7 +35,7 @@ func quantizeRows(x []float32, h, d int) []float32 {
 			}
 			iq := 1 / sq
 			for i, v := range row {
-				out[(r*h+hd)*d+i] = e4m3Value(e4m3Bits(v*iq)) * sq
+				out[(r*h+hd)*d+i] = e4m3.Value(e4m3.Bits(v*iq)) * sq
 			}
 		}
 	}

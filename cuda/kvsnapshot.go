@@ -10,6 +10,7 @@ import (
 	"gorgonia.org/cu"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
+	"github.com/lingbotmap/lingbotmap/engine/backend/e4m3"
 )
 
 // The GPU store can be saved and restored with a session: pages are copied
@@ -155,14 +156,14 @@ func (s *kvStore) exportFP8(layer int, pages []int32, k, v []float32) error {
 				return err
 			}
 			for j := range kd {
-				kd[j] = e4m3Value(raw[j]) * sc[j%cols/hd]
+				kd[j] = e4m3.Value(raw[j]) * sc[j%cols/hd]
 			}
 			if err := cu.MemcpyDtoH(unsafe.Pointer(&raw[0]), s.v[layer]+off, int64(len(raw))); err != nil {
 				return err
 			}
 			for j := range vd {
 				r, c := j/cols, j%cols
-				vd[j] = e4m3Value(raw[c*rows+r&^15+fp8KeyPos(r&15)]) * sc[h+c/hd]
+				vd[j] = e4m3.Value(raw[c*rows+r&^15+fp8KeyPos(r&15)]) * sc[h+c/hd]
 			}
 		}
 		return nil
@@ -181,19 +182,8 @@ func (s *kvStore) importFP8(layer int, pages []int32, k, v []float32) error {
 				return err
 			}
 		} else {
-			// As on the device, NaN (rows never written) is ignored.
-			amax := make([]float32, 2*h)
-			for i, vals := range [][]float32{k[:len(pages)*per], v[:len(pages)*per]} {
-				for j, x := range vals {
-					if a, at := float32(math.Abs(float64(x))), i*h+j%cols/hd; a > amax[at] {
-						amax[at] = a
-					}
-				}
-			}
-			sc = make([]float32, 2*h)
-			for i, a := range amax {
-				sc[i] = fp8Scale(a)
-			}
+			// As on the device (NaN, rows never written, is ignored).
+			sc = append(e4m3.Scales(k[:len(pages)*per], h, hd), e4m3.Scales(v[:len(pages)*per], h, hd)...)
 			if err := cu.MemcpyHtoD(s.layerScales(layer), unsafe.Pointer(&sc[0]), int64(len(sc))*4); err != nil {
 				return err
 			}
@@ -207,7 +197,7 @@ func (s *kvStore) importFP8(layer int, pages []int32, k, v []float32) error {
 			off := cu.DevicePtr(int64(p) * s.pageBytes())
 			clear(raw)
 			for j, x := range k[i*per : (i+1)*per] {
-				raw[j] = e4m3Bits(x / sc[j%cols/hd])
+				raw[j] = e4m3.Bits(x / sc[j%cols/hd])
 			}
 			if err := cu.MemcpyHtoD(s.k[layer]+off, unsafe.Pointer(&raw[0]), int64(len(raw))); err != nil {
 				return err
@@ -215,7 +205,7 @@ func (s *kvStore) importFP8(layer int, pages []int32, k, v []float32) error {
 			clear(raw)
 			for j, x := range v[i*per : (i+1)*per] {
 				r, c := j/cols, j%cols
-				raw[c*rows+r&^15+fp8KeyPos(r&15)] = e4m3Bits(x / sc[h+c/hd])
+				raw[c*rows+r&^15+fp8KeyPos(r&15)] = e4m3.Bits(x / sc[h+c/hd])
 			}
 			if err := cu.MemcpyHtoD(s.v[layer]+off, unsafe.Pointer(&raw[0]), int64(len(raw))); err != nil {
 				return err

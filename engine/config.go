@@ -28,8 +28,8 @@ type Config struct {
 	Threads int `mapstructure:"threads"`
 	// Precision of the CUDA backend: "bf16" (the reference's production
 	// path), "fp32" (exact, slower) or "fp8" (bf16 with the KV cache in FP8
-	// e4m3: half its memory).
-	// The CPU backend is always fp32.
+	// e4m3: half its memory). The CPU backend computes in fp32; with fp8
+	// it rounds its KV cache to e4m3 as the GPU does.
 	Precision string `mapstructure:"precision"`
 	// SelectedLayers are the aggregator layers the heads read; empty means
 	// the released model's choice for its depth ([4 11 17 23] for 24 layers).
@@ -183,9 +183,10 @@ func DefaultConfig() Config {
 }
 
 // ComputePrecision is the arithmetic the configured backend actually uses:
-// Precision on the GPU, fp32 on the CPU (which has no bf16 path).
+// Precision on the GPU; on the CPU, which has no bf16 path, fp32, or fp8
+// (fp32 with the KV cache rounded to e4m3 as the GPU's FP8 cache).
 func (c Config) ComputePrecision() string {
-	if c.Device == "cpu" {
+	if c.Device == "cpu" && c.Precision != "fp8" {
 		return "fp32"
 	}
 	return c.Precision

@@ -51,7 +51,7 @@ func backendFactory(log *slog.Logger) engine.BackendFactory {
 	return func(cfg engine.Config) (backend.Backend, error) {
 		switch cfg.Device {
 		case "cpu":
-			return cpu.New(cpu.Config{Threads: cfg.Threads}), nil
+			return cpu.New(cpu.Config{Threads: cfg.Threads, FP8KV: cfg.Precision == "fp8"}), nil
 		case "cuda":
 			be, err := cuda.New(cudaConfig(cfg, log))
 			if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -49,6 +50,51 @@ func TestVerifyEveryGoldenCase(t *testing.T) {
 			for _, want := range []string{"pose_enc", "depth", "depth_conf", "extrinsic", "intrinsic", "world_points_from_depth", "PASS"} {
 				if !strings.Contains(out.String(), want) {
 					t.Errorf("report lacks %q", want)
+				}
+			}
+		})
+	}
+}
+
+// precision fp8 on the CPU rounds the KV cache to e4m3 as the GPU's FP8
+// cache does: the streaming and windowed cases pass at fp8's tolerances,
+// and the rounding shows (fp32 matches to about 1e-6).
+func TestVerifyFP8Cache(t *testing.T) {
+	root, err := shared.Path("golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"stream_kf2", "windowed_kf2"} {
+		t.Run(name, func(t *testing.T) {
+			report := filepath.Join(t.TempDir(), "report.json")
+			var out bytes.Buffer
+			o := withVerify(cpuVerifyOptions(filepath.Join(root, name)), func(o *verifyOptions) { o.precision, o.jsonOut = "fp8", report })
+			err := runVerify(context.Background(), o, &out)
+			t.Log("\n" + out.String())
+			if err != nil {
+				t.Fatalf("verify %s in fp8: %v", name, err)
+			}
+			b, err := os.ReadFile(report)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rep verifyReport
+			if err := json.Unmarshal(b, &rep); err != nil {
+				t.Fatal(err)
+			}
+			if rep.Device != "cpu/fp8" || !rep.Pass {
+				t.Errorf("report: device %q, pass %v; want cpu/fp8, true", rep.Device, rep.Pass)
+			}
+			worst := map[string]float64{}
+			for _, e := range rep.Errors {
+				worst[e.Output] = max(worst[e.Output], e.Rel)
+				if e.Tol != 4e-2 && e.Tol != 6e-2 && !strings.HasPrefix(e.Output, "flow") {
+					t.Errorf("%s %s: tolerance %g, want fp8's (4e-2 pose, 6e-2 depth)", e.Output, e.Group, e.Tol)
+				}
+			}
+			for _, o := range []string{"pose_enc", "depth"} {
+				if w := worst[o]; !(w > 1e-4 && w < 2e-2) {
+					t.Errorf("%s: worst relative error %g, want the e4m3 cache's (above fp32's 1e-6, below 2e-2)", o, w)
 				}
 			}
 		})

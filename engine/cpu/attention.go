@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
+	"github.com/lingbotmap/lingbotmap/engine/backend/e4m3"
 )
 
 // kvChunk is a run of key/value rows: row i of head h starts at k[i*ld + h*D].
@@ -121,10 +122,15 @@ func (b *Backend) Attention(q, k, v backend.Tensor, scale float32) backend.Tenso
 	return out
 }
 
-// kvStore keeps K and V of every layer's pages in float32.
+// kvStore keeps K and V of every layer's pages in float32. With fp8 the
+// values are rounded to e4m3 at their layer's scales when written.
 type kvStore struct {
 	spec backend.KVSpec
 	k, v [][]float32 // per layer: Pages·PageSize·Heads·HeadDim
+	fp8  bool
+	// scales[l] are layer l's K scales per head, then its V scales, set by
+	// its first write (nil before).
+	scales [][]float32
 }
 
 func (s *kvStore) Layers() int   { return s.spec.Layers }
@@ -137,7 +143,10 @@ func (b *Backend) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 		return nil, fmt.Errorf("cpu: invalid KV store size %v", spec)
 	}
 	per := spec.Pages * spec.PageSize * spec.Heads * spec.HeadDim
-	s := &kvStore{spec: spec, k: make([][]float32, spec.Layers), v: make([][]float32, spec.Layers)}
+	s := &kvStore{spec: spec, k: make([][]float32, spec.Layers), v: make([][]float32, spec.Layers), fp8: b.fp8KV}
+	if s.fp8 {
+		s.scales = make([][]float32, spec.Layers)
+	}
 	for l := range s.k {
 		s.k[l] = make([]float32, per)
 		s.v[l] = make([]float32, per)
@@ -163,8 +172,28 @@ func (b *Backend) WriteKV(s backend.KVStore, layer, page, dstRow int, k, v backe
 		panic(fmt.Sprintf("cpu: WriteKV layer %d page %d rows [%d,+%d) from [%d,+%d) of %v (store %v)", layer, page, dstRow, n, srcRow, n, kt.shape, st.spec))
 	}
 	dst := (page*st.spec.PageSize + dstRow) * ld
-	copy(st.k[layer][dst:dst+n*ld], kt.data[srcRow*ld:(srcRow+n)*ld])
-	copy(st.v[layer][dst:dst+n*ld], vt.data[srcRow*ld:(srcRow+n)*ld])
+	ks, vs := kt.data[srcRow*ld:(srcRow+n)*ld], vt.data[srcRow*ld:(srcRow+n)*ld]
+	if st.fp8 {
+		st.writeFP8(layer, dst, ks, vs)
+		return
+	}
+	copy(st.k[layer][dst:dst+n*ld], ks)
+	copy(st.v[layer][dst:dst+n*ld], vs)
+}
+
+// writeFP8 stores rows of K and V at element dst of a layer, rounded to
+// e4m3 at the layer's scales, which its first write sets.
+func (s *kvStore) writeFP8(layer, dst int, k, v []float32) {
+	h, d := s.spec.Heads, s.spec.HeadDim
+	if s.scales[layer] == nil {
+		s.scales[layer] = append(e4m3.Scales(k, h, d), e4m3.Scales(v, h, d)...)
+	}
+	sc := s.scales[layer]
+	for j := range k {
+		hd := j % (h * d) / d
+		s.k[layer][dst+j] = e4m3.Round(k[j], sc[hd])
+		s.v[layer][dst+j] = e4m3.Round(v[j], sc[h+hd])
+	}
 }
 
 // PagedAttention attends q [Nq, H, D] to the listed pages of one layer.

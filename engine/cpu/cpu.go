@@ -19,11 +19,17 @@ import (
 type Config struct {
 	// Threads bounds the goroutines of one operation; 0 means runtime.NumCPU().
 	Threads int
+	// FP8KV rounds the KV cache to e4m3 as the GPU's FP8 cache does
+	// (precision fp8: a power-of-two scale per layer, head and K or V from
+	// the layer's first write), keeping it in float32: the reference for
+	// the GPU's FP8 cache, with the rest of the model in fp32.
+	FP8KV bool
 }
 
 // Backend is the CPU implementation of backend.Backend.
 type Backend struct {
 	threads int
+	fp8KV   bool
 	pool    bufferPool
 }
 
@@ -35,7 +41,7 @@ func New(cfg Config) *Backend {
 	if t <= 0 {
 		t = runtime.NumCPU()
 	}
-	return &Backend{threads: t}
+	return &Backend{threads: t, fp8KV: cfg.FP8KV}
 }
 
 // Name is "cpu".

@@ -4,9 +4,12 @@ import (
 	"fmt"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
+	"github.com/lingbotmap/lingbotmap/engine/backend/e4m3"
 )
 
-// The CPU store can be saved and restored with a session.
+// The CPU store can be saved and restored with a session. An fp8 store
+// restored before its layer was written takes the layer's scales from the
+// restored values (as the GPU's does), and rounds them at its scales.
 var _ backend.KVSnapshotter = (*kvStore)(nil)
 
 // ExportKV copies the rows of the listed pages of one layer into k and v.
@@ -29,8 +32,17 @@ func (s *kvStore) ImportKV(layer int, pages []int32, k, v []float32) error {
 	if err != nil {
 		return err
 	}
+	if s.fp8 && s.scales[layer] == nil {
+		h, d := s.spec.Heads, s.spec.HeadDim
+		n := len(pages) * page
+		s.scales[layer] = append(e4m3.Scales(k[:n], h, d), e4m3.Scales(v[:n], h, d)...)
+	}
 	for i, p := range pages {
 		dst := int(p) * page
+		if s.fp8 {
+			s.writeFP8(layer, dst, k[i*page:(i+1)*page], v[i*page:(i+1)*page])
+			continue
+		}
 		copy(s.k[layer][dst:dst+page], k[i*page:(i+1)*page])
 		copy(s.v[layer][dst:dst+page], v[i*page:(i+1)*page])
 	}
