@@ -163,7 +163,7 @@ func (s *kvStore) exportFP8(layer int, pages []int32, k, v []float32) error {
 			}
 			for j := range vd {
 				r, c := j/cols, j%cols
-				vd[j] = e4m3.Value(raw[c*rows+r&^15+fp8KeyPos(r&15)]) * sc[h+c/hd]
+				vd[j] = e4m3.Value(raw[fp8VtAt(r, c, rows)]) * sc[h+c/hd]
 			}
 		}
 		return nil
@@ -205,7 +205,7 @@ func (s *kvStore) importFP8(layer int, pages []int32, k, v []float32) error {
 			clear(raw)
 			for j, x := range v[i*per : (i+1)*per] {
 				r, c := j/cols, j%cols
-				raw[c*rows+r&^15+fp8KeyPos(r&15)] = e4m3.Bits(x / sc[h+c/hd])
+				raw[fp8VtAt(r, c, rows)] = e4m3.Bits(x / sc[h+c/hd])
 			}
 			if err := cu.MemcpyHtoD(s.v[layer]+off, unsafe.Pointer(&raw[0]), int64(len(raw))); err != nil {
 				return err

@@ -74,8 +74,8 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
     const int nsplit = gridDim.z;
     int chunk = (nk + nsplit - 1) / nsplit;
     chunk = (chunk + MK - 1) / MK * MK;
-    int k0 = blockIdx.z * chunk;
-    int k1 = min(nk, k0 + chunk);
+    const int k0 = blockIdx.z * chunk;
+    const int k1 = min(nk, k0 + chunk);
     int ntiles = k1 > k0 ? (k1 - k0 + MK - 1) / MK : 0;
     // F8: tiles [tb, tb + ntiles) of the (page, part) sequence, tpp parts a
     // page, the last page holding `last` rows; pages are rowsPad rows apart.

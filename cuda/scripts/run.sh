@@ -202,12 +202,8 @@ stage_smallgpu() { # the memory of cuda/README.md's settings for 8 and 16 GB car
 }
 
 stage_reach() { # cuda/README.md's GPU table: bf16, fp8 and the portable path with a full cache at 518×378
-  local spec name prec arch
-  local IFS_OLD=$IFS
-  IFS=';'
-  # shellcheck disable=SC2206
-  local specs=(${REACH_SPECS:-bf16 bf16 auto;fp8 fp8 auto;portable bf16 sm_80;portable-fp8 fp8 sm_80})
-  IFS=$IFS_OLD
+  local spec name prec arch specs=()
+  IFS=';' read -ra specs <<<"${REACH_SPECS:-bf16 bf16 auto;fp8 fp8 auto;portable bf16 sm_80;portable-fp8 fp8 sm_80}"
   for spec in "${specs[@]}"; do
     read -r name prec arch <<<"$spec"
     LINGBOTMAP_CUDA_ARCH=$arch timeout 200 /tmp/lingbotmap bench --device cuda --precision "$prec" --frames 164 --warmup 80 \
