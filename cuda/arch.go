@@ -75,6 +75,11 @@ type target struct {
 // has them, and it loads only on an sm_90 GPU.
 func (t target) hopper() bool { return t.arch == "compute_90a" }
 
+// fp8MMA says whether mma.sync takes e4m3 operands on this target (sm_89
+// and later), which the portable FP8 kernel then uses (kernels/fp8.cuh,
+// F8_MMA).
+func (t target) fp8MMA() bool { return !t.cap.less(capability{8, 9}) }
+
 func (t target) family() KernelFamily {
 	if t.hopper() {
 		return FamilyHopper

@@ -61,8 +61,9 @@ var (
 	_ io.Closer              = (*gpu)(nil)
 )
 
-// New opens the GPU, creates the context on its own thread and sets up
-// cuBLASLt. Kernels are compiled when first used.
+// New opens the GPU, creates the context on its own thread, sets up
+// cuBLASLt and compiles and loads the kernels a stream of this
+// configuration runs (unless Config.LazyKernels).
 func New(cfg Config) (Backend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -104,6 +105,12 @@ func New(cfg Config) (Backend, error) {
 		own.stop()
 		g.launcher.free()
 		return nil, fmt.Errorf("cuda: %w", err)
+	}
+	if !cfg.LazyKernels {
+		if err := g.prepareKernels(); err != nil {
+			g.Close()
+			return nil, err
+		}
 	}
 	log.Info("cuda backend ready", "device", info.name, "sm", fmt.Sprintf("%d.%d", info.major, info.minor),
 		"multiprocessors", info.sms, "memory", human(info.totalMem), "driver", info.driver, "precision", cfg.Precision,

@@ -99,7 +99,8 @@ func BenchmarkPagedAttention(b *testing.B) {
 	for _, variant := range append([]string{pagedFA, pagedFA2}, labPagedKernels()...) {
 		run(cmp.Or(variant, "auto"), g, st, q, variant)
 	}
-	// The same in an FP8 store (e4m3 K and V, the FP8 tensor cores).
+	// The same in an FP8 store (e4m3 K and V; the FP8 tensor cores on
+	// Hopper, and in the portable kernel from sm_89).
 	f8 := fx.fp8
 	if f8 == nil {
 		return
@@ -112,8 +113,8 @@ func BenchmarkPagedAttention(b *testing.B) {
 	for _, pg := range table {
 		f8.WriteKV(s8, 0, int(pg), 0, k8, v8, 0, ps)
 	}
-	for _, variant := range append([]string{pagedFA}, labPagedKernels()...) {
-		if variant == pagedFA || strings.HasPrefix(variant, "poly") {
+	for _, variant := range append([]string{pagedFA, pagedFA2}, labPagedKernels()...) {
+		if variant == pagedFA || variant == pagedFA2 || strings.HasPrefix(variant, "poly") {
 			run("fp8_"+cmp.Or(variant, "auto"), f8, s8, q8, variant)
 		}
 	}

@@ -99,6 +99,12 @@ type Config struct {
 	// Hopper-only kernels are off and the portable mma.sync / cp.async
 	// kernels run. A target above the GPU, or a GPU below sm_80, fails New.
 	Arch string
+	// LazyKernels compiles each kernel module when it is first used
+	// instead of in New. By default New compiles (in parallel, or reads from
+	// CacheDir) and loads every module a stream of this configuration runs,
+	// so that a camera's first frames do not wait minutes for NVRTC on a
+	// machine whose kernel cache is empty.
+	LazyKernels bool
 	// Logger receives compile and memory events; nil means slog.Default().
 	Logger *slog.Logger
 }

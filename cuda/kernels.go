@@ -6,13 +6,16 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"gorgonia.org/cu/nvrtc"
@@ -38,6 +41,10 @@ type kernelCache struct {
 	log     *slog.Logger
 	modules map[string]kernelModule
 	funcs   map[string]kernelFunc
+	// prepared: prepare has run; late then lists the modules loaded after
+	// it (ones startupModules missed), which a stream waited for.
+	prepared bool
+	late     []string
 }
 
 func newKernelCache(dir string, t target, driver int, log *slog.Logger) *kernelCache {
@@ -108,15 +115,29 @@ func (k *kernelCache) module(module string) (kernelModule, error) {
 	if m, ok := k.modules[module]; ok {
 		return m, nil
 	}
-	start := time.Now()
+	if k.prepared {
+		k.late = append(k.late, module)
+		k.log.Warn("compiling a CUDA kernel module that was not prepared at start; the stream waits for it", "module", module)
+	}
+	ptx, err := k.compiled(module)
+	if err != nil {
+		return kernelModule{}, err
+	}
+	return k.load(module, ptx)
+}
+
+// compiled is a module's PTX, from the disk cache or NVRTC. Unlike module it
+// may run on any goroutine.
+func (k *kernelCache) compiled(module string) (string, error) {
 	src, err := k.source(module)
 	if err != nil {
-		return kernelModule{}, err
+		return "", err
 	}
-	ptx, err := k.ptx(module, src)
-	if err != nil {
-		return kernelModule{}, err
-	}
+	return k.ptx(module, src)
+}
+
+func (k *kernelCache) load(module, ptx string) (kernelModule, error) {
+	start := time.Now()
 	m, err := loadModule(ptx)
 	if err != nil {
 		return kernelModule{}, fmt.Errorf("loading compiled kernels/%s.cu for %s: %w", module, k.arch, err)
@@ -124,6 +145,26 @@ func (k *kernelCache) module(module string) (kernelModule, error) {
 	k.modules[module] = m
 	k.log.Debug("loaded CUDA kernels", "module", module, "arch", k.arch, "took", time.Since(start).Round(time.Millisecond))
 	return m, nil
+}
+
+// compileAll compiles the modules on up to GOMAXPROCS goroutines (NVRTC
+// programs compile independently) and returns their PTX in order.
+func (k *kernelCache) compileAll(modules []string) ([]string, error) {
+	ptx := make([]string, len(modules))
+	errs := make([]error, len(modules))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i, m := range modules {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ptx[i], errs[i] = k.compiled(m)
+		}()
+	}
+	wg.Wait()
+	return ptx, errors.Join(errs...)
 }
 
 // ptx returns the module's PTX from the disk cache or from NVRTC. The cache

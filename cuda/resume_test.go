@@ -81,19 +81,6 @@ func TestKVSnapshotRoundTrip(t *testing.T) {
 // caches come back bit for bit; GEMM algorithms are fixed so that both
 // streams pick the same ones).
 func TestResumeEqualsUninterruptedGPU(t *testing.T) {
-	goldenFrames := func(name string) []engine.Frame {
-		in := goldentest.Open(t, name, goldencase.InputsFile)
-		imgs, shape, err := goldencase.Tensor(in, "images")
-		if err != nil {
-			t.Fatal(err)
-		}
-		per := shape[1] * shape[2] * shape[3]
-		var frames []engine.Frame
-		for i := 0; i < shape[0]; i++ {
-			frames = append(frames, engine.Frame{Seq: uint64(i), Pixels: imgs[i*per : (i+1)*per], Width: shape[3], Height: shape[2]})
-		}
-		return frames
-	}
 	factory := func(cfg engine.Config) (backend.Backend, error) {
 		c := DefaultConfig()
 		c.CacheDir = os.Getenv("LINGBOTMAP_CUDA_KERNEL_CACHE")
@@ -134,9 +121,9 @@ func TestResumeEqualsUninterruptedGPU(t *testing.T) {
 		{"windowed", "windowed_kf2", func(c *engine.Config) { c.Windowed = true; c.KeyframeInterval = 2 }, 16},
 	}
 	for _, mode := range modes {
-		frames := goldenFrames(mode.golden)
+		frames := goldenFrames(t, mode.golden)
 		if mode.name == "windowed" {
-			for _, f := range goldenFrames(mode.golden) {
+			for _, f := range goldenFrames(t, mode.golden) {
 				f.Seq += uint64(len(frames))
 				frames = append(frames, f)
 			}
@@ -146,12 +133,7 @@ func TestResumeEqualsUninterruptedGPU(t *testing.T) {
 			tol  float64
 		}{{"fp32", 1e-5}, {"bf16", tolBF16}} {
 			t.Run(mode.name+"/"+prec.name, func(t *testing.T) {
-				cfg := engine.DefaultConfig()
-				cfg.Device, cfg.Precision = "cuda", prec.name
-				cfg.Weights = sharedtest.Path(t, "golden", "weights.safetensors")
-				cfg.ImageWidth, cfg.ScaleFrames, cfg.SlidingWindow, cfg.MaxFrames = 70, 3, 4, 256
-				cfg.SelectedLayers = []int{0, 2, 3, 4}
-				cfg.WindowSize, cfg.OverlapSize = 9, 3
+				cfg := goldenEngineConfig(t, prec.name)
 				mode.set(&cfg)
 				ref, err := engine.New(context.Background(), cfg, factory, nil)
 				if err != nil {
@@ -208,4 +190,31 @@ func relDiff(a, b []float32) float64 {
 		return math.Sqrt(num)
 	}
 	return math.Sqrt(num / den)
+}
+
+// goldenFrames are a golden case's input images as engine frames.
+func goldenFrames(t testing.TB, name string) []engine.Frame {
+	in := goldentest.Open(t, name, goldencase.InputsFile)
+	imgs, shape, err := goldencase.Tensor(in, "images")
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := shape[1] * shape[2] * shape[3]
+	var frames []engine.Frame
+	for i := 0; i < shape[0]; i++ {
+		frames = append(frames, engine.Frame{Seq: uint64(i), Pixels: imgs[i*per : (i+1)*per], Width: shape[3], Height: shape[2]})
+	}
+	return frames
+}
+
+// goldenEngineConfig runs the golden cases' tiny model on the GPU in a
+// precision (with a window of 9 frames, 3 overlapping, when windowed).
+func goldenEngineConfig(t testing.TB, precision string) engine.Config {
+	cfg := engine.DefaultConfig()
+	cfg.Device, cfg.Precision = "cuda", precision
+	cfg.Weights = sharedtest.Path(t, "golden", "weights.safetensors")
+	cfg.ImageWidth, cfg.ScaleFrames, cfg.SlidingWindow, cfg.MaxFrames = 70, 3, 4, 256
+	cfg.SelectedLayers = []int{0, 2, 3, 4}
+	cfg.WindowSize, cfg.OverlapSize = 9, 3
+	return cfg
 }

@@ -56,6 +56,13 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned* r, const void* p) {
 // spares the fragment loads bank conflicts). A stale value in a tile's
 // masked rows decodes to a finite number (e4m3 NaN is not one in fp16), so
 // P = 0 cancels it.
+// From sm_89 (F8_MMA) the MMAs take e4m3 operands as they are, at twice the
+// fp16 rate and with no widening: Q is rounded to e4m3 at a scale per row
+// (load_q_e4m3, as the Hopper FP8 kernel does), P is formed as 2^8 times
+// the probabilities and rounded to e4m3 (its register order is the stored
+// key order of Vᵀ, f8_key_pos), and each 32-key step of P·V is one
+// m16n8k32. An e4m3 NaN is a NaN then, so the Vᵀ columns of a tile's
+// masked keys are zeroed in shared memory first.
 #define F8ROW 80
 template <int STAGES, bool PAGED, bool TREE = false, bool F8 = false>
 __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_t* __restrict__ k,
@@ -64,6 +71,7 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
                                         float* __restrict__ pl, unsigned* __restrict__ obf,
                                         const float* __restrict__ kvs = nullptr) {
     static_assert(!F8 || PAGED, "the FP8 cache is paged");
+    constexpr bool NAT = F8 && F8_MMA; // e4m3 MMAs
     // STAGES × (K tile, V tile), dynamic: three stages need more than 48 KB.
     extern __shared__ __align__(16) bf16_t fa_smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
@@ -162,9 +170,15 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
         else cp_async_commit();
     }
 
-    // Q as A fragments of two m16 tiles, rounded to bf16 like the reference's q.
-    unsigned qa[2][4][4];
+    // Q as A fragments of two m16 tiles, rounded to bf16 like the reference's
+    // q (fp16 on the widened FP8 cache, e4m3 with NAT).
+    unsigned qa[2][NAT ? 2 : 4][4];
     int rows[2][2];
+    // Softmax in base 2: fr[mt][half] turns row rows[mt][half]'s raw scores
+    // into base-2 exponents. F8 folds K's scale in, and the 2^8 of its fp16
+    // form or (NAT) Q's row scale.
+    float fr[2][2];
+    const float sl2 = F8 ? scale * 1.4426950408889634f * kvs[hd] * (NAT ? 1.f : 256.f) : scale * 1.4426950408889634f;
 #pragma unroll
     for (int mt = 0; mt < 2; mt++) {
         rows[mt][0] = blockIdx.x * FQ + warp * 32 + mt * 16 + g;
@@ -172,11 +186,17 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
         const bool ok0 = rows[mt][0] < nq, ok1 = rows[mt][1] < nq;
         const float* q0 = q + (qrow0 + (ok0 ? rows[mt][0] : 0)) * ld + (i64)hd * HD;
         const float* q1 = q + (qrow0 + (ok1 ? rows[mt][1] : 0)) * ld + (i64)hd * HD;
-        load_q_frags<F8>(qa[mt], q0, q1, ok0, ok1, tg);
+        fr[mt][0] = fr[mt][1] = sl2;
+        if constexpr (NAT) {
+            float s0, s1;
+            load_q_e4m3(qa[mt], s0, s1, q0, q1, ok0, ok1, tg);
+            fr[mt][0] = sl2 * s0;
+            fr[mt][1] = sl2 * s1;
+        } else {
+            load_q_frags<F8>(qa[mt], q0, q1, ok0, ok1, tg);
+        }
     }
-    // Softmax in base 2; F8: K's scale and the 2^8 of its fp16 form folded in.
-    const float sl2 = F8 ? scale * 1.4426950408889634f * kvs[hd] * 256.f : scale * 1.4426950408889634f;
-    const float vmul = F8 ? kvs[h + hd] * 256.f : 1.f; // V's, applied to O
+    const float vmul = F8 ? kvs[h + hd] * (NAT ? 1.f : 256.f) : 1.f; // V's, applied to O
     float o[2][8][4];
     float m[2][2], l[2][2];
 #pragma unroll
@@ -199,12 +219,34 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
         const bf16_t* vt = kt + (F8 ? MK * F8ROW / 2 : MK * SROW);
         const unsigned char* k8t = (const unsigned char*)kt;
         const unsigned char* v8t = (const unsigned char*)vt;
+        const int nt = tile_keys(t);
+        if (NAT && nt < MK) {
+            // Zero the stored positions of keys nt… in every Vᵀ row.
+            unsigned char* vz = (unsigned char*)vt;
+            for (int i = tid; i < (MK - nt) * HD; i += blockDim.x) {
+                const int d = i & (HD - 1), key = nt + i / HD;
+                vz[d * F8ROW + ((key & ~15) | f8_key_pos(key & 15))] = 0;
+            }
+            __syncthreads();
+        }
 
         // S = Q·Kᵀ (raw, unscaled): 32 rows × 64 keys per warp.
         float s[2][8][4];
 #pragma unroll
         for (int n = 0; n < 8; n++) {
-            if constexpr (F8) {
+            if constexpr (NAT) {
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+                // Key n·8+g, dims 32kk + 4tg… and 32kk + 16 + 4tg….
+                const unsigned char* kr = k8t + (n * 8 + g) * F8ROW + 4 * tg;
+#pragma unroll
+                for (int kk = 0; kk < 2; kk++) {
+                    const unsigned b0 = *(const unsigned*)(kr + kk * 32), b1 = *(const unsigned*)(kr + kk * 32 + 16);
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) mma_e4m3(s[mt][n], qa[mt][kk], b0, b1);
+                }
+                continue;
+            } else if constexpr (F8) {
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
                 // Key n·8+g, dims kk·16 + 2tg, +1 and +8, +9.
@@ -231,7 +273,6 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
                 }
             }
         }
-        const int nt = tile_keys(t);
         if (nt < MK) {
 #pragma unroll
             for (int mt = 0; mt < 2; mt++)
@@ -260,7 +301,7 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
             }
             const float mn0 = fmaxf(m[mt][0], quad_max(mx0)), mn1 = fmaxf(m[mt][1], quad_max(mx1));
             if (!TREE || __any_sync(0xffffffffu, mn0 != m[mt][0] || mn1 != m[mt][1])) {
-                const float c0 = ex2((m[mt][0] - mn0) * sl2), c1 = ex2((m[mt][1] - mn1) * sl2); // 0 on the first tile
+                const float c0 = ex2((m[mt][0] - mn0) * fr[mt][0]), c1 = ex2((m[mt][1] - mn1) * fr[mt][1]); // 0 on the first tile
                 m[mt][0] = mn0;
                 m[mt][1] = mn1;
                 l[mt][0] *= c0;
@@ -271,13 +312,14 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
                     o[mt][i][2] *= c1; o[mt][i][3] *= c1;
                 }
             }
-            const float ms0 = mn0 * sl2, ms1 = mn1 * sl2;
+            // NAT: P = 2^8 · probability, in e4m3's normal range (O/l cancels it).
+            const float ms0 = mn0 * fr[mt][0] - (NAT ? 8.f : 0.f), ms1 = mn1 * fr[mt][1] - (NAT ? 8.f : 0.f);
 #pragma unroll
             for (int n = 0; n < 8; n++) {
-                s[mt][n][0] = ex2(fmaf(s[mt][n][0], sl2, -ms0));
-                s[mt][n][1] = ex2(fmaf(s[mt][n][1], sl2, -ms0));
-                s[mt][n][2] = ex2(fmaf(s[mt][n][2], sl2, -ms1));
-                s[mt][n][3] = ex2(fmaf(s[mt][n][3], sl2, -ms1));
+                s[mt][n][0] = ex2(fmaf(s[mt][n][0], fr[mt][0], -ms0));
+                s[mt][n][1] = ex2(fmaf(s[mt][n][1], fr[mt][0], -ms0));
+                s[mt][n][2] = ex2(fmaf(s[mt][n][2], fr[mt][1], -ms1));
+                s[mt][n][3] = ex2(fmaf(s[mt][n][3], fr[mt][1], -ms1));
                 a[n] = s[mt][n][0] + s[mt][n][1];
                 b[n] = s[mt][n][2] + s[mt][n][3];
                 if (!TREE) {
@@ -292,6 +334,30 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
         }
 
         // O += P·V, P rounded to bf16 as A fragments straight from registers.
+        if constexpr (NAT) {
+            // 32-key step kk: keys 2tg, 2tg+1, 8+2tg, 9+2tg of its two 16-key
+            // groups, at the stored positions 4tg… and 16+4tg… (f8_key_pos).
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++) {
+                unsigned a[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    const float(*x)[4] = s[mt] + 4 * kk;
+                    a[mt][0] = f8_pack4(x[0][0], x[0][1], x[1][0], x[1][1]);
+                    a[mt][1] = f8_pack4(x[0][2], x[0][3], x[1][2], x[1][3]);
+                    a[mt][2] = f8_pack4(x[2][0], x[2][1], x[3][0], x[3][1]);
+                    a[mt][3] = f8_pack4(x[2][2], x[2][3], x[3][2], x[3][3]);
+                }
+#pragma unroll
+                for (int n = 0; n < 8; n++) {
+                    const unsigned char* vr = v8t + (n * 8 + g) * F8ROW + kk * 32 + 4 * tg;
+                    const unsigned b0 = *(const unsigned*)vr, b1 = *(const unsigned*)(vr + 16);
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) mma_e4m3(o[mt][n], a[mt], b0, b1);
+                }
+            }
+            continue;
+        }
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
             if constexpr (F8) {
@@ -358,7 +424,7 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
                 const i64 prow = ((i64)blockIdx.z * rowsAll + qrow0 + r) * h + hd;
                 dst = out + prow * HD;
                 if (tg == 0) {
-                    pm[prow] = m[mt][half] * sl2; // attn_combine works in base-2 units of scaled scores
+                    pm[prow] = m[mt][half] * fr[mt][half]; // attn_combine works in base-2 units of scaled scores
                     pl[prow] = lsum;
                 }
             }

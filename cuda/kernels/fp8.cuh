@@ -55,3 +55,60 @@ __device__ __forceinline__ unsigned f8x2_to_f16x2(unsigned x) {
     const unsigned t = __byte_perm(x, 0u, HI ? 0x4342u : 0x4140u); // 0x00b1_00b0
     return ((t & 0x00800080u) << 8) | ((t & 0x007f007fu) << 7);
 }
+
+// F8_MMA: the GPU has FP8 MMAs in mma.sync (sm_89 and later: Ada, Hopper);
+// the portable FP8 kernel then multiplies e4m3 operands directly.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define F8_MMA 1
+#else
+#define F8_MMA 0
+#endif
+
+// c += a·b on e4m3 operands, m16n8k32: a's registers hold rows g and g+8
+// (alternately) at k 4t…4t+3, then 16+4t…; b's, column g at k 4t…4t+3 and
+// 16+4t… (lowest k in the lowest byte). Empty below sm_89, where no caller
+// reaches it (F8_MMA).
+__device__ __forceinline__ void mma_e4m3(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+#if F8_MMA
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// Q rows q0 and q1 (64 values of one head) as e4m3 A fragments of the two
+// 32-wide k steps, each row rounded at its own scale (its largest magnitude
+// to 448, as the Hopper FP8 kernel rounds Q), returned in s0 and s1. The
+// four threads of a quad hold a row between them.
+__device__ __forceinline__ void load_q_e4m3(unsigned (&qa)[2][4], float& s0, float& s1, const float* q0,
+                                            const float* q1, bool ok0, bool ok1, int tg) {
+    float4 x[2][4]; // [row][kk·2 + half]: dims 32kk + 16·half + 4tg…
+    float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int c = (i >> 1) * 32 + (i & 1) * 16 + 4 * tg;
+        const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+        x[0][i] = ok0 ? *(const float4*)(q0 + c) : z;
+        x[1][i] = ok1 ? *(const float4*)(q1 + c) : z;
+        a0 = fmaxf(a0, fmaxf(fmaxf(fabsf(x[0][i].x), fabsf(x[0][i].y)), fmaxf(fabsf(x[0][i].z), fabsf(x[0][i].w))));
+        a1 = fmaxf(a1, fmaxf(fmaxf(fabsf(x[1][i].x), fabsf(x[1][i].y)), fmaxf(fabsf(x[1][i].z), fabsf(x[1][i].w))));
+    }
+    a0 = quad_max(a0);
+    a1 = quad_max(a1);
+    s0 = a0 > 0.f ? a0 / 448.f : 1.f;
+    s1 = a1 > 0.f ? a1 / 448.f : 1.f;
+    const float i0 = 1.f / s0, i1 = 1.f / s1;
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const float iq = r ? i1 : i0;
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const float4 y = x[r][kk * 2 + hf];
+                qa[kk][hf * 2 + r] = f8_pack4(y.x * iq, y.y * iq, y.z * iq, y.w * iq);
+            }
+        }
+    }
+}

@@ -7,7 +7,7 @@
 #                                     test bench verify (= verify-bf16 verify-fp32)
 #                                     verify-fp8 benchcmd ref peak profile sanitize
 #                                     ncu wgcheck golden-sized pipeline long runfolder
-#                                     smallgpu reach
+#                                     smallgpu reach coldstart
 #                                     (default: info build test bench)
 #   TEST_RUN=regexp   go test -run filter (default: all tests); TEST_SKIP=regexp -skip
 #   SANITIZE_RUN=re   tests for the 'sanitize' stage (compute-sanitizer memcheck)
@@ -39,6 +39,8 @@
 #                     execution trace and CPU profile of PIPE_TRACE_S seconds
 #                     (default 5) of each pipeline run into $OUT; PIPE_ARGS="..."
 #                     more flags for every pipeline run
+#   COLD_FRAMES=n     'coldstart': frames of its paced run (default 500); COLD_PRECISION
+#                     its precision (default fp8)
 #   REACH_LONG=n      'reach': frames of the long fp8 run (default 1000; 0 skips it)
 #   REACH_SPECS="name precision arch;..."  'reach': the runs (default bf16, fp8 and
 #                     bf16 and fp8 compiled for sm_80)
@@ -219,6 +221,17 @@ stage_reach() { # cuda/README.md's GPU table: bf16, fp8 and the portable path wi
   fi
 }
 
+stage_coldstart() { # a first start: the node's frame path, paced, with empty kernel caches (ours and the driver's)
+  local saved=$LINGBOTMAP_CUDA_KERNEL_CACHE d=/tmp/lbm-kernels-cold
+  rm -rf "$d" /tmp/lbm-nv-cold
+  export LINGBOTMAP_CUDA_KERNEL_CACHE=$d CUDA_CACHE_PATH=/tmp/lbm-nv-cold
+  pipe "coldstart-${COLD_PRECISION:-fp8}-640x468-jpeg" --frames "${COLD_FRAMES:-500}" --warmup 0 --rate 30 \
+    --pipeline-size 640x468 --precision "${COLD_PRECISION:-fp8}"
+  grep -hE 'cuda kernels ready|compiled CUDA kernels|not prepared' "$OUT"/pipe-coldstart-*.err | sed -E 's/^.*(INFO|WARN) //' | tail -4 | tee -a "$OUT/summary.txt"
+  export LINGBOTMAP_CUDA_KERNEL_CACHE=$saved
+  unset CUDA_CACHE_PATH
+}
+
 stage_long() { # hours of camera in miniature: the node's default live windows, as fast as they go
   pipe long --frames "${LONG_FRAMES:-10000}" --warmup 64 --mem-every 500 --rate 0
 }
@@ -353,6 +366,7 @@ for st in $stages; do
     benchcmd) stage_benchcmd ;;
     pipeline) stage_pipeline ;;
     long) stage_long ;;
+    coldstart) stage_coldstart ;;
     smallgpu) stage_smallgpu ;;
     runfolder) stage_runfolder ;;
     ref) stage_ref ;;
