@@ -3,9 +3,12 @@
 package cuda
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 
@@ -240,5 +243,98 @@ func TestKVStoreFP8Size(t *testing.T) {
 	}
 	if _, err := p.gpu.NewKVStore(backend.KVSpec{Layers: 1, Pages: 2, PageSize: 10, Heads: 2, HeadDim: 128}); err == nil || !strings.Contains(err.Error(), "bf16") {
 		t.Errorf("head dim 128 in fp8: error %v, want one that suggests bf16", err)
+	}
+}
+
+// TestFP8Saturation: the FP8 store counts the values its write clips (beyond
+// ±448 times their scale, NaN not counted) exactly as the host's e4m3
+// rounding would, warns once the count reaches the host (at the next frame's
+// first write, without waiting for the device), and starts again after a
+// Release with scales set by the next first write.
+func TestFP8Saturation(t *testing.T) {
+	var logs bytes.Buffer
+	cfg := DefaultConfig()
+	cfg.Precision = FP8
+	cfg.CacheDir = os.Getenv("LINGBOTMAP_CUDA_KERNEL_CACHE")
+	cfg.Arch = os.Getenv("LINGBOTMAP_CUDA_ARCH")
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	be, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	spec := backend.KVSpec{Layers: 2, Pages: 4, PageSize: 100, Heads: 2, HeadDim: 64}
+	s, err := be.NewKVStore(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := be.(*gpu).kv(s)
+	rng := rand.New(rand.NewPCG(5, 6))
+	ld := spec.Heads * spec.HeadDim
+	rows := func(scale float64) []float32 {
+		x := make([]float32, spec.PageSize*ld)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64() * scale)
+		}
+		return x
+	}
+	write := func(layer, page int, k, v []float32) {
+		kt, vt := be.FromHost(k, spec.PageSize, ld), be.FromHost(v, spec.PageSize, ld)
+		be.WriteKV(s, layer, page, 0, kt, vt, 0, spec.PageSize)
+		be.Free(kt)
+		be.Free(vt)
+		if err := be.(*gpu).Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func() uint64 {
+		n, err := st.saturated()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	k0, v0 := rows(1), rows(0.5)
+	write(0, 0, k0, v0)
+	write(1, 0, rows(1), rows(1))
+	if n := count(); n != 0 {
+		t.Fatalf("%d values clipped after the calibrating writes", n)
+	}
+	sc := append(e4m3.Scales(k0, spec.Heads, spec.HeadDim), e4m3.Scales(v0, spec.Heads, spec.HeadDim)...)
+	k1, v1 := rows(40), rows(20)
+	k1[7] = float32(math.NaN())
+	var want uint64
+	for j := range k1 {
+		h := j % ld / spec.HeadDim
+		if math.Abs(float64(k1[j]/sc[h])) > e4m3.Max {
+			want++
+		}
+		if math.Abs(float64(v1[j]/sc[spec.Heads+h])) > e4m3.Max {
+			want++
+		}
+	}
+	if want == 0 {
+		t.Fatal("the test's large values do not saturate")
+	}
+	write(0, 1, k1, v1)
+	if n := count(); n != want {
+		t.Fatalf("%d values counted as clipped, want %d", n, want)
+	}
+	if strings.Contains(logs.String(), "clipped") {
+		t.Fatalf("warned before the count reached the host: %s", logs.String())
+	}
+	write(0, 2, rows(1), rows(0.5))
+	if !strings.Contains(logs.String(), fmt.Sprintf("clipped=%d", want)) {
+		t.Fatalf("no warning with clipped=%d after the next frame's first write; log: %q", want, logs.String())
+	}
+	if err := s.(backend.KVReleaser).Release(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("%d values clipped after a release", n)
+	}
+	write(0, 0, k1, v1) // sets new scales: nothing clipped
+	if n := count(); n != 0 {
+		t.Fatalf("%d values clipped by the first write after a release", n)
 	}
 }

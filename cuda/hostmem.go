@@ -8,11 +8,13 @@ package cuda
 
 static int lbm_host_alloc(void **p, size_t n) { return (int)cuMemHostAlloc(p, n, 0); }
 static int lbm_host_free(void *p) { return (int)cuMemFreeHost(p); }
+static int lbm_fetch_word(void *p, CUdeviceptr d) { return (int)cuMemcpyDtoHAsync(p, d, 8, 0); }
 */
 import "C"
 
 import (
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 
 	"gorgonia.org/cu"
@@ -95,4 +97,36 @@ func (g *gpu) toDevice(dst cu.DevicePtr, src []float32) error {
 		return fmt.Errorf("copy to the device: %w", err)
 	}
 	return nil
+}
+
+// hostWord is 8 bytes of page-locked memory that a device counter is
+// copied into without waiting for the copy (owner thread).
+type hostWord struct{ p unsafe.Pointer }
+
+func newHostWord() (*hostWord, error) {
+	var p unsafe.Pointer
+	if err := driverError(C.lbm_host_alloc(&p, 8)); err != nil {
+		return nil, fmt.Errorf("page-locked host word: %w", err)
+	}
+	w := &hostWord{p}
+	w.store(0)
+	return w, nil
+}
+
+// fetch queues the copy of the 8 bytes at d into the word on the default
+// stream, after the work queued before it.
+func (w *hostWord) fetch(d cu.DevicePtr) error {
+	return driverError(C.lbm_fetch_word(w.p, C.CUdeviceptr(d)))
+}
+
+// load is the last value a finished copy left (the DMA writes it whole).
+func (w *hostWord) load() uint64 { return atomic.LoadUint64((*uint64)(w.p)) }
+
+func (w *hostWord) store(v uint64) { atomic.StoreUint64((*uint64)(w.p), v) }
+
+func (w *hostWord) free() {
+	if w != nil && w.p != nil {
+		C.lbm_host_free(w.p)
+		w.p = nil
+	}
 }

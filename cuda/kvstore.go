@@ -33,6 +33,14 @@ type kvStore struct {
 	// made or released.
 	scales     *buffer
 	calibrated []bool
+	// FP8: sat counts, on the device (after the scales), the values that
+	// saturated since the scales were set. satHost receives it
+	// asynchronously after every write of layer 0 (once a frame), and the
+	// next such write warns when it has grown, so that watching it costs no
+	// synchronisation; satWarned is the count last warned about.
+	sat       cu.DevicePtr
+	satHost   *hostWord
+	satWarned uint64
 	// k[l] and v[l] are the layer's arrays.
 	k, v []cu.DevicePtr
 	vm   *vmSpace  // nil: eager buffers in bufs
@@ -181,7 +189,15 @@ func (g *gpu) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 			return err
 		}
 		if st.fp8 {
-			if st.scales, err = g.pool.getAs(int64(spec.Layers)*2*int64(spec.Heads)*4, catKV); err != nil {
+			at := (int64(spec.Layers)*2*int64(spec.Heads)*4 + 7) &^ 7
+			if st.scales, err = g.pool.getAs(at+8, catKV); err != nil {
+				return err
+			}
+			st.sat = st.scales.ptr + cu.DevicePtr(at)
+			if err := cu.MemsetD32(st.sat, 0, 2); err != nil {
+				return err
+			}
+			if st.satHost, err = newHostWord(); err != nil {
 				return err
 			}
 		}
@@ -251,6 +267,8 @@ func (s *kvStore) free() {
 		s.g.pool.put(s.scales)
 		s.scales = nil
 	}
+	s.satHost.free()
+	s.satHost = nil
 	s.maps.free()
 	s.maps = nil
 	s.k, s.v = nil, nil
@@ -262,17 +280,31 @@ func (s *kvStore) free() {
 // attended. Only a lazily backed store shrinks.
 func (s *kvStore) Release() error {
 	return s.g.own.do(func() error {
-		if s.vm == nil || s.vm.bytes == 0 {
+		// The next stream's first writes set the FP8 scales, in a lazily
+		// backed store or not.
+		clear(s.calibrated)
+		lazy := s.vm != nil && s.vm.bytes > 0
+		if !lazy && !s.fp8 {
 			return nil
 		}
-		// Kernels still queued may read the pages.
+		// Kernels still queued may read the pages (and count clipped
+		// values, and copy the count).
 		if err := cu.Synchronize(); err != nil {
 			return err
+		}
+		if s.fp8 {
+			if err := cu.MemsetD32(s.sat, 0, 2); err != nil {
+				return err
+			}
+			s.satHost.store(0)
+			s.satWarned = 0
+		}
+		if !lazy {
+			return nil
 		}
 		s.g.pool.external(-s.vm.bytes, catKV)
 		s.vm.unmapAll()
 		clear(s.backed)
-		clear(s.calibrated) // the next stream's first writes set the scales
 		// The next page table is checked (and its pages backed) even if it
 		// is the one on the device now.
 		s.ptHost = s.ptHost[:0]
@@ -362,8 +394,38 @@ func (g *gpu) writeKVFP8(st *kvStore, layer, page, dstRow int, ks, vs cu.DeviceP
 		st.calibrated[layer] = true
 	}
 	off := cu.DevicePtr(int64(page) * st.pageBytes())
-	return g.launch("kvfp8", "write_kv_fp8", [3]int{(n + 63) / 64, h, 1}, [3]int{256, 1, 1}, 0,
-		st.k[layer]+off, st.v[layer]+off, ks, vs, n, h, dstRow, st.rows(), scales)
+	if err := g.launch("kvfp8", "write_kv_fp8", [3]int{(n + 63) / 64, h, 1}, [3]int{256, 1, 1}, 0,
+		st.k[layer]+off, st.v[layer]+off, ks, vs, n, h, dstRow, st.rows(), scales, st.sat); err != nil {
+		return err
+	}
+	if layer != 0 {
+		return nil
+	}
+	st.warnSaturation()
+	return st.satHost.fetch(st.sat)
+}
+
+// warnSaturation logs the saturated count copied at layer 0's previous
+// write when it is the first or has doubled since the last warning: values
+// more than 16 times the first frame's largest (a scene far brighter or
+// nearer than the one the map began with) are clipped, and the attention
+// over them is wrong (owner thread).
+func (s *kvStore) warnSaturation() {
+	n := s.satHost.load()
+	if n == 0 || n < 2*s.satWarned {
+		return
+	}
+	s.satWarned = n
+	s.g.log.Warn("cuda: the FP8 KV cache clipped keys or values beyond ±448 times their scale, which its first frame set; "+
+		"its attention is less accurate from here (precision bf16 keeps them; a reset sets new scales)", "clipped", n)
+}
+
+// saturated is the number of values clipped since the scales were set
+// (synchronous; tests).
+func (s *kvStore) saturated() (uint64, error) {
+	var n uint64
+	err := s.g.own.do(func() error { return cu.MemcpyDtoH(unsafe.Pointer(&n), s.sat, 8) })
+	return n, err
 }
 
 // layerScales is the device address of a layer's FP8 scales.

@@ -227,7 +227,7 @@ stage_coldstart() { # a first start: the node's frame path, paced, with empty ke
   export LINGBOTMAP_CUDA_KERNEL_CACHE=$d CUDA_CACHE_PATH=/tmp/lbm-nv-cold
   pipe "coldstart-${COLD_PRECISION:-fp8}-640x468-jpeg" --frames "${COLD_FRAMES:-500}" --warmup 0 --rate 30 \
     --pipeline-size 640x468 --precision "${COLD_PRECISION:-fp8}"
-  grep -hE 'cuda kernels ready|compiled CUDA kernels|not prepared' "$OUT"/pipe-coldstart-*.err | sed -E 's/^.*(INFO|WARN) //' | tail -4 | tee -a "$OUT/summary.txt"
+  grep -hE 'cuda kernels ready|compiled CUDA kernels|not prepared|clipped' "$OUT"/pipe-coldstart-*.err | sed -E 's/^.*(INFO|WARN) //' | tail -4 | tee -a "$OUT/summary.txt"
   export LINGBOTMAP_CUDA_KERNEL_CACHE=$saved
   unset CUDA_CACHE_PATH
 }

@@ -38,7 +38,7 @@ func (halfDouble) Trim()                          {}
 
 // TestCapabilities: each named capability is found exactly when its whole
 // method set is there, and the CPU backend (the reference, which caches
-// nothing on a device) declares only its store's snapshot.
+// nothing on a device) declares only its store's release and snapshot.
 func TestCapabilities(t *testing.T) {
 	c := cpu.New(cpu.Config{Threads: 1})
 	store, err := c.NewKVStore(backend.KVSpec{Layers: 1, Pages: 2, PageSize: 3, Heads: 1, HeadDim: 4})
@@ -53,10 +53,10 @@ func TestCapabilities(t *testing.T) {
 		store backend.KVStore
 		want  []string
 	}{
-		{"cpu", c, store, []string{backend.CapKVSnap}},
+		{"cpu", c, store, []string{backend.CapRelease, backend.CapKVSnap}},
 		{"device", deviceDouble{c}, storeDouble{store}, all},
 		{"device without a store", deviceDouble{c}, nil, all[:6]},
-		{"partial", halfDouble{c}, store, []string{backend.CapTrim, backend.CapKVSnap}},
+		{"partial", halfDouble{c}, store, []string{backend.CapTrim, backend.CapRelease, backend.CapKVSnap}},
 	}
 	for _, tc := range cases {
 		if got := backend.Capabilities(tc.be, tc.store); !slices.Equal(got, tc.want) {

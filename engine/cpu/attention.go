@@ -126,7 +126,9 @@ func (b *Backend) Attention(q, k, v backend.Tensor, scale float32) backend.Tenso
 // values are rounded to e4m3 at their layer's scales when written.
 type kvStore struct {
 	spec backend.KVSpec
-	k, v [][]float32 // per layer: Pages·PageSize·Heads·HeadDim
+	// k[l] and v[l] hold layer l's Pages·PageSize·Heads·HeadDim values;
+	// nil after Release until the layer is used again (arrays).
+	k, v [][]float32
 	fp8  bool
 	// scales[l] are layer l's K scales per head, then its V scales, set by
 	// its first write (nil before).
@@ -154,6 +156,27 @@ func (b *Backend) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 	return s, nil
 }
 
+var _ backend.KVReleaser = (*kvStore)(nil)
+
+// Release drops every layer's arrays while the cache holds no frames (a
+// reset): they come back zeroed when the layer is next used. The FP8 scales
+// go too, so that the next stream's first writes set them, as on the GPU.
+func (s *kvStore) Release() error {
+	clear(s.k)
+	clear(s.v)
+	clear(s.scales)
+	return nil
+}
+
+// arrays returns a layer's K and V, remade zeroed after a Release.
+func (s *kvStore) arrays(layer int) ([]float32, []float32) {
+	if s.k[layer] == nil {
+		per := s.spec.Pages * s.spec.PageSize * s.spec.Heads * s.spec.HeadDim
+		s.k[layer], s.v[layer] = make([]float32, per), make([]float32, per)
+	}
+	return s.k[layer], s.v[layer]
+}
+
 func kvs(s backend.KVStore) *kvStore {
 	c, ok := s.(*kvStore)
 	if !ok {
@@ -177,8 +200,9 @@ func (b *Backend) WriteKV(s backend.KVStore, layer, page, dstRow int, k, v backe
 		st.writeFP8(layer, dst, ks, vs)
 		return
 	}
-	copy(st.k[layer][dst:dst+n*ld], ks)
-	copy(st.v[layer][dst:dst+n*ld], vs)
+	kd, vd := st.arrays(layer)
+	copy(kd[dst:dst+n*ld], ks)
+	copy(vd[dst:dst+n*ld], vs)
 }
 
 // writeFP8 stores rows of K and V at element dst of a layer, rounded to
@@ -189,10 +213,11 @@ func (s *kvStore) writeFP8(layer, dst int, k, v []float32) {
 		s.scales[layer] = append(e4m3.Scales(k, h, d), e4m3.Scales(v, h, d)...)
 	}
 	sc := s.scales[layer]
+	kd, vd := s.arrays(layer)
 	for j := range k {
 		hd := j % (h * d) / d
-		s.k[layer][dst+j] = e4m3.Round(k[j], sc[hd])
-		s.v[layer][dst+j] = e4m3.Round(v[j], sc[h+hd])
+		kd[dst+j] = e4m3.Round(k[j], sc[hd])
+		vd[dst+j] = e4m3.Round(v[j], sc[h+hd])
 	}
 }
 
@@ -206,6 +231,7 @@ func (b *Backend) PagedAttention(q backend.Tensor, s backend.KVStore, layer int,
 	_ = rows
 	ld := h * d
 	ps := st.spec.PageSize
+	kd, vd := st.arrays(layer)
 	chunks := make([]kvChunk, len(pages))
 	for i, p := range pages {
 		if int(p) < 0 || int(p) >= st.spec.Pages {
@@ -216,7 +242,7 @@ func (b *Backend) PagedAttention(q backend.Tensor, s backend.KVStore, layer int,
 			n = lastPageLen
 		}
 		off := int(p) * ps * ld
-		chunks[i] = kvChunk{k: st.k[layer][off:], v: st.v[layer][off:], n: n, ld: ld}
+		chunks[i] = kvChunk{k: kd[off:], v: vd[off:], n: n, ld: ld}
 	}
 	out := b.alloc(qt.shape...)
 	b.runAttention(qt.data, 1, nq, h, d, func(int) []kvChunk { return chunks }, scale, out.data)

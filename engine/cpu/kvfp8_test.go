@@ -95,6 +95,27 @@ func TestFP8KVStore(t *testing.T) {
 			t.Fatalf("restored element %d: %g, want %g within e4m3's rounding", j, k2[j], k[j])
 		}
 	}
+	// After a Release (a reset) the pages read as zeros and the next first
+	// write sets new scales: the value 64 times the old first write's is
+	// now the first write's largest, and kept to e4m3's rounding.
+	if err := s.(backend.KVReleaser).Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := snap.ExportKV(1, []int32{2, 0}, k2, v2); err != nil {
+		t.Fatal(err)
+	}
+	for j := range k2 {
+		if k2[j] != 0 || v2[j] != 0 {
+			t.Fatalf("released store: element %d reads %g, %g, want zeros", j, k2[j], v2[j])
+		}
+	}
+	b.WriteKV(s, 1, 0, 3, b.FromHost(k1, 2, ld), b.FromHost(v1, 2, ld), 0, 2)
+	if err := snap.ExportKV(1, []int32{0}, k2[:5*ld], v2[:5*ld]); err != nil {
+		t.Fatal(err)
+	}
+	if got := k2[3*ld]; math.Abs(float64(got-k1[0])) > math.Abs(float64(k1[0]))/16 {
+		t.Errorf("after a release, the first write's largest value %g is stored as %g", k1[0], got)
+	}
 	// The fp32 store keeps values as written.
 	plain, err := New(Config{Threads: 2}).NewKVStore(spec)
 	if err != nil {

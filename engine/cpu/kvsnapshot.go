@@ -18,10 +18,11 @@ func (s *kvStore) ExportKV(layer int, pages []int32, k, v []float32) error {
 	if err != nil {
 		return err
 	}
+	ks, vs := s.arrays(layer)
 	for i, p := range pages {
 		src := int(p) * page
-		copy(k[i*page:(i+1)*page], s.k[layer][src:src+page])
-		copy(v[i*page:(i+1)*page], s.v[layer][src:src+page])
+		copy(k[i*page:(i+1)*page], ks[src:src+page])
+		copy(v[i*page:(i+1)*page], vs[src:src+page])
 	}
 	return nil
 }
@@ -37,14 +38,15 @@ func (s *kvStore) ImportKV(layer int, pages []int32, k, v []float32) error {
 		n := len(pages) * page
 		s.scales[layer] = append(e4m3.Scales(k[:n], h, d), e4m3.Scales(v[:n], h, d)...)
 	}
+	kd, vd := s.arrays(layer)
 	for i, p := range pages {
 		dst := int(p) * page
 		if s.fp8 {
 			s.writeFP8(layer, dst, k[i*page:(i+1)*page], v[i*page:(i+1)*page])
 			continue
 		}
-		copy(s.k[layer][dst:dst+page], k[i*page:(i+1)*page])
-		copy(s.v[layer][dst:dst+page], v[i*page:(i+1)*page])
+		copy(kd[dst:dst+page], k[i*page:(i+1)*page])
+		copy(vd[dst:dst+page], v[i*page:(i+1)*page])
 	}
 	return nil
 }
