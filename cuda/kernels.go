@@ -41,8 +41,9 @@ type kernelCache struct {
 	log     *slog.Logger
 	modules map[string]kernelModule
 	funcs   map[string]kernelFunc
-	// prepared: prepare has run; late then lists the modules loaded after
-	// it (ones startupModules missed), which a stream waited for.
+	// prepared: gpu.prepareKernels has run; late then lists the modules
+	// loaded after it (ones startupModules missed), which a stream waited
+	// for.
 	prepared bool
 	late     []string
 }

@@ -56,8 +56,8 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned* r, const void* p) {
 // spares the fragment loads bank conflicts). A stale value in a tile's
 // masked rows decodes to a finite number (e4m3 NaN is not one in fp16), so
 // P = 0 cancels it.
-// From sm_89 (F8_MMA) the MMAs take e4m3 operands as they are, at twice the
-// fp16 rate and with no widening: Q is rounded to e4m3 at a scale per row
+// From sm_89 (F8_MMA) the MMAs take e4m3 operands as they are, with no
+// widening and half the MMAs: Q is rounded to e4m3 at a scale per row
 // (load_q_e4m3, as the Hopper FP8 kernel does), P is formed as 2^8 times
 // the probabilities and rounded to e4m3 (its register order is the stored
 // key order of Vᵀ, f8_key_pos), and each 32-key step of P·V is one
