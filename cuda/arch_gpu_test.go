@@ -4,7 +4,6 @@ package cuda
 
 import (
 	"io"
-	"os"
 	"strings"
 	"testing"
 
@@ -14,8 +13,7 @@ import (
 // newTargetBackend starts a bf16 backend whose kernels compile for arch.
 func newTargetBackend(t *testing.T, arch string) (*gpu, error) {
 	t.Helper()
-	cfg := DefaultConfig()
-	cfg.CacheDir = os.Getenv("LINGBOTMAP_CUDA_KERNEL_CACHE")
+	cfg := testConfig(BF16)
 	cfg.Arch = arch
 	be, err := New(cfg)
 	if err != nil {

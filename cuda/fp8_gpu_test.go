@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"testing"
+	"unsafe"
+
+	"gorgonia.org/cu"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 	"github.com/lingbotmap/lingbotmap/engine/backend/e4m3"
@@ -253,10 +255,7 @@ func TestKVStoreFP8Size(t *testing.T) {
 // Release with scales set by the next first write.
 func TestFP8Saturation(t *testing.T) {
 	var logs bytes.Buffer
-	cfg := DefaultConfig()
-	cfg.Precision = FP8
-	cfg.CacheDir = os.Getenv("LINGBOTMAP_CUDA_KERNEL_CACHE")
-	cfg.Arch = os.Getenv("LINGBOTMAP_CUDA_ARCH")
+	cfg := testConfig(FP8)
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	be, err := New(cfg)
 	if err != nil {
@@ -337,4 +336,12 @@ func TestFP8Saturation(t *testing.T) {
 	if n := count(); n != 0 {
 		t.Fatalf("%d values clipped by the first write after a release", n)
 	}
+}
+
+// saturated is the number of values clipped since the scales were set
+// (synchronous).
+func (s *kvStore) saturated() (uint64, error) {
+	var n uint64
+	err := s.g.own.do(func() error { return cu.MemcpyDtoH(unsafe.Pointer(&n), s.sat, 8) })
+	return n, err
 }

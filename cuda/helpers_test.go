@@ -25,28 +25,32 @@ type fixtures struct {
 
 var fx fixtures
 
-func TestMain(m *testing.M) {
-	var err error
-	fx.cpu = cpu.New(cpu.Config{})
+// testConfig is the default configuration in a precision with the test
+// run's kernel cache (LINGBOTMAP_CUDA_KERNEL_CACHE) and target: the setting
+// cuda.arch, LINGBOTMAP_CUDA_ARCH=sm_80 tests the portable kernels on a
+// Hopper GPU (cuda/scripts/run.sh ARCH=sm_80).
+func testConfig(p Precision) Config {
 	cfg := DefaultConfig()
+	cfg.Precision = p
 	cfg.CacheDir = os.Getenv("LINGBOTMAP_CUDA_KERNEL_CACHE")
-	// The setting cuda.arch: LINGBOTMAP_CUDA_ARCH=sm_80 tests the portable
-	// kernels on a Hopper GPU (cuda/scripts/run.sh ARCH=sm_80).
 	if a := os.Getenv("LINGBOTMAP_CUDA_ARCH"); a != "" {
 		cfg.Arch = a
 	}
-	cfg.Precision = FP32
-	if fx.fp32, err = New(cfg); err != nil {
+	return cfg
+}
+
+func TestMain(m *testing.M) {
+	var err error
+	fx.cpu = cpu.New(cpu.Config{})
+	if fx.fp32, err = New(testConfig(FP32)); err != nil {
 		fmt.Fprintln(os.Stderr, "cuda tests need a GPU:", err)
 		os.Exit(1)
 	}
-	cfg.Precision = BF16
-	if fx.bf16, err = New(cfg); err != nil {
+	if fx.bf16, err = New(testConfig(BF16)); err != nil {
 		fmt.Fprintln(os.Stderr, "cuda tests need a GPU:", err)
 		os.Exit(1)
 	}
-	cfg.Precision = FP8
-	if fx.fp8, err = New(cfg); err != nil {
+	if fx.fp8, err = New(testConfig(FP8)); err != nil {
 		fmt.Fprintln(os.Stderr, "cuda tests need a GPU:", err)
 		os.Exit(1)
 	}

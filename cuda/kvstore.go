@@ -420,14 +420,6 @@ func (s *kvStore) warnSaturation() {
 		"its attention is less accurate from here (precision bf16 keeps them; a reset sets new scales)", "clipped", n)
 }
 
-// saturated is the number of values clipped since the scales were set
-// (synchronous; tests).
-func (s *kvStore) saturated() (uint64, error) {
-	var n uint64
-	err := s.g.own.do(func() error { return cu.MemcpyDtoH(unsafe.Pointer(&n), s.sat, 8) })
-	return n, err
-}
-
 // layerScales is the device address of a layer's FP8 scales.
 func (s *kvStore) layerScales(layer int) cu.DevicePtr {
 	return s.scales.ptr + cu.DevicePtr(int64(layer)*2*int64(s.spec.Heads)*4)

@@ -68,14 +68,3 @@ func (g *gpu) prepareKernels() error {
 	g.log.Info("cuda kernels ready", "modules", len(mods), "arch", g.target.arch, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
-
-// lateModules are the kernel modules loaded after prepareKernels (owner
-// thread).
-func (g *gpu) lateModules() []string {
-	var late []string
-	_ = g.own.do(func() error {
-		late = append(late, g.kernels.late...)
-		return nil
-	})
-	return late
-}

@@ -4,7 +4,6 @@ package cuda
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"github.com/lingbotmap/lingbotmap/engine"
@@ -45,10 +44,7 @@ func TestKernelsPreparedAtStart(t *testing.T) {
 				mode.set(&cfg)
 				var g *gpu
 				factory := func(cfg engine.Config) (backend.Backend, error) {
-					c := DefaultConfig()
-					c.CacheDir = os.Getenv("LINGBOTMAP_CUDA_KERNEL_CACHE")
-					c.Arch = os.Getenv("LINGBOTMAP_CUDA_ARCH")
-					c.Precision = map[string]Precision{"fp32": FP32, "bf16": BF16, "fp8": FP8}[cfg.Precision]
+					c := testConfig(precisions[cfg.Precision])
 					c.Window = Window{ScaleFrames: cfg.ScaleFrames, SlidingWindow: cfg.SlidingWindow, Headroom: cfg.CacheHeadroom,
 						MaxFrames: cfg.MaxFrames, SpecialPerFrame: kvcache.SpecialPerFrame, CameraIterations: cfg.CameraIterations,
 						ImageWidth: cfg.ImageWidth}
@@ -63,19 +59,7 @@ func TestKernelsPreparedAtStart(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				n := 0
-				for _, f := range goldenFrames(t, mode.golden) {
-					res, err := st.Push(context.Background(), f)
-					if err != nil {
-						t.Fatal(err)
-					}
-					n += len(res)
-				}
-				res, err := st.Flush(context.Background())
-				if err != nil {
-					t.Fatal(err)
-				}
-				n += len(res)
+				n := len(pushAll(t, st, goldenFrames(t, mode.golden), true))
 				late := g.lateModules()
 				if err := st.Close(); err != nil {
 					t.Fatal(err)
@@ -89,4 +73,15 @@ func TestKernelsPreparedAtStart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lateModules are the kernel modules loaded after prepareKernels (owner
+// thread).
+func (g *gpu) lateModules() []string {
+	var late []string
+	_ = g.own.do(func() error {
+		late = append(late, g.kernels.late...)
+		return nil
+	})
+	return late
 }

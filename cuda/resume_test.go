@@ -7,7 +7,6 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/lingbotmap/lingbotmap/engine"
@@ -82,31 +81,12 @@ func TestKVSnapshotRoundTrip(t *testing.T) {
 // streams pick the same ones).
 func TestResumeEqualsUninterruptedGPU(t *testing.T) {
 	factory := func(cfg engine.Config) (backend.Backend, error) {
-		c := DefaultConfig()
-		c.CacheDir = os.Getenv("LINGBOTMAP_CUDA_KERNEL_CACHE")
+		c := testConfig(precisions[cfg.Precision])
 		c.FixedGEMMAlgo = true
-		if cfg.Precision == "fp32" {
-			c.Precision = FP32
-		}
 		return New(c)
 	}
 	push := func(st engine.Stream, fs []engine.Frame, flush bool) []engine.Result {
-		var out []engine.Result
-		for _, f := range fs {
-			res, err := st.Push(context.Background(), f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, res...)
-		}
-		if flush {
-			res, err := st.Flush(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, res...)
-		}
-		return out
+		return pushAll(t, st, fs, flush)
 	}
 	modes := []struct {
 		name   string
@@ -123,10 +103,7 @@ func TestResumeEqualsUninterruptedGPU(t *testing.T) {
 	for _, mode := range modes {
 		frames := goldenFrames(t, mode.golden)
 		if mode.name == "windowed" {
-			for _, f := range goldenFrames(t, mode.golden) {
-				f.Seq += uint64(len(frames))
-				frames = append(frames, f)
-			}
+			frames = goldenFramesTwice(t, mode.golden)
 		}
 		for _, prec := range []struct {
 			name string
@@ -203,6 +180,41 @@ func goldenFrames(t testing.TB, name string) []engine.Frame {
 	var frames []engine.Frame
 	for i := 0; i < shape[0]; i++ {
 		frames = append(frames, engine.Frame{Seq: uint64(i), Pixels: imgs[i*per : (i+1)*per], Width: shape[3], Height: shape[2]})
+	}
+	return frames
+}
+
+// precisions maps the engine's precision names onto the backend's.
+var precisions = map[string]Precision{"fp32": FP32, "bf16": BF16, "fp8": FP8}
+
+// pushAll pushes frames through a stream, then flushes it if flush says so,
+// and returns the results in order.
+func pushAll(t testing.TB, st engine.Stream, fs []engine.Frame, flush bool) []engine.Result {
+	t.Helper()
+	var out []engine.Result
+	for _, f := range fs {
+		res, err := st.Push(context.Background(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, res...)
+	}
+	if flush {
+		res, err := st.Flush(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, res...)
+	}
+	return out
+}
+
+// goldenFramesTwice is a golden case's frames played twice, numbered on.
+func goldenFramesTwice(t testing.TB, name string) []engine.Frame {
+	frames := goldenFrames(t, name)
+	for _, f := range goldenFrames(t, name) {
+		f.Seq += uint64(len(frames))
+		frames = append(frames, f)
 	}
 	return frames
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	goldencase "github.com/lingbotmap/lingbotmap/internal/golden"
 	"github.com/lingbotmap/lingbotmap/internal/golden/goldentest"
-	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 )
 
 // The device's points against geom.ConfidentPoints, the CPU reference: the
@@ -207,28 +206,11 @@ func TestUnprojectMatchesConfidentPoints(t *testing.T) {
 // final (window-warped) pose and depth; they equal the CPU path's points on
 // the same results, and the voxel maps built from each agree.
 func TestUnprojectLiveStreamMapsAsHost(t *testing.T) {
-	in := goldentest.Open(t, "stream_kf1", goldencase.InputsFile)
-	imgs, shape, err := goldencase.Tensor(in, "images")
-	if err != nil {
-		t.Fatal(err)
-	}
-	per := shape[1] * shape[2] * shape[3]
-	var frames []engine.Frame
-	for rep := 0; rep < 2; rep++ { // played twice: five windows
-		for i := 0; i < shape[0]; i++ {
-			frames = append(frames, engine.Frame{Seq: uint64(rep*shape[0] + i), Pixels: imgs[i*per : (i+1)*per], Width: shape[3], Height: shape[2]})
-		}
-	}
-	cfg := engine.DefaultConfig()
-	cfg.Device, cfg.Precision = "cuda", "fp32"
-	cfg.Weights = sharedtest.Path(t, "golden", "weights.safetensors")
-	cfg.ImageWidth, cfg.ScaleFrames, cfg.SlidingWindow, cfg.MaxFrames = 70, 3, 4, 256
-	cfg.SelectedLayers = []int{0, 2, 3, 4}
-	cfg.Windowed, cfg.WindowMode, cfg.WindowSize, cfg.OverlapSize = true, engine.WindowLive, 9, 3
+	frames := goldenFramesTwice(t, "stream_kf1") // five windows
+	cfg := goldenEngineConfig(t, "fp32")
+	cfg.Windowed, cfg.WindowMode = true, engine.WindowLive
 	st, err := engine.New(context.Background(), cfg, func(engine.Config) (backend.Backend, error) {
-		c := DefaultConfig()
-		c.Precision = FP32
-		return New(c)
+		return New(testConfig(FP32))
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -238,19 +220,7 @@ func TestUnprojectLiveStreamMapsAsHost(t *testing.T) {
 	if on, err := st.(engine.PointMaker).MakePoints(filt, false); err != nil || !on {
 		t.Fatalf("MakePoints on the GPU: %v, %v", on, err)
 	}
-	var res []engine.Result
-	for _, f := range frames {
-		out, err := st.Push(context.Background(), f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res = append(res, out...)
-	}
-	out, err := st.Flush(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	res = append(res, out...)
+	res := pushAll(t, st, frames, true)
 	if len(res) != len(frames) {
 		t.Fatalf("%d results for %d frames", len(res), len(frames))
 	}
