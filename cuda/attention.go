@@ -251,7 +251,7 @@ func (g *gpu) denseBF(out, qt, kt, vt *Tensor, scale float32) error {
 			if err != nil {
 				return err
 			}
-			if err := cu.MemsetD32(pt.ptr, 0, 1); err != nil {
+			if err := g.batch.zero(pt.ptr, 1); err != nil {
 				g.pool.put(pt)
 				return err
 			}
@@ -293,27 +293,31 @@ func (g *gpu) PagedAttention(q backend.Tensor, s backend.KVStore, layer int, pag
 	if len(pages) > 0 {
 		nk = (len(pages)-1)*ps + lastPageLen
 	}
+	// Its arguments (the number of keys) change every frame: submitted
+	// directly, outside the graph segments.
 	return g.output(qt.shape, "PagedAttention", func(out *Tensor) error {
-		if nq == 0 {
-			return nil
-		}
-		if nk == 0 {
-			// Nothing cached yet: the reference returns zeros.
-			return cu.MemsetD32(out.ptr(), 0, int64(qt.numel()))
-		}
-		table, err := st.table(pages)
-		if err != nil {
-			return err
-		}
-		k, kArg, vArg, err := g.pagedKernel(st, layer)
-		if err != nil {
-			return err
-		}
-		return g.attend(k, out, 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
-			if st.fp8 {
-				return []any{qt.ptr(), kArg, vArg, table, ps, nq, nk, h, scale, o, pm, pl, st.layerScales(layer)}
+		return g.batch.direct(func() error {
+			if nq == 0 {
+				return nil
 			}
-			return []any{qt.ptr(), kArg, vArg, table, ps, nq, nk, h, scale, o, pm, pl}
+			if nk == 0 {
+				// Nothing cached yet: the reference returns zeros.
+				return g.batch.zero(out.ptr(), int64(qt.numel()))
+			}
+			table, err := st.table(pages)
+			if err != nil {
+				return err
+			}
+			k, kArg, vArg, err := g.pagedKernel(st, layer)
+			if err != nil {
+				return err
+			}
+			return g.attend(k, out, 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
+				if st.fp8 {
+					return []any{qt.ptr(), kArg, vArg, table, ps, nq, nk, h, scale, o, pm, pl, st.layerScales(layer)}
+				}
+				return []any{qt.ptr(), kArg, vArg, table, ps, nq, nk, h, scale, o, pm, pl}
+			})
 		})
 	})
 }

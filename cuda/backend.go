@@ -7,6 +7,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,6 +32,8 @@ type gpu struct {
 	kernels  *kernelCache
 	launcher *launcher
 	lt       *cublasLt
+	// batch collects submissions into CUDA graph segments (Config.Graphs).
+	batch *batch
 	// pagedVariant selects another attention kernel than the default
 	// (Config.PagedKernel; see the paged* constants).
 	pagedVariant string
@@ -96,11 +99,20 @@ func New(cfg Config) (Backend, error) {
 	g.kernels = newKernelCache(cfg.CacheDir, t, info.driver, log)
 	if err := own.do(func() error {
 		lt, err := newCublasLt(&g.pool)
-		if lt != nil {
-			lt.autotune = !cfg.FixedGEMMAlgo
+		if err != nil {
+			return err
 		}
+		lt.autotune = !cfg.FixedGEMMAlgo
 		g.lt = lt
-		return err
+		// Profiling times each op with events on the default stream, so
+		// it submits every op as it comes.
+		b, err := newBatch(g.launcher, log, cfg.Graphs && !cfg.Profile)
+		if err != nil {
+			return err
+		}
+		b.lt, lt.q, g.batch = lt, b, b
+		g.pool.beforeFree = b.flush
+		return nil
 	}); err != nil {
 		own.stop()
 		g.launcher.free()
@@ -114,7 +126,7 @@ func New(cfg Config) (Backend, error) {
 	}
 	log.Info("cuda backend ready", "device", info.name, "sm", fmt.Sprintf("%d.%d", info.major, info.minor),
 		"multiprocessors", info.sms, "memory", human(info.totalMem), "driver", info.driver, "precision", cfg.Precision,
-		"arch", t.arch, "kernels", t.family(), "pdl", g.launcher.pdl)
+		"arch", t.arch, "kernels", t.family(), "pdl", g.launcher.pdl, "graphs", g.batch.enabled)
 	return g, nil
 }
 
@@ -153,7 +165,12 @@ func (g *gpu) Close() error {
 			"device_used", human(s.DeviceUsed), "mallocs", s.Mallocs, "released", s.Released)
 	}
 	err := g.own.do(func() error {
-		serr := cu.Synchronize()
+		if g.batch != nil {
+			g.log.Info("cuda graphs", "enabled", g.batch.enabled, "replayed", g.batch.stats.Replayed, "direct", g.batch.stats.Direct,
+				"graph_launches", g.batch.stats.Launches, "captures", g.batch.stats.Captures, "failures", g.batch.stats.Failures,
+				"changing", g.batch.mostChanged())
+		}
+		serr := errors.Join(g.batch.close(), cu.Synchronize())
 		g.lt.report(g.log, g.prof != nil)
 		g.lt.destroy()
 		g.pool.trim()
@@ -202,7 +219,12 @@ func (g *gpu) ResetMemoryPeak() {
 
 // Sync waits for all submitted work and reports the first device error.
 func (g *gpu) Sync() error {
-	g.run("synchronize", func() error { return cu.Synchronize() })
+	g.run("synchronize", func() error {
+		if err := g.flush(); err != nil {
+			return err
+		}
+		return cu.Synchronize()
+	})
 	return g.Err()
 }
 
@@ -217,6 +239,21 @@ func (g *gpu) run(op string, fn func() error) {
 	if err := g.own.do(fn); err != nil {
 		g.fail(fmt.Errorf("cuda: %s: %w", op, err))
 	}
+}
+
+// flush submits the work queued for a graph segment: before the host reads
+// or writes device memory, waits for the device, or frees memory (owner
+// thread).
+func (g *gpu) flush() error { return g.batch.flush() }
+
+// GraphStats reports what the CUDA graph batches submitted so far.
+func (g *gpu) GraphStats() GraphStats {
+	var s GraphStats
+	_ = g.own.do(func() error {
+		s = g.batch.statsNow()
+		return nil
+	})
+	return s
 }
 
 // launch runs a kernel (owner thread); see launcher.launch for the

@@ -196,3 +196,87 @@ func BenchmarkOpOverhead(b *testing.B) {
 	waitGPU(b, g)
 	g.Free(x)
 }
+
+// BenchmarkBlockGraph times one trunk block of a 1005-token frame in bf16
+// (LayerNorm, qkv, attention, projection and residual, LayerNorm, MLP and
+// residual: 12 submissions) as a frame submits it between two flush points,
+// with its ops replayed as a CUDA graph and launched one by one: what a graph
+// saves on the device between the kernels of a block.
+func BenchmarkBlockGraph(b *testing.B) {
+	const n, c, h = 1005, 1024, 16
+	g := fx.bf16
+	gg := g.(*gpu)
+	p := pairs(b, 23)[1]
+	w := func(name string, scale float64, shape ...int) backend.Tensor {
+		x := 1
+		for _, s := range shape {
+			x *= s
+		}
+		return g.Weight(name, p.randn(x, scale), backend.Trunk, shape...)
+	}
+	ones := func(name string) backend.Tensor {
+		v := make([]float32, c)
+		for i := range v {
+			v[i] = 1
+		}
+		return g.Weight(name, v, backend.Trunk, c)
+	}
+	x := g.FromHost(p.randn(n*c, 1), 1, n, c)
+	ln1w, ln1b, ln2w, ln2b := ones("ln1w"), w("ln1b", 0.1, c), ones("ln2w"), w("ln2b", 0.1, c)
+	wqkv, bqkv := w("wqkv", 0.03, 3*c, c), w("bqkv", 0.1, 3*c)
+	wo, bo := w("wo", 0.03, c, c), w("bo", 0.1, c)
+	w1, b1 := w("w1", 0.03, 4*c, c), w("b1", 0.1, 4*c)
+	w2, b2 := w("w2", 0.015, c, 4*c), w("b2", 0.1, c)
+	block := func() {
+		t := g.LayerNorm(x, ln1w, ln1b, 1e-6)
+		qkv := g.Linear(t, wqkv, bqkv, backend.ActNone)
+		g.Free(t)
+		q, k, v := g.SplitQKV(qkv, backend.QKVParams{Heads: h, HeadDim: c / h})
+		g.Free(qkv)
+		a := g.Attention(q, k, v, 0.125)
+		g.Free(q)
+		g.Free(k)
+		g.Free(v)
+		x1 := g.LinearAdd(g.Reshape(a, 1, n, c), wo, bo, x)
+		g.Free(a)
+		t = g.LayerNorm(x1, ln2w, ln2b, 1e-6)
+		f := g.Linear(t, w1, b1, backend.ActGELU)
+		g.Free(t)
+		g.Free(g.LinearAdd(f, w2, b2, x1))
+		g.Free(f)
+		g.Free(x1)
+		// A frame's next flush point (here: the end of the block).
+		if err := gg.own.do(gg.flush); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, graphs := range []bool{true, false} {
+		name := "graph"
+		if !graphs {
+			name = "direct"
+		}
+		b.Run(name, func(b *testing.B) {
+			enabled := gg.batch.enabled
+			_ = gg.own.do(func() error { gg.batch.enabled = graphs && enabled; return nil })
+			defer gg.own.do(func() error { gg.batch.enabled = enabled; return nil })
+			if graphs && !enabled {
+				b.Skip("CUDA graphs are off in this backend")
+			}
+			before := gg.GraphStats()
+			for range 3 {
+				block()
+			}
+			waitGPU(b, g)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				block()
+			}
+			waitGPU(b, g)
+			s := gg.GraphStats()
+			b.ReportMetric(float64(s.Replayed-before.Replayed)/float64(b.N+3), "replayed/block")
+		})
+	}
+	for _, t := range []backend.Tensor{x, ln1w, ln1b, ln2w, ln2b, wqkv, bqkv, wo, bo, w1, b1, w2, b2} {
+		g.Free(t)
+	}
+}

@@ -81,6 +81,12 @@ type Config struct {
 	// the one before drains and wait on the device for its results, which
 	// shortens the gaps between kernels (cuda/NOTES.md has the figure).
 	SerialLaunch bool
+	// Graphs submits the ops between two points where the host meets the
+	// device (a copy, a wait, a free, the KV cache's writes and paged
+	// attention) as one CUDA graph once the same stretch has come twice:
+	// every frame repeats them with the same buffers. Off, every kernel is
+	// launched as it comes. Profile turns it off.
+	Graphs bool
 	// PagedKernel chooses the paged attention kernel: "auto" (or empty) is
 	// the fastest for the GPU and page size, "fa2" the portable mma.sync
 	// kernel on every GPU. A binary built with the cudadev tag also takes
@@ -118,7 +124,7 @@ var retiredPagedKernels = []string{"mma", "exact", "wg", "tma", "poly4", "poly2"
 
 // DefaultConfig is device 0 in bf16 with the default kernels.
 func DefaultConfig() Config {
-	return Config{Device: 0, Precision: BF16, PagedKernel: "auto", Arch: "auto"}
+	return Config{Device: 0, Precision: BF16, PagedKernel: "auto", Arch: "auto", Graphs: true}
 }
 
 // Backend is a backend.Backend on a GPU. Device failures (out of memory, a
@@ -132,6 +138,8 @@ type Backend interface {
 	backend.Trimmer
 	backend.MemoryReporter
 	backend.Profiler
+	// GraphStats says how much of the work ran inside CUDA graphs.
+	GraphStats() GraphStats
 	// Kernels names the kernel family that runs and its NVRTC target, e.g.
 	// "hopper (wgmma, TMA, PDL), compute_90a" (Config.Arch).
 	Kernels() string
@@ -162,4 +170,18 @@ func (c Config) Validate() error {
 		return fmt.Errorf("cuda: paged_kernel %q is a lab variant: build with -tags cuda,cudadev to run it (cuda/dev/README.md)", c.PagedKernel)
 	}
 	return fmt.Errorf("cuda: unknown paged_kernel %q (want one of %s)", c.PagedKernel, strings.Join(PagedKernels, ", "))
+}
+
+// GraphStats counts what the batches submitted.
+type GraphStats struct {
+	// Direct counts operations submitted one by one (segments seen for the
+	// first time, too short to pay, or batching off); Replayed those run
+	// inside graph launches.
+	Direct, Replayed int64
+	// Launches is the number of graph launches, Captures the graphs
+	// recorded, Failures the captures that failed (their work then ran
+	// directly).
+	Launches, Captures, Failures int64
+	// Graphs is the number of graphs held now.
+	Graphs int
 }

@@ -77,7 +77,7 @@ static void lbm_plan_destroy(lbm_plan *p) {
 // D = A·B (+ bias) when C is 0; D = A·B + C (+ bias) otherwise, with C a
 // separate matrix of D's layout (beta = 1, out of place).
 static int lbm_matmul(cublasLtHandle_t h, lbm_plan *p, uint64_t A, uint64_t B, uint64_t C, uint64_t D, uint64_t bias,
-                      uint64_t ws, size_t wsSize) {
+                      uint64_t ws, size_t wsSize, CUstream stream) {
 	float alpha = 1.0f, beta = C ? 1.0f : 0.0f;
 	if (!C) C = D;
 	if (bias) {
@@ -86,7 +86,7 @@ static int lbm_matmul(cublasLtHandle_t h, lbm_plan *p, uint64_t A, uint64_t B, u
 	}
 	return (int)cublasLtMatmul(h, p->op, &alpha, (const void *)(uintptr_t)A, p->a, (const void *)(uintptr_t)B, p->b,
 	                           &beta, (const void *)(uintptr_t)C, p->c, (void *)(uintptr_t)D, p->c, &p->algo,
-	                           (void *)(uintptr_t)ws, wsSize, 0);
+	                           (void *)(uintptr_t)ws, wsSize, (cudaStream_t)stream);
 }
 
 static int lbm_mem_info(size_t *freeb, size_t *total) { return (int)cuMemGetInfo(freeb, total); }
@@ -127,6 +127,8 @@ type cublasLt struct {
 	plans    map[gemmKey]*C.lbm_plan
 	autotune bool        // time the heuristic's candidates per new shape
 	tuned    []tunedGemm // what tuning chose, for the log
+	// q queues known plans' matmuls into graph segments (nil: none).
+	q *batch
 }
 
 // tunedGemm is one shape's tuning result: candidate pick of `of`, ms a call.
@@ -212,12 +214,21 @@ func (lt *cublasLt) matmul(key gemmKey, a, b, c, d, bias cu.DevicePtr) (bool, er
 	if err != nil || p == nil {
 		return false, err
 	}
+	if known && lt.q.collecting() {
+		return true, lt.q.gemm(p, key, a, b, c, d, bias)
+	}
+	// A new shape is tuned and first run at once, on the default stream:
+	// tuning times it there, and a plan that cannot run must be known now
+	// so that the caller can fall back.
+	if err := lt.q.flush(); err != nil {
+		return false, err
+	}
 	if !known && lt.autotune && p.ncand > 1 {
 		if err := lt.tune(key, p, a, b, c, d, bias); err != nil {
 			return false, err
 		}
 	}
-	if err := lt.run(key, p, a, b, c, d, bias); err != nil {
+	if err := lt.run(key, p, a, b, c, d, bias, nil); err != nil {
 		var le *ltError
 		if !known && errors.As(err, &le) && le.status == C.CUBLAS_STATUS_NOT_SUPPORTED {
 			// The heuristic offered what cannot run (e.g. the bias epilogue
@@ -233,6 +244,20 @@ func (lt *cublasLt) matmul(key gemmKey, a, b, c, d, bias cu.DevicePtr) (bool, er
 	return true, nil
 }
 
+// gemm queues a planned matmul; the plan's algorithm and the workspace are
+// part of the segment's identity.
+func (b *batch) gemm(plan *C.lbm_plan, key gemmKey, a, bm, c, d, bias cu.DevicePtr) error {
+	b.mark()
+	b.key = append(b.key, unsafe.Slice((*byte)(unsafe.Pointer(&plan.algo)), unsafe.Sizeof(plan.algo))...)
+	return b.add(queued{kind: qGEMM, name: "gemm", plan: unsafe.Pointer(plan), gk: key, a: a, b: bm, c: c, d: d, bias: bias},
+		uint64(uintptr(unsafe.Pointer(plan))), uint64(a), uint64(bm), uint64(c), uint64(d), uint64(bias), uint64(b.lt.ws.ptr))
+}
+
+// runQueued runs a queued matmul on stream.
+func (lt *cublasLt) runQueued(q *queued, stream C.CUstream) error {
+	return lt.run(q.gk, (*C.lbm_plan)(q.plan), q.a, q.b, q.c, q.d, q.bias, stream)
+}
+
 // ltError is a failed cublasLtMatmul.
 type ltError struct {
 	key    gemmKey
@@ -246,9 +271,9 @@ func (e *ltError) Error() string {
 // run is one matmul. D depends on A, B, C and bias only, never on D's old
 // values (beta is 0 unless accumulating, and matmul refuses C = D then), so
 // repeating it, as tuning does, leaves the same D.
-func (lt *cublasLt) run(key gemmKey, p *C.lbm_plan, a, b, c, d, bias cu.DevicePtr) error {
+func (lt *cublasLt) run(key gemmKey, p *C.lbm_plan, a, b, c, d, bias cu.DevicePtr, stream C.CUstream) error {
 	st := C.lbm_matmul(lt.h, p, C.uint64_t(a), C.uint64_t(b), C.uint64_t(c), C.uint64_t(d), C.uint64_t(bias),
-		C.uint64_t(lt.ws.ptr), C.size_t(ltWorkspace))
+		C.uint64_t(lt.ws.ptr), C.size_t(ltWorkspace), stream)
 	if st != 0 {
 		return &ltError{key: key, status: st}
 	}
@@ -275,14 +300,14 @@ func (lt *cublasLt) tune(key gemmKey, p *C.lbm_plan, a, b, c, d, bias cu.DeviceP
 	best, bestMS := 0, math.Inf(1)
 	for i := 0; i < int(p.ncand); i++ {
 		C.lbm_plan_pick(p, C.int(i))
-		if err := lt.run(key, p, a, b, c, d, bias); err != nil {
+		if err := lt.run(key, p, a, b, c, d, bias, nil); err != nil {
 			continue // a candidate that cannot run this call is not chosen
 		}
 		if err := start.Record(cu.Stream{}); err != nil {
 			return err
 		}
 		for r := 0; r < reps; r++ {
-			if err := lt.run(key, p, a, b, c, d, bias); err != nil {
+			if err := lt.run(key, p, a, b, c, d, bias, nil); err != nil {
 				return err
 			}
 		}

@@ -71,6 +71,9 @@ func (g *gpu) toHost(dst []float32, src cu.DevicePtr) error {
 	if bytes == 0 {
 		return nil
 	}
+	if err := g.flush(); err != nil {
+		return err
+	}
 	p := g.stage.get(bytes)
 	if p == nil {
 		return cu.MemcpyDtoH(unsafe.Pointer(&dst[0]), src, bytes)
@@ -87,6 +90,9 @@ func (g *gpu) toDevice(dst cu.DevicePtr, src []float32) error {
 	bytes := int64(len(src)) * 4
 	if bytes == 0 {
 		return nil
+	}
+	if err := g.flush(); err != nil {
+		return err
 	}
 	p := g.stage.get(bytes)
 	if p == nil {

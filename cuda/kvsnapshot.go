@@ -99,6 +99,9 @@ func (s *kvStore) onPages(layer int, pages []int32, k, v []float32, f func(per i
 		return err
 	}
 	return s.g.own.do(func() error {
+		if err := s.g.flush(); err != nil {
+			return err
+		}
 		if err := cu.Synchronize(); err != nil {
 			return err
 		}

@@ -178,6 +178,9 @@ func (g *gpu) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 	plan := kvPlan{win: g.cfg.Window, layers: spec.Layers, heads: spec.Heads, headDim: spec.HeadDim,
 		pageSize: spec.PageSize, pages: spec.Pages, elem: st.elem, lazy: !g.cfg.EagerKV}
 	err := g.own.do(func() error {
+		if err := g.flush(); err != nil {
+			return err
+		}
 		free, total, err := memInfo()
 		if err != nil {
 			return err
@@ -289,6 +292,9 @@ func (s *kvStore) Release() error {
 		}
 		// Kernels still queued may read the pages (and count clipped
 		// values, and copy the count).
+		if err := s.g.flush(); err != nil {
+			return err
+		}
 		if err := cu.Synchronize(); err != nil {
 			return err
 		}
@@ -316,8 +322,10 @@ func (s *kvStore) Release() error {
 // afterwards.
 func (s *kvStore) Close() error {
 	err := s.g.own.do(func() error {
+		// Queued kernels may still use the pages.
+		ferr := s.g.flush()
 		s.free()
-		return nil
+		return ferr
 	})
 	if errors.Is(err, errClosed) {
 		return nil // the context and all its memory are gone already
@@ -331,6 +339,10 @@ func (s *kvStore) table(pages []int32) (cu.DevicePtr, error) {
 		return 0, fmt.Errorf("page table of %d pages for a store of %d", len(pages), s.spec.Pages)
 	}
 	if !slices.Equal(pages, s.ptHost) {
+		// The queued attention may still read the old table.
+		if err := s.g.flush(); err != nil {
+			return 0, err
+		}
 		// Pages are normally written, so backed, before they are attended;
 		// checked once per new table, not per layer.
 		for _, p := range pages {
@@ -358,26 +370,30 @@ func (g *gpu) WriteKV(s backend.KVStore, layer, page, dstRow int, k, v backend.T
 	if n == 0 {
 		return
 	}
+	// The destination moves every frame: submitted directly, outside the
+	// graph segments.
 	g.run("WriteKV", func() error {
-		if err := st.back(page); err != nil {
-			return err
-		}
-		if st.fp8 {
-			return g.writeKVFP8(st, layer, page, dstRow, kt.ptr()+cu.DevicePtr(int64(srcRow)*int64(ld)*4), vt.ptr()+cu.DevicePtr(int64(srcRow)*int64(ld)*4), n)
-		}
-		elem := int64(4)
-		kernel := "write_kv_f32"
-		if st.bf {
-			elem, kernel = 2, "write_kv_bf"
-		}
-		dst := cu.DevicePtr((int64(page)*int64(st.spec.PageSize) + int64(dstRow)) * int64(ld) * elem)
-		src := cu.DevicePtr(int64(srcRow) * int64(ld) * 4)
-		cnt := int64(n) * int64(ld)
-		kd, vd, ks, vs := st.k[layer]+dst, st.v[layer]+dst, kt.ptr()+src, vt.ptr()+src
-		if st.bf && fits4(cnt) && aligned(16, ks, vs) && aligned(8, kd, vd) {
-			return g.launch1D("elementwise", "write_kv_bf_v4", cnt/4, kd, vd, ks, vs, int(cnt/4))
-		}
-		return g.launch1D("movement", kernel, cnt, st.k[layer]+dst, st.v[layer]+dst, kt.ptr()+src, vt.ptr()+src, cnt)
+		return g.batch.direct(func() error {
+			if err := st.back(page); err != nil {
+				return err
+			}
+			if st.fp8 {
+				return g.writeKVFP8(st, layer, page, dstRow, kt.ptr()+cu.DevicePtr(int64(srcRow)*int64(ld)*4), vt.ptr()+cu.DevicePtr(int64(srcRow)*int64(ld)*4), n)
+			}
+			elem := int64(4)
+			kernel := "write_kv_f32"
+			if st.bf {
+				elem, kernel = 2, "write_kv_bf"
+			}
+			dst := cu.DevicePtr((int64(page)*int64(st.spec.PageSize) + int64(dstRow)) * int64(ld) * elem)
+			src := cu.DevicePtr(int64(srcRow) * int64(ld) * 4)
+			cnt := int64(n) * int64(ld)
+			kd, vd, ks, vs := st.k[layer]+dst, st.v[layer]+dst, kt.ptr()+src, vt.ptr()+src
+			if st.bf && fits4(cnt) && aligned(16, ks, vs) && aligned(8, kd, vd) {
+				return g.launch1D("elementwise", "write_kv_bf_v4", cnt/4, kd, vd, ks, vs, int(cnt/4))
+			}
+			return g.launch1D("movement", kernel, cnt, st.k[layer]+dst, st.v[layer]+dst, kt.ptr()+src, vt.ptr()+src, cnt)
+		})
 	})
 }
 

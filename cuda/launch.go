@@ -18,7 +18,7 @@ static int lbm_module_function(CUmodule m, const char *name, CUfunction *f) { re
 // serialization (CUDA 12 and later; every kernel in kernels/ waits for its
 // predecessor with griddepcontrol.wait before it touches memory).
 static int lbm_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                      unsigned shared, void **params, int pdl) {
+                      unsigned shared, void **params, int pdl, CUstream stream) {
 #if CUDA_VERSION >= 12000
 	if (pdl) {
 		CUlaunchAttribute attr;
@@ -32,10 +32,11 @@ static int lbm_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsig
 		cfg.sharedMemBytes = shared;
 		cfg.attrs = &attr;
 		cfg.numAttrs = 1;
+		cfg.hStream = stream;
 		return (int)cuLaunchKernelEx(&cfg, f, params, 0);
 	}
 #endif
-	return (int)cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, 0, params, 0);
+	return (int)cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, 0);
 }
 
 static int lbm_pdl_supported(void) { return CUDA_VERSION >= 12000; }
@@ -81,6 +82,9 @@ type launcher struct {
 	// blocks are scheduled while its predecessor drains (Hopper and later;
 	// see pdl_wait in kernels/common.cuh).
 	pdl bool
+	// q collects launches into CUDA graph segments (nil: every launch is
+	// submitted as it comes).
+	q *batch
 }
 
 // pdlBuilt reports whether this build's driver API header has
@@ -130,22 +134,75 @@ func (f kernelFunc) allowSharedMemory(bytes int) error {
 	return driverError(C.lbm_max_dynamic_smem(f.fn, C.int(bytes)))
 }
 
-// launch runs f on the default stream. Every argument takes an 8-byte slot:
-// pointers and int64 as they are, int as int64 (the kernel reads the low 4
-// bytes of an int parameter), float32 in the low 4 bytes, float64 whole; a tensor map is
-// passed where it lies.
+// launch runs f on the default stream, or queues it for the next CUDA
+// graph segment (batch) when one is collecting. Every argument takes an
+// 8-byte slot: pointers and int64 as they are, int as int64 (the kernel
+// reads the low 4 bytes of an int parameter), float32 in the low 4 bytes,
+// float64 whole; a tensor map is passed where it lies, so a launch with one
+// is never queued (its C memory may be rewritten before the batch runs).
 func (l *launcher) launch(f kernelFunc, name string, grid, block [3]int, shared int, args []any) error {
 	if len(args) > maxKernelArgs {
 		return fmt.Errorf("kernel %s: %d arguments, at most %d supported", name, len(args), maxKernelArgs)
 	}
+	for i := range 3 {
+		if grid[i] <= 0 || grid[i] > math.MaxInt32 || block[i] <= 0 || block[i] > 1024 {
+			return fmt.Errorf("kernel %s: bad launch shape grid %v block %v", name, grid, block)
+		}
+	}
+	if l.q != nil {
+		if l.q.collecting() && !hasTensorMap(args) {
+			return l.q.kernel(f, name, grid, block, shared, l.pdl, args)
+		}
+		if err := l.q.flush(); err != nil {
+			return err
+		}
+	}
 	slots := unsafe.Slice((*uint64)(unsafe.Pointer(l.slots)), maxKernelArgs)
+	if err := encodeArgs(name, slots, args); err != nil {
+		return err
+	}
 	// Addresses of C memory, stored as integers: no write barriers.
 	params := unsafe.Slice((*uintptr)(unsafe.Pointer(l.params)), maxKernelArgs)
 	for i, a := range args {
 		params[i] = uintptr(unsafe.Pointer(&slots[i]))
+		if t, ok := a.(tensorMap); ok {
+			params[i] = uintptr(t.p)
+		}
+	}
+	return l.run(f.fn, name, grid, block, shared, l.pdl, nil)
+}
+
+// run launches f with the arguments l.params points at on stream (nil: the
+// default stream).
+func (l *launcher) run(f C.CUfunction, name string, grid, block [3]int, shared int, pdl bool, stream C.CUstream) error {
+	p := C.int(0)
+	if pdl {
+		p = 1
+	}
+	r := C.lbm_launch(f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]), C.uint(block[0]), C.uint(block[1]), C.uint(block[2]),
+		C.uint(shared), l.params, p, stream)
+	if err := driverError(r); err != nil {
+		return fmt.Errorf("launching %s (grid %v, block %v): %w", name, grid, block, err)
+	}
+	return nil
+}
+
+// runSlots launches f with its arguments in slots (C memory, one 8-byte
+// slot an argument) on stream.
+func (l *launcher) runSlots(f C.CUfunction, name string, grid, block [3]int, shared int, pdl bool, slots []uint64, stream C.CUstream) error {
+	params := unsafe.Slice((*uintptr)(unsafe.Pointer(l.params)), maxKernelArgs)
+	for i := range slots {
+		params[i] = uintptr(unsafe.Pointer(&slots[i]))
+	}
+	return l.run(f, name, grid, block, shared, pdl, stream)
+}
+
+// encodeArgs writes each argument into its 8-byte slot (a tensor map's slot
+// is left alone: it is passed by address).
+func encodeArgs(name string, slots []uint64, args []any) error {
+	for i, a := range args {
 		switch v := a.(type) {
 		case tensorMap:
-			params[i] = uintptr(v.p)
 		case cu.DevicePtr:
 			slots[i] = uint64(v)
 		case int:
@@ -162,19 +219,14 @@ func (l *launcher) launch(f kernelFunc, name string, grid, block [3]int, shared 
 			return fmt.Errorf("kernel %s: argument %d has unsupported type %T", name, i, a)
 		}
 	}
-	for i := range 3 {
-		if grid[i] <= 0 || grid[i] > math.MaxInt32 || block[i] <= 0 || block[i] > 1024 {
-			return fmt.Errorf("kernel %s: bad launch shape grid %v block %v", name, grid, block)
+	return nil
+}
+
+func hasTensorMap(args []any) bool {
+	for _, a := range args {
+		if _, ok := a.(tensorMap); ok {
+			return true
 		}
 	}
-	pdl := C.int(0)
-	if l.pdl {
-		pdl = 1
-	}
-	r := C.lbm_launch(f.fn, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]), C.uint(block[0]), C.uint(block[1]), C.uint(block[2]),
-		C.uint(shared), l.params, pdl)
-	if err := driverError(r); err != nil {
-		return fmt.Errorf("launching %s (grid %v, block %v): %w", name, grid, block, err)
-	}
-	return nil
+	return false
 }

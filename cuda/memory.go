@@ -3,8 +3,10 @@
 package cuda
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
+	"slices"
 	"unsafe"
 
 	"gorgonia.org/cu"
@@ -87,6 +89,19 @@ type pool struct {
 	// lowFree[size class] is the shortest its free list has been since the
 	// last sweep: that many buffers were never needed in the window.
 	lowFree map[int64]int
+	// beforeFree submits the queued work (batch.flush) before a buffer goes
+	// back to the driver: queued kernels may still use it.
+	beforeFree func() error
+}
+
+// release gives a buffer back to the driver; false when the driver refused.
+func (p *pool) release(ptr cu.DevicePtr) bool {
+	if p.beforeFree != nil {
+		if err := p.beforeFree(); err != nil {
+			return false
+		}
+	}
+	return cu.MemFree(ptr) == nil
 }
 
 // sweepGets is the window (in allocations) over which the pool watches each
@@ -189,7 +204,7 @@ func (p *pool) sweep() {
 		}
 		idle = min(idle, len(l)) // the cache limit may have taken some
 		for _, ptr := range l[len(l)-idle:] {
-			if cu.MemFree(ptr) == nil {
+			if p.release(ptr) {
 				p.reserved -= sz
 			}
 			p.released++
@@ -235,7 +250,7 @@ func (p *pool) put(b *buffer) {
 		// the likeliest to be asked for again.
 		for p.cached+b.size > p.limit && p.evictOldest(b.size) {
 		}
-		if p.cached+b.size > p.limit && cu.MemFree(b.ptr) == nil {
+		if p.cached+b.size > p.limit && p.release(b.ptr) {
 			p.reserved -= b.size
 			p.released++
 			return
@@ -244,7 +259,14 @@ func (p *pool) put(b *buffer) {
 	if p.free == nil {
 		p.free = map[int64][]cu.DevicePtr{}
 	}
-	p.free[b.size] = append(p.free[b.size], b.ptr)
+	// Each list is kept in descending address order and gets take its
+	// last (lowest) buffer: which buffer an op gets then depends on which
+	// ones are free, not on the order the earlier ops freed them in, so a
+	// frame's ops get the same buffers as the last frame's and its graph
+	// segments repeat (graph.go).
+	l := p.free[b.size]
+	i, _ := slices.BinarySearchFunc(l, b.ptr, func(e, t cu.DevicePtr) int { return cmp.Compare(t, e) })
+	p.free[b.size] = slices.Insert(l, i, b.ptr)
 	p.cached += b.size
 }
 
@@ -267,7 +289,7 @@ func (p *pool) evictOldest(keep int64) bool {
 	ptr := l[len(l)-1]
 	p.free[best] = l[:len(l)-1]
 	p.cached -= best
-	if cu.MemFree(ptr) == nil {
+	if p.release(ptr) {
 		p.reserved -= best
 	}
 	p.released++
@@ -278,7 +300,7 @@ func (p *pool) evictOldest(keep int64) bool {
 func (p *pool) trim() {
 	for sz, l := range p.free {
 		for _, ptr := range l {
-			_ = cu.MemFree(ptr)
+			_ = p.release(ptr)
 			p.reserved -= sz
 		}
 	}
@@ -426,6 +448,9 @@ func (g *gpu) uploadMatrixBF16(data []float32, shape []int) backend.Tensor {
 			return err
 		}
 		defer g.pool.put(tmp)
+		if err := g.flush(); err != nil {
+			return err
+		}
 		if err := cu.MemcpyHtoD(tmp.ptr, unsafe.Pointer(&data[0]), n*4); err != nil {
 			return err
 		}
@@ -507,7 +532,7 @@ func (g *gpu) ToHost(t backend.Tensor) []float32 {
 func (g *gpu) Zeros(shape ...int) backend.Tensor {
 	return g.output(shape, "Zeros", func(t *Tensor) error {
 		if n := t.numel(); n > 0 {
-			return cu.MemsetD32(t.ptr(), 0, int64(n))
+			return g.batch.zero(t.ptr(), int64(n))
 		}
 		return nil
 	})

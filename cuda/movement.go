@@ -23,7 +23,7 @@ func (g *gpu) SliceRows(x backend.Tensor, start, n int) backend.Tensor {
 		if n == 0 || row == 0 {
 			return nil
 		}
-		return cu.MemcpyDtoDAsync(out.ptr(), xt.ptr()+cu.DevicePtr(int64(start)*row), int64(n)*row, cu.NoStream)
+		return g.batch.copyDtoD(out.ptr(), xt.ptr()+cu.DevicePtr(int64(start)*row), int64(n)*row)
 	})
 }
 
@@ -49,7 +49,7 @@ func (g *gpu) ConcatRows(xs ...backend.Tensor) backend.Tensor {
 			if bytes == 0 {
 				continue
 			}
-			if err := cu.MemcpyDtoDAsync(off, t.ptr(), bytes, cu.NoStream); err != nil {
+			if err := g.batch.copyDtoD(off, t.ptr(), bytes); err != nil {
 				return err
 			}
 			off += cu.DevicePtr(bytes)

@@ -131,6 +131,9 @@ type CUDAConfig struct {
 	// PDL launches kernels with programmatic dependent launch on Hopper and
 	// later GPUs; off starts each kernel after the previous one has finished.
 	PDL bool `mapstructure:"pdl"`
+	// Graphs replays the stretches of kernels that every frame repeats as
+	// CUDA graphs; off launches each kernel as it comes.
+	Graphs bool `mapstructure:"graphs"`
 	// PagedKernel picks the paged-attention kernel: "auto" (the fastest for
 	// the GPU and page size) or one of PagedKernels for comparisons.
 	PagedKernel string `mapstructure:"paged_kernel"`
@@ -176,6 +179,7 @@ func DefaultConfig() Config {
 		CUDA: CUDAConfig{
 			GEMMTuning:  true,
 			PDL:         true,
+			Graphs:      true,
 			PagedKernel: "auto",
 			Arch:        "auto",
 		},

@@ -34,6 +34,7 @@ func cudaConfig(cfg engine.Config, log *slog.Logger) cuda.Config {
 	c.Profile = k.Profile
 	c.FixedGEMMAlgo = !k.GEMMTuning
 	c.SerialLaunch = !k.PDL
+	c.Graphs = k.Graphs
 	c.PagedKernel = k.PagedKernel
 	c.PagedSplits = k.PagedSplits
 	c.Arch = k.Arch

@@ -152,7 +152,7 @@ stage_verify() { # $1 = precision
 stage_benchcmd() {
   # shellcheck disable=SC2086
   timeout "${BENCH_TIMEOUT:-200}" /tmp/lingbotmap bench --device cuda --frames "${BENCH_FRAMES:-22}" --mem-every "${MEM_EVERY:-0}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench-cmd.log" \
-    | grep -E 'phase 1|steady|cache filling|full cache|KV cache|memory|after [0-9]+ frames|rror|cuda memory at close|cuda backend ready' | tee -a "$OUT/summary.txt"
+    | grep -E 'phase 1|steady|cache filling|full cache|KV cache|memory|after [0-9]+ frames|rror|cuda memory at close|cuda backend ready|cuda graphs' | tee -a "$OUT/summary.txt"
 }
 
 # pipe NAME ARGS...: one bench --pipeline run, its table into the summary.
