@@ -115,7 +115,8 @@ have2=$(grep -vc '^#' "$out/ros2/trajectory.tum" 2>/dev/null || echo 0)
 [ "$have2" -ge "$n" ] || { echo "the ROS 2 node saved $have2 of $n poses (see $out/ros2/save_map.log)"; exit 1; }
 
 echo "== mapping the same frames offline"
-"$bin" run test/data/courthouse --out "$out/run" --weights="$weights" --model-size tiny --no-progress
+# --force: run/ is this demo's own folder, which an earlier demo filled.
+"$bin" run test/data/courthouse --out "$out/run" --force --weights="$weights" --model-size tiny --no-progress
 
 cat <<EOF
 
