@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/lingbotmap/lingbotmap/engine"
-	"github.com/lingbotmap/lingbotmap/engine/backend"
 )
 
 // TestGraphsMatchDirect: golden streams give bit for bit the same results
@@ -34,17 +33,8 @@ func TestGraphsMatchDirect(t *testing.T) {
 				frames := goldenFramesTwice(t, mode.golden)
 				run := func(graphs bool) ([]engine.Result, GraphStats) {
 					var g *gpu
-					factory := func(cfg engine.Config) (backend.Backend, error) {
-						c := testConfig(precisions[cfg.Precision])
-						c.FixedGEMMAlgo = true
-						c.Graphs = graphs
-						be, err := New(c)
-						if err == nil {
-							g = be.(*gpu)
-						}
-						return be, err
-					}
-					st, err := engine.New(context.Background(), cfg, factory, nil)
+					set := func(c *Config) { c.FixedGEMMAlgo, c.Graphs = true, graphs }
+					st, err := engine.New(context.Background(), cfg, keptFactory(set, &g), nil)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -43,19 +43,7 @@ func TestKernelsPreparedAtStart(t *testing.T) {
 				cfg := goldenEngineConfig(t, s.precision)
 				mode.set(&cfg)
 				var g *gpu
-				factory := func(cfg engine.Config) (backend.Backend, error) {
-					c := testConfig(precisions[cfg.Precision])
-					c.Window = Window{ScaleFrames: cfg.ScaleFrames, SlidingWindow: cfg.SlidingWindow, Headroom: cfg.CacheHeadroom,
-						MaxFrames: cfg.MaxFrames, SpecialPerFrame: kvcache.SpecialPerFrame, CameraIterations: cfg.CameraIterations,
-						ImageWidth: cfg.ImageWidth}
-					s.set(&c)
-					be, err := New(c)
-					if err == nil {
-						g = be.(*gpu)
-					}
-					return be, err
-				}
-				st, err := engine.New(context.Background(), cfg, factory, nil)
+				st, err := engine.New(context.Background(), cfg, keptFactory(s.set, &g), nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -72,6 +60,23 @@ func TestKernelsPreparedAtStart(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// keptFactory starts backends as the program does (testConfig with the
+// stream's window), changed by set, and keeps the last one in *g.
+func keptFactory(set func(*Config), g **gpu) engine.BackendFactory {
+	return func(cfg engine.Config) (backend.Backend, error) {
+		c := testConfig(precisions[cfg.Precision])
+		c.Window = Window{ScaleFrames: cfg.ScaleFrames, SlidingWindow: cfg.SlidingWindow, Headroom: cfg.CacheHeadroom,
+			MaxFrames: cfg.MaxFrames, SpecialPerFrame: kvcache.SpecialPerFrame, CameraIterations: cfg.CameraIterations,
+			ImageWidth: cfg.ImageWidth}
+		set(&c)
+		be, err := New(c)
+		if err == nil {
+			*g = be.(*gpu)
+		}
+		return be, err
 	}
 }
 
