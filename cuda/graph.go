@@ -4,7 +4,6 @@ package cuda
 
 /*
 #include <stdlib.h>
-#include <string.h>
 #include <cuda.h>
 
 static int lbm_stream_create(CUstream *s) { return (int)cuStreamCreate(s, CU_STREAM_NON_BLOCKING); }
