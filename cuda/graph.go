@@ -124,6 +124,8 @@ const (
 	// forgotten and recorded anew.
 	maxSeen   = 1 << 14
 	maxGraphs = 2048
+	// maxShapes bounds the keys kept for the changed-argument counts.
+	maxShapes = 1024
 )
 
 func newBatch(l *launcher, log *slog.Logger, enabled bool) (*batch, error) {
@@ -383,7 +385,7 @@ func (b *batch) noteChange() {
 			break
 		}
 	}
-	if len(b.last) >= maxSeen {
+	if !ok && len(b.last) >= maxShapes {
 		clear(b.last)
 	}
 	b.last[shape] = append(prev[:0], b.key...)
