@@ -84,7 +84,6 @@ type batch struct {
 type segmentGraph struct {
 	exec C.CUgraphExec
 	key  []byte
-	n    int
 }
 
 type queuedKind uint8
@@ -252,12 +251,7 @@ func (b *batch) flush() error {
 	}
 	h := maphash.Bytes(b.seed, b.key)
 	if sg := b.graphs[h]; sg != nil && bytes.Equal(sg.key, b.key) {
-		b.stats.Replayed += n
-		b.stats.Launches++
-		if err := driverError(C.lbm_graph_launch(sg.exec)); err != nil {
-			return fmt.Errorf("launching a CUDA graph of %d operations (%s): %w", sg.n, b.names(), err)
-		}
-		return nil
+		return b.launch(sg)
 	}
 	if !b.seen[h] {
 		if len(b.seen) >= maxSeen {
@@ -288,12 +282,18 @@ func (b *batch) flush() error {
 			return err
 		}
 	}
-	b.graphs[h] = &segmentGraph{exec: exec, key: bytes.Clone(b.key), n: len(b.items)}
+	sg := &segmentGraph{exec: exec, key: bytes.Clone(b.key)}
+	b.graphs[h] = sg
 	delete(b.seen, h)
 	b.stats.Captures++
-	b.stats.Replayed += n
+	return b.launch(sg)
+}
+
+// launch runs the queued segment as its graph.
+func (b *batch) launch(sg *segmentGraph) error {
+	b.stats.Replayed += int64(len(b.items))
 	b.stats.Launches++
-	if err := driverError(C.lbm_graph_launch(exec)); err != nil {
+	if err := driverError(C.lbm_graph_launch(sg.exec)); err != nil {
 		return fmt.Errorf("launching a CUDA graph of %d operations (%s): %w", len(b.items), b.names(), err)
 	}
 	return nil
