@@ -83,10 +83,10 @@ var wgKernel = attnKernel{module: "attention_hopper", name: "attn_wg_paged_bf", 
 var tma3Kernel = attnKernel{module: "attention_hopper", name: "attn_tma3_paged_bf", bq: 192, tk: 128, perSM: 1, smem: tmaStages*2*128*64*2 + 1024 + 3*8192 + 1024, threads: 384, bfOut: true, fillWaves: true}
 
 // f8Kernel reads the FP8 cache (FP8 mode, Hopper): tma3's schedule on e4m3
-// tiles, 16 KB a K+V stage, then the barriers' 1 KB, Q in e4m3 (4 KB a
-// warpgroup) and its row scales (256 bytes a warpgroup), plus 1 KB of
+// tiles, 16 KB a K+V stage, then the barriers' 1 KB, Q as two e4m3 tiles
+// (8 KB a warpgroup) and its row scales (256 bytes a warpgroup), plus 1 KB of
 // alignment slack (kernels/attention_hopper.cu, F8).
-var f8Kernel = attnKernel{module: "attention_hopper", name: "attn_f8_paged", bq: 192, tk: 128, perSM: 1, smem: tmaStages*2*128*64 + 1024 + 3*4096 + 3*256 + 1024, threads: 384, bfOut: true, fillWaves: true}
+var f8Kernel = attnKernel{module: "attention_hopper", name: "attn_f8_paged", bq: 192, tk: 128, perSM: 1, smem: tmaStages*2*128*64 + 1024 + 3*8192 + 3*256 + 1024, threads: 384, bfOut: true, fillWaves: true}
 
 // fa2F8Kernel reads the FP8 cache on any GPU: fa2's schedule on e4m3 tiles
 // widened to fp16, two stages of a K and a Vᵀ tile of 64 rows × 80 bytes.

@@ -56,13 +56,14 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned* r, const void* p) {
 // spares the fragment loads bank conflicts). A stale value in a tile's
 // masked rows decodes to a finite number (e4m3 NaN is not one in fp16), so
 // P = 0 cancels it.
-// From sm_89 (F8_MMA) the MMAs take e4m3 operands as they are, with no
-// widening and half the MMAs: Q is rounded to e4m3 at a scale per row
-// (load_q_e4m3, as the Hopper FP8 kernel does), P is formed as 2^8 times
-// the probabilities and rounded to e4m3 (its register order is the stored
-// key order of Vᵀ, f8_key_pos), and each 32-key step of P·V is one
-// m16n8k32. An e4m3 NaN is a NaN then, so the Vᵀ columns of a tile's
-// masked keys are zeroed in shared memory first.
+// From sm_89 (F8_MMA) P·V takes e4m3 operands as they are, with no
+// widening and half the MMAs: P is formed as 2^8 times the probabilities
+// and rounded to e4m3 (its register order is the stored key order of Vᵀ,
+// f8_key_pos), and each 32-key step is one m16n8k32. An e4m3 NaN is a NaN
+// then, so the Vᵀ columns of a tile's masked keys are zeroed in shared
+// memory first. Q·Kᵀ stays on fp16 MMAs: Q rounded to e4m3 was most of the
+// FP8 path's error, and Q held as two e4m3 parts (as the Hopper kernel
+// does) took twice the e4m3 MMAs and was the slower (NOTES.md).
 #define F8ROW 80
 template <int STAGES, bool PAGED, bool TREE = false, bool F8 = false>
 __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_t* __restrict__ k,
@@ -171,14 +172,14 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
     }
 
     // Q as A fragments of two m16 tiles, rounded to bf16 like the reference's
-    // q (fp16 on the widened FP8 cache, e4m3 with NAT).
-    unsigned qa[2][NAT ? 2 : 4][4];
+    // q (fp16 on the widened FP8 cache).
+    unsigned qa[2][4][4];
     int rows[2][2];
     // Softmax in base 2: fr[mt][half] turns row rows[mt][half]'s raw scores
     // into base-2 exponents. F8 folds K's scale in, and the 2^8 of its fp16
-    // form or (NAT) Q's row scale.
+    // form.
     float fr[2][2];
-    const float sl2 = F8 ? scale * 1.4426950408889634f * kvs[hd] * (NAT ? 1.f : 256.f) : scale * 1.4426950408889634f;
+    const float sl2 = F8 ? scale * 1.4426950408889634f * kvs[hd] * 256.f : scale * 1.4426950408889634f;
 #pragma unroll
     for (int mt = 0; mt < 2; mt++) {
         rows[mt][0] = blockIdx.x * FQ + warp * 32 + mt * 16 + g;
@@ -187,14 +188,7 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
         const float* q0 = q + (qrow0 + (ok0 ? rows[mt][0] : 0)) * ld + (i64)hd * HD;
         const float* q1 = q + (qrow0 + (ok1 ? rows[mt][1] : 0)) * ld + (i64)hd * HD;
         fr[mt][0] = fr[mt][1] = sl2;
-        if constexpr (NAT) {
-            float s0, s1;
-            load_q_e4m3(qa[mt], s0, s1, q0, q1, ok0, ok1, tg);
-            fr[mt][0] = sl2 * s0;
-            fr[mt][1] = sl2 * s1;
-        } else {
-            load_q_frags<F8>(qa[mt], q0, q1, ok0, ok1, tg);
-        }
+        load_q_frags<F8>(qa[mt], q0, q1, ok0, ok1, tg);
     }
     const float vmul = F8 ? kvs[h + hd] * (NAT ? 1.f : 256.f) : 1.f; // V's, applied to O
     float o[2][8][4];
@@ -234,19 +228,7 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
         float s[2][8][4];
 #pragma unroll
         for (int n = 0; n < 8; n++) {
-            if constexpr (NAT) {
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
-                // Key n·8+g, dims 32kk + 4tg… and 32kk + 16 + 4tg….
-                const unsigned char* kr = k8t + (n * 8 + g) * F8ROW + 4 * tg;
-#pragma unroll
-                for (int kk = 0; kk < 2; kk++) {
-                    const unsigned b0 = *(const unsigned*)(kr + kk * 32), b1 = *(const unsigned*)(kr + kk * 32 + 16);
-#pragma unroll
-                    for (int mt = 0; mt < 2; mt++) mma_e4m3(s[mt][n], qa[mt][kk], b0, b1);
-                }
-                continue;
-            } else if constexpr (F8) {
+            if constexpr (F8) {
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
                 // Key n·8+g, dims kk·16 + 2tg, +1 and +8, +9.

@@ -194,8 +194,10 @@ struct __align__(64) TensorMap {
 //
 // F8: the FP8 cache of kvfp8.cu (three warpgroups, TMA). K tiles are 128
 // keys × 64 e4m3 bytes in the 64-byte swizzle, Vᵀ tiles 64 rows × 128 keys
-// in the 128-byte swizzle; Q is rounded to e4m3 with a scale per row and
-// head (its largest magnitude to 448), kept beside Q in shared memory; kvs
+// in the 128-byte swizzle; Q is scaled per row and head (its largest
+// magnitude to 448) and held as two e4m3 tiles, its rounding and what that
+// missed (f8_pack4_split), each multiplied by K into the same scores; the
+// row scales are kept beside Q in shared memory; kvs
 // holds the layer's per-head K and V scales. The scores' row factors
 // f0, f1 take the scales into the softmax; P is formed as 2^8 times the
 // probabilities (in e4m3's normal range, the factor cancels in O/l), and
@@ -332,7 +334,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // fragments of this warp's 16 rows.
     static_assert(NWG == 2 || (TMA && NWG == 3), "three warpgroups need the TMA layout of shared memory");
     constexpr bool QS = NWG == 3;
-    constexpr int QTILE = F8 ? 4096 : 8192; // bytes of a warpgroup's Q
+    constexpr int QTILE = 8192; // bytes of a warpgroup's Q (F8: two e4m3 tiles)
     const unsigned qsm = sbase + NST * STAGE + 1024 + wg * QTILE;
     // F8: the row scales of Q, 64 floats a warpgroup after the Q tiles.
     float* const qscale = (float*)(sgen + NST * STAGE + 1024 + NWG * QTILE) + wg * 64;
@@ -356,14 +358,16 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         if (half == 0) qscale[j] = sq;
 #pragma unroll
         for (int c = 0; c < 2; c++) {
-            unsigned w[4];
+            unsigned w[4], wl[4];
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const float* z = x + 16 * c + 4 * e;
-                w[e] = f8_pack4(z[0] * iq, z[1] * iq, z[2] * iq, z[3] * iq);
+                f8_pack4_split(z[0] * iq, z[1] * iq, z[2] * iq, z[3] * iq, w[e], wl[e]);
             }
             const int ch = half * 2 + c; // 16-byte chunk of the 64-byte row, 64-byte swizzle
-            *(uint4*)(sgen + (qsm - sbase) + j * 64 + ((ch ^ ((j >> 1) & 3)) << 4)) = make_uint4(w[0], w[1], w[2], w[3]);
+            unsigned char* const dst = sgen + (qsm - sbase) + j * 64 + ((ch ^ ((j >> 1) & 3)) << 4);
+            *(uint4*)dst = make_uint4(w[0], w[1], w[2], w[3]);
+            *(uint4*)(dst + 4096) = make_uint4(wl[0], wl[1], wl[2], wl[3]);
         }
         fence_proxy_async();
         __syncthreads(); // the row scales, for the threads whose score rows they are
@@ -415,6 +419,8 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             if (carried) wgmma_f8_ss(s, wg_desc64(qsm), wg_desc64(ka), 0);
             else wgmma_f8_ss_first(s, wg_desc64(qsm), wg_desc64(ka));
             wgmma_f8_ss(s, wg_desc64(qsm + 32), wg_desc64(ka + 32), 1);
+            wgmma_f8_ss(s, wg_desc64(qsm + 4096), wg_desc64(ka), 1);
+            wgmma_f8_ss(s, wg_desc64(qsm + 4096 + 32), wg_desc64(ka + 32), 1);
         } else if constexpr (QS) {
             if (carried) wgmma_n128_ss(s, wg_desc(qsm, 16, 1024), wg_desc(ka, 16, 1024), 0);
             else wgmma_n128_ss_first(s, wg_desc(qsm, 16, 1024), wg_desc(ka, 16, 1024));
@@ -727,7 +733,7 @@ TMA_PAGED_KERNEL(attn_tma3_paged_bf, 3)
 
 // The FP8 cache's kernel (F8 in wg_paged): K and Vᵀ as e4m3 tensor maps
 // (kvfp8.cu's layout), kvs the layer's K and V scales per head. Shared
-// memory: the stages (16 KB), 1 KB for the barriers, Q (4 KB a warpgroup),
+// memory: the stages (16 KB), 1 KB for the barriers, Q (8 KB a warpgroup),
 // its row scales, and 1 KB of alignment slack.
 extern "C" __global__ void __launch_bounds__(384, 1)
     attn_f8_paged(const float* __restrict__ q, const __grid_constant__ TensorMap tk, const __grid_constant__ TensorMap tv,

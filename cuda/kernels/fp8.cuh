@@ -34,6 +34,26 @@ __device__ __forceinline__ unsigned f8_pack4(float a, float b, float c, float d)
 #endif
 }
 
+// The value of e4m3 byte b (finite: callers decode what f8_pack4 made of
+// finite values). Normal codes move into float's places (bias 127 − 7);
+// subnormals are multiples of 2^-9.
+__device__ __forceinline__ float f8_value(unsigned b) {
+    const unsigned e = (b >> 3) & 15u;
+    const float a = e ? __uint_as_float(((b & 0x7fu) << 20) + (120u << 23)) : (float)(b & 7u) * 0.001953125f;
+    return (b & 0x80u) ? -a : a;
+}
+
+// Four floats as two e4m3 words: hi, their rounding, and lo, the rounding
+// of what hi missed, at the same scale. An MMA over hi and one over lo into
+// the same accumulator then multiply by the values to about 2^-8 of each
+// (bf16's precision) where hi alone is 2^-4. Q's rounding to e4m3 alone was
+// the largest part of the FP8 path's error (NOTES.md).
+__device__ __forceinline__ void f8_pack4_split(float a, float b, float c, float d, unsigned& hi, unsigned& lo) {
+    hi = f8_pack4(a, b, c, d);
+    lo = f8_pack4(a - f8_value(hi & 0xffu), b - f8_value((hi >> 8) & 0xffu), c - f8_value((hi >> 16) & 0xffu),
+                  d - f8_value(hi >> 24));
+}
+
 // The scale of an array whose first write's largest magnitude is amax: the
 // power of two at or above amax·16/448, so that values up to 16 times the
 // first write's still fit (e4m3's largest is 448) while small ones keep
@@ -75,40 +95,4 @@ __device__ __forceinline__ void mma_e4m3(float* c, const unsigned* a, unsigned b
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
-}
-
-// Q rows q0 and q1 (64 values of one head) as e4m3 A fragments of the two
-// 32-wide k steps, each row rounded at its own scale (its largest magnitude
-// to 448, as the Hopper FP8 kernel rounds Q), returned in s0 and s1. The
-// four threads of a quad hold a row between them.
-__device__ __forceinline__ void load_q_e4m3(unsigned (&qa)[2][4], float& s0, float& s1, const float* q0,
-                                            const float* q1, bool ok0, bool ok1, int tg) {
-    float4 x[2][4]; // [row][kk·2 + half]: dims 32kk + 16·half + 4tg…
-    float a0 = 0.f, a1 = 0.f;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int c = (i >> 1) * 32 + (i & 1) * 16 + 4 * tg;
-        const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
-        x[0][i] = ok0 ? *(const float4*)(q0 + c) : z;
-        x[1][i] = ok1 ? *(const float4*)(q1 + c) : z;
-        a0 = fmaxf(a0, fmaxf(fmaxf(fabsf(x[0][i].x), fabsf(x[0][i].y)), fmaxf(fabsf(x[0][i].z), fabsf(x[0][i].w))));
-        a1 = fmaxf(a1, fmaxf(fmaxf(fabsf(x[1][i].x), fabsf(x[1][i].y)), fmaxf(fabsf(x[1][i].z), fabsf(x[1][i].w))));
-    }
-    a0 = quad_max(a0);
-    a1 = quad_max(a1);
-    s0 = a0 > 0.f ? a0 / 448.f : 1.f;
-    s1 = a1 > 0.f ? a1 / 448.f : 1.f;
-    const float i0 = 1.f / s0, i1 = 1.f / s1;
-#pragma unroll
-    for (int kk = 0; kk < 2; kk++) {
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const float iq = r ? i1 : i0;
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                const float4 y = x[r][kk * 2 + hf];
-                qa[kk][hf * 2 + r] = f8_pack4(y.x * iq, y.y * iq, y.z * iq, y.w * iq);
-            }
-        }
-    }
 }
