@@ -147,6 +147,15 @@ stage_verify() { # $1 = precision
       "$OUT/verify-$1-$name.log" | sort | tee -a "$OUT/summary.txt"
     [ "$rc" = 0 ] || status=1
   done
+  # The worst per output over the cases; fp8's beside bf16's when both ran
+  # in this call (the issue's bar is twice bf16's measured worst).
+  awk 'NF>=8 && $7 ~ /e-/ {if ($6+0 > w[$1]) w[$1]=$6+0} END {for (o in w) printf "%s %.3g\n", o, w[o]}' \
+    "$OUT"/verify-"$1"-*.log | sort >"$OUT/worst-$1.txt"
+  if [ "$1" = fp8 ] && [ -s "$OUT/worst-bf16.txt" ]; then
+    say "fp8 against bf16, worst per output over the cases"
+    join "$OUT/worst-bf16.txt" "$OUT/worst-fp8.txt" | awk '{printf "  %s bf16 %s fp8 %s: %.2fx\n", $1, $2, $3, ($2 > 0 ? $3 / $2 : 0)}' |
+      tee -a "$OUT/summary.txt"
+  fi
 }
 
 stage_benchcmd() {
