@@ -224,7 +224,11 @@ func TestNodeAgainstRealMaster(t *testing.T) {
 	rostest.WriteBag(t, bagPath, bagMsgs)
 	waitConnected(t, listener, "/lbm", "/lbm_listener", "/lbm/pose", "/lbm/odom", "/lbm/cloud", "/lbm/depth", "/tf", "/lbm/path", "/lbm/map", "/diagnostics", "/tf_static")
 	master.Run(t, 60*time.Second, "rosbag", "play", "-q", "--wait-for-subscribers", bagPath)
-	waitFor(t, "16 poses", 30*time.Second, func() bool { return rec.count() >= 16 })
+	waitFor(t, "16 poses, odometry and tf messages", 30*time.Second, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.poses) >= 16 && len(rec.odoms) >= 16 && len(rec.tfs) >= 16
+	})
 	time.Sleep(300 * time.Millisecond) // let the last cloud, depth, map and diagnostics arrive
 
 	t.Run("pose", func(t *testing.T) {
@@ -508,10 +512,11 @@ func TestNodeBaseFrame(t *testing.T) {
 	for i, f := range frames {
 		imgPub.Write(rostest.ImageMsg(f, std_msgs.Header{Stamp: rostest.StampOf(i), FrameId: "cam_optical"}))
 	}
-	waitFor(t, "3 poses and the static transform", 20*time.Second, func() bool {
+	// Each topic has its own connection: wait for all three of each.
+	waitFor(t, "3 poses, transforms and odometry messages, and the static transform", 20*time.Second, func() bool {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
-		return len(rec.poses) >= 3 && len(rec.tfs) >= 3 && rec.static != nil
+		return len(rec.poses) >= 3 && len(rec.tfs) >= 3 && len(rec.odoms) >= 3 && rec.static != nil
 	})
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
