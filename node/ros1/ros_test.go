@@ -224,12 +224,13 @@ func TestNodeAgainstRealMaster(t *testing.T) {
 	rostest.WriteBag(t, bagPath, bagMsgs)
 	waitConnected(t, listener, "/lbm", "/lbm_listener", "/lbm/pose", "/lbm/odom", "/lbm/cloud", "/lbm/depth", "/tf", "/lbm/path", "/lbm/map", "/diagnostics", "/tf_static")
 	master.Run(t, 60*time.Second, "rosbag", "play", "-q", "--wait-for-subscribers", bagPath)
-	waitFor(t, "16 poses, odometry and tf messages", 30*time.Second, func() bool {
+	// Each topic has its own connection: wait for the last message of each.
+	waitFor(t, "16 poses, odometry, tf, clouds and depth images, the whole path and map, and diagnostics of 16 frames", 30*time.Second, func() bool {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
-		return len(rec.poses) >= 16 && len(rec.odoms) >= 16 && len(rec.tfs) >= 16
+		return len(rec.poses) >= 16 && len(rec.odoms) >= 16 && len(rec.tfs) >= 16 && len(rec.clouds) >= 16 && len(rec.depths) >= 16 &&
+			rec.path != nil && len(rec.path.Poses) >= 16 && rec.mapMsg != nil && diagValue(rec.diag, "frames_processed") == "16"
 	})
-	time.Sleep(300 * time.Millisecond) // let the last cloud, depth, map and diagnostics arrive
 
 	t.Run("pose", func(t *testing.T) {
 		rec.mu.Lock()
