@@ -175,11 +175,6 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
     // q (fp16 on the widened FP8 cache).
     unsigned qa[2][4][4];
     int rows[2][2];
-    // Softmax in base 2: fr[mt][half] turns row rows[mt][half]'s raw scores
-    // into base-2 exponents. F8 folds K's scale in, and the 2^8 of its fp16
-    // form.
-    float fr[2][2];
-    const float sl2 = F8 ? scale * 1.4426950408889634f * kvs[hd] * 256.f : scale * 1.4426950408889634f;
 #pragma unroll
     for (int mt = 0; mt < 2; mt++) {
         rows[mt][0] = blockIdx.x * FQ + warp * 32 + mt * 16 + g;
@@ -187,9 +182,10 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
         const bool ok0 = rows[mt][0] < nq, ok1 = rows[mt][1] < nq;
         const float* q0 = q + (qrow0 + (ok0 ? rows[mt][0] : 0)) * ld + (i64)hd * HD;
         const float* q1 = q + (qrow0 + (ok1 ? rows[mt][1] : 0)) * ld + (i64)hd * HD;
-        fr[mt][0] = fr[mt][1] = sl2;
         load_q_frags<F8>(qa[mt], q0, q1, ok0, ok1, tg);
     }
+    // Softmax in base 2; F8: K's scale and the 2^8 of its fp16 form folded in.
+    const float sl2 = F8 ? scale * 1.4426950408889634f * kvs[hd] * 256.f : scale * 1.4426950408889634f;
     const float vmul = F8 ? kvs[h + hd] * (NAT ? 1.f : 256.f) : 1.f; // V's, applied to O
     float o[2][8][4];
     float m[2][2], l[2][2];
@@ -283,7 +279,7 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
             }
             const float mn0 = fmaxf(m[mt][0], quad_max(mx0)), mn1 = fmaxf(m[mt][1], quad_max(mx1));
             if (!TREE || __any_sync(0xffffffffu, mn0 != m[mt][0] || mn1 != m[mt][1])) {
-                const float c0 = ex2((m[mt][0] - mn0) * fr[mt][0]), c1 = ex2((m[mt][1] - mn1) * fr[mt][1]); // 0 on the first tile
+                const float c0 = ex2((m[mt][0] - mn0) * sl2), c1 = ex2((m[mt][1] - mn1) * sl2); // 0 on the first tile
                 m[mt][0] = mn0;
                 m[mt][1] = mn1;
                 l[mt][0] *= c0;
@@ -295,13 +291,13 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
                 }
             }
             // NAT: P = 2^8 · probability, in e4m3's normal range (O/l cancels it).
-            const float ms0 = mn0 * fr[mt][0] - (NAT ? 8.f : 0.f), ms1 = mn1 * fr[mt][1] - (NAT ? 8.f : 0.f);
+            const float ms0 = mn0 * sl2 - (NAT ? 8.f : 0.f), ms1 = mn1 * sl2 - (NAT ? 8.f : 0.f);
 #pragma unroll
             for (int n = 0; n < 8; n++) {
-                s[mt][n][0] = ex2(fmaf(s[mt][n][0], fr[mt][0], -ms0));
-                s[mt][n][1] = ex2(fmaf(s[mt][n][1], fr[mt][0], -ms0));
-                s[mt][n][2] = ex2(fmaf(s[mt][n][2], fr[mt][1], -ms1));
-                s[mt][n][3] = ex2(fmaf(s[mt][n][3], fr[mt][1], -ms1));
+                s[mt][n][0] = ex2(fmaf(s[mt][n][0], sl2, -ms0));
+                s[mt][n][1] = ex2(fmaf(s[mt][n][1], sl2, -ms0));
+                s[mt][n][2] = ex2(fmaf(s[mt][n][2], sl2, -ms1));
+                s[mt][n][3] = ex2(fmaf(s[mt][n][3], sl2, -ms1));
                 a[n] = s[mt][n][0] + s[mt][n][1];
                 b[n] = s[mt][n][2] + s[mt][n][3];
                 if (!TREE) {
@@ -406,7 +402,7 @@ __device__ __forceinline__ void fa_attn(const float* __restrict__ q, const bf16_
                 const i64 prow = ((i64)blockIdx.z * rowsAll + qrow0 + r) * h + hd;
                 dst = out + prow * HD;
                 if (tg == 0) {
-                    pm[prow] = m[mt][half] * fr[mt][half]; // attn_combine works in base-2 units of scaled scores
+                    pm[prow] = m[mt][half] * sl2; // attn_combine works in base-2 units of scaled scores
                     pl[prow] = lsum;
                 }
             }

@@ -77,7 +77,7 @@ __device__ __forceinline__ unsigned f8x2_to_f16x2(unsigned x) {
 }
 
 // F8_MMA: the GPU has FP8 MMAs in mma.sync (sm_89 and later: Ada, Hopper);
-// the portable FP8 kernel then multiplies e4m3 operands directly.
+// the portable FP8 kernel's P·V then multiplies e4m3 operands directly.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 #define F8_MMA 1
 #else
