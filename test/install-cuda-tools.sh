@@ -4,10 +4,12 @@
 #   include/  the headers the cuda-tagged Go code includes (cuda.h, nvrtc.h,
 #             cublasLt.h), for `go vet -tags cuda`;
 #   lib/      NVRTC (libnvrtc, libnvrtc-builtins), which compiles every kernel
-#             module to PTX in `go test -tags nvrtc ./cuda/`.
+#             module to PTX in `go test -tags nvrtc ./cuda/`;
+#   cupti/include/  CUPTI's headers, which cuda/scripts/kerneltrace.c (the GPU
+#             machine's kernel tracer) is compiled against in the same test.
 #
-# They come from Debian's CUDA 11.8 packages nvidia-cuda-dev, libnvrtc11.2 and
-# libnvrtc-builtins11.8 (in the non-free component, which this script enables
+# They come from Debian's CUDA 11.8 packages nvidia-cuda-dev, libnvrtc11.2,
+# libnvrtc-builtins11.8 and libcupti-dev (in the non-free component, which this script enables
 # when apt does not see it), unpacked into $LINGBOTMAP_CUDA_TOOLS (default
 # /opt/lingbotmap/cuda): installing nvidia-cuda-dev would pull 64 packages and
 # 2.8 GB, the NVIDIA driver library among them, and nothing here needs them.
@@ -22,7 +24,8 @@ have() {
     [ -e "$dest/$f" ] || return 1
   done
 }
-if have; then
+have_cupti() { [ -e "$dest/cupti/include/cupti_activity.h" ]; }
+if have && have_cupti; then
   echo "$dest"
   exit 0
 fi
@@ -44,6 +47,20 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 chmod 0777 "$work" # apt-get download runs as _apt
+if ! have_cupti; then
+  say "downloading libcupti-dev (about 8 MB, for its headers)"
+  (cd "$work" && apt_get download libcupti-dev)
+  mkdir -p "$work/cupti"
+  dpkg-deb --fsys-tarfile "$work"/libcupti-dev_*.deb | tar -x -C "$work/cupti" ./usr/include
+  $SUDO mkdir -p "$dest/cupti"
+  $SUDO rm -rf "$dest/cupti/include"
+  $SUDO mv "$work/cupti/usr/include" "$dest/cupti/include"
+  have_cupti || { say "libcupti-dev lacked cupti_activity.h"; exit 1; }
+fi
+if have; then
+  echo "$dest"
+  exit 0
+fi
 say "downloading nvidia-cuda-dev (about 770 MB, for its headers), libnvrtc11.2 and libnvrtc-builtins11.8"
 (cd "$work" && apt_get download nvidia-cuda-dev libnvrtc11.2 libnvrtc-builtins11.8)
 mkdir -p "$work/x"

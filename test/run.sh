@@ -18,7 +18,7 @@ cuda_tools=$(test/install-cuda-tools.sh)
 CGO_CFLAGS="-I$PWD/cuda/compat -I$cuda_tools/include" go vet -tags cuda ./...
 CGO_CFLAGS="-I$PWD/cuda/compat -I$cuda_tools/include" go vet -tags cuda,cudadev ./cuda/...
 CGO_CFLAGS="-I$cuda_tools/include" CGO_LDFLAGS="-L$cuda_tools/lib" LD_LIBRARY_PATH="$cuda_tools/lib" \
-  go test -count=1 -tags nvrtc -run TestKernelsCompile ./cuda/
+  go test -count=1 -tags nvrtc -run 'TestKernelsCompile|TestKernelTraceBuilds' ./cuda/
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1

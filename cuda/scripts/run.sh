@@ -7,7 +7,7 @@
 #                                     test bench verify (= verify-bf16 verify-fp32)
 #                                     verify-fp8 benchcmd ref peak profile sanitize
 #                                     ncu wgcheck golden-sized pipeline long runfolder
-#                                     smallgpu reach coldstart
+#                                     smallgpu reach coldstart ktrace
 #                                     (default: info build test bench)
 #   TEST_RUN=regexp   go test -run filter (default: all tests); TEST_SKIP=regexp -skip
 #   SANITIZE_RUN=re   tests for the 'sanitize' stage (compute-sanitizer memcheck)
@@ -26,6 +26,9 @@
 #   WG_ONLY_TMA=1     'wgcheck' times only the TMA kernel at full size
 #   WG_SPLITS="1 4"   key splits the TMA kernel is timed at in 'wgcheck' (default 1)
 #   WG_TMA3=1         'wgcheck' runs its TMA cases on attn_tma3_paged_bf
+#   KTRACE_SPECS="name flags;..."  bench runs of the 'ktrace' stage (default: bf16 and fp8, graphs on
+#                     and off); KTRACE_FRAMES=n frames each (164), KTRACE_N=n the last whole frames
+#                     counted (60), KTRACE_KEEP=1 keeps the records (xz) in $OUT
 #   REF_FRAMES=n      frames for the reference timing in 'ref' (default 30; more
 #                     than 8 + 64 to time frames with a full cache; needs
 #                     .ref/make_golden.py and .ref/lingbot-map, see pack.sh)
@@ -267,6 +270,31 @@ stage_profile() { # device time per operation kind and idle time, from CUDA even
   grep -E 'cuda profile|cuda gemm' "$OUT/profile.log" | head -90 | sed -E 's/^.*INFO cuda profile //' | tee -a "$OUT/summary.txt"
 }
 
+stage_ktrace() { # idle device time and time per kernel, CUDA graphs on and off, from CUPTI (kerneltrace.c)
+  local inc lib recs spec name args specs
+  inc=$(dirname "$(ls "$cuda"/extras/CUPTI/include/cupti.h "$cuda"/include/cupti.h "$cuda"/targets/*/include/cupti.h 2>/dev/null | head -1)")
+  [ -f "$inc/cupti.h" ] || inc=$(dirname "$(find / -xdev -name cupti.h 2>/dev/null | head -1)")
+  lib=$(ls "$cuda"/extras/CUPTI/lib64/libcupti.so* "$cuda"/lib64/libcupti.so* "$cuda"/targets/*/lib/libcupti.so* 2>/dev/null | head -1)
+  [ -n "$lib" ] || lib=$(find / -xdev -name 'libcupti.so*' 2>/dev/null | head -1)
+  [ -f "$inc/cupti.h" ] && [ -n "$lib" ] || { say "ktrace: no CUPTI headers or library here"; status=1; return; }
+  if ! recs=$(CUDA_INCLUDE="$cuda/include" bash cuda/scripts/kerneltrace-build.sh "$inc" "$lib" /tmp/libktrace.so 2>"$OUT/ktrace-build.log"); then
+    cat "$OUT/ktrace-build.log"; say "ktrace: kerneltrace.c does not build (ktrace-build.log)"; status=1; return
+  fi
+  say "ktrace: CUPTI $lib, records $recs"
+  IFS=';' read -ra specs <<<"${KTRACE_SPECS:-bf16-graphs --precision bf16;bf16-direct --precision bf16 --cuda-graphs=false;fp8-graphs --precision fp8;fp8-direct --precision fp8 --cuda-graphs=false}"
+  for spec in "${specs[@]}"; do
+    name=${spec%% *} args=${spec#* }
+    # shellcheck disable=SC2086
+    LD_LIBRARY_PATH="$(dirname "$lib"):$LD_LIBRARY_PATH" CUDA_INJECTION64_PATH=/tmp/libktrace.so KTRACE_OUT=/tmp/ktrace-$name.txt \
+      timeout 300 /tmp/lingbotmap bench --device cuda --frames "${KTRACE_FRAMES:-164}" --warmup 80 $args >"$OUT/ktrace-$name.log" 2>&1
+    say "ktrace $name ($args): exit $?, $(grep -m1 -oE 'full cache.*' "$OUT/ktrace-$name.log")"
+    grep -E 'kerneltrace|rror' "$OUT/ktrace-$name.log" | head -5 | tee -a "$OUT/summary.txt"
+    python3 cuda/scripts/kerneltrace.py "/tmp/ktrace-$name.txt" --frames "${KTRACE_N:-60}" --label "$name" 2>&1 | tee -a "$OUT/summary.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    if [ "${KTRACE_KEEP:-0}" = 1 ]; then xz -T0 -3 -f "/tmp/ktrace-$name.txt" && mv "/tmp/ktrace-$name.txt.xz" "$OUT/"; else rm -f "/tmp/ktrace-$name.txt"; fi
+  done
+}
+
 stage_sanitize() { # compute-sanitizer memcheck on the tests SANITIZE_RUN selects
   local cs
   cs=$(command -v compute-sanitizer || ls "$cuda"/bin/compute-sanitizer 2>/dev/null | head -1)
@@ -382,6 +410,7 @@ for st in $stages; do
     golden-sized) stage_golden_sized ;;
     peak) stage_peak ;;
     profile) stage_profile ;;
+    ktrace) stage_ktrace ;;
     sanitize) stage_sanitize ;;
     ncu) stage_ncu ;;
     wgcheck) stage_wgcheck ;;
