@@ -30,11 +30,12 @@ def family(name):
     return name.split("(")[0][:48]
 
 
-def union_length(intervals, t0, t1):
-    """Length of the union of [s, e) intervals clipped to [t0, t1), and the gaps in it."""
+def union_length(activities, t0, t1):
+    """Length of the union of the activities' [s, e) intervals (sorted by
+    start) clipped to [t0, t1), and the gaps in it."""
     total, cur_s, cur_e, gaps = 0, None, None, []
     last_end = t0
-    for s, e in intervals:
+    for s, e, _ in activities:
         s, e = max(s, t0), min(e, t1)
         if e <= s:
             continue
@@ -54,14 +55,14 @@ def union_length(intervals, t0, t1):
     return total, gaps
 
 
-def leading_time(kernels, t0, t1):
+def leading_time(activities, t0, t1):
     """Device time per kernel family inside [t0, t1), each instant given to the
     earliest-started activity still running: a kernel launched early by
     programmatic dependent launch waits for its predecessor, whose time that
-    is. Returns {family: [ns, launches started in the span]}."""
+    is. activities are (start, end, name), sorted by start. Returns
+    {family: [ns, launches started in the span]}."""
     per = defaultdict(lambda: [0, 0])
     active, now = [], t0
-    ordered = sorted(kernels)
 
     def advance(until):
         nonlocal now
@@ -76,7 +77,7 @@ def leading_time(kernels, t0, t1):
             per[family(name)][0] += end - now
             now = end
 
-    for s, e, name in ordered:
+    for s, e, name in activities:
         if s >= t1:
             break
         if s > now:
@@ -100,7 +101,7 @@ def main():
     ap.add_argument("--label", default="")
     a = ap.parse_args()
 
-    acts, kernels, paged, dropped, untimed = [], [], [], 0, 0
+    acts, paged, dropped, untimed = [], [], 0, 0
     with open(a.trace) as f:
         for line in f:
             parts = line.split(" ", 3)
@@ -113,14 +114,13 @@ def main():
             if s == 0 or e < s:
                 untimed += 1
                 continue
-            acts.append((s, e))
             if parts[0] == "K":
                 name = parts[3].strip()
-                kernels.append((s, e, name))
+                acts.append((s, e, name))
                 if PAGED.match(name):
                     paged.append(s)
             else:
-                kernels.append((s, e, "copy" if parts[0] == "C" else "memset"))
+                acts.append((s, e, "copy" if parts[0] == "C" else "memset"))
     if dropped or untimed:
         # Untimed records are those of activities still running when their
         # buffer was flushed by force.
@@ -178,7 +178,7 @@ def main():
     acts.sort()
     busy, gaps = union_length(acts, t0, t1)
     span = t1 - t0
-    per = leading_time(kernels, t0, t1)
+    per = leading_time(acts, t0, t1)
     big = sorted(gaps, reverse=True)[:n]
     print(f"{a.label}: {n} whole frames of {per_frame} paged launches, {span / n / 1e6:.2f} ms a frame (traced)")
     print(f"  device busy {busy / n / 1e6:.2f} ms a frame, idle {(span - busy) / n / 1e6:.2f} ms "
