@@ -124,13 +124,13 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) (err error) {
 		return runBenchPipeline(ctx, o, out)
 	}
 	if o.width%14 != 0 || o.height%14 != 0 || o.width <= 0 || o.height <= 0 {
-		return fmt.Errorf("--width and --height must be positive multiples of 14, not %d×%d", o.width, o.height)
+		return &exitCodeError{code: exitUsage, err: fmt.Errorf("--width and --height must be positive multiples of 14, not %d×%d", o.width, o.height)}
 	}
 	if err := engine.CheckInputSize(o.width, o.height); err != nil {
 		return fmt.Errorf("--width/--height: %w", err)
 	}
 	if o.frames < 1 {
-		return fmt.Errorf("--frames must be ≥ 1")
+		return &exitCodeError{code: exitUsage, err: fmt.Errorf("--frames must be ≥ 1, not %d", o.frames)}
 	}
 	cfg := o.cfg
 	if !o.windowedGiven {

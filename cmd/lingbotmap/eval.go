@@ -6,6 +6,7 @@ import (
 	"image"
 	"image/png"
 	"io"
+	"math"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -74,6 +75,15 @@ func runEval(o *evalOptions, stdout io.Writer) error {
 		return &exitCodeError{code: exitUsage, err: err}
 	}
 	o.opt.Align = a
+	// The flags are checked before any file is read, as usage errors.
+	switch {
+	case !(o.opt.MaxDiff > 0) || math.IsInf(o.opt.MaxDiff, 0):
+		return &exitCodeError{code: exitUsage, err: fmt.Errorf("--max-diff must be a positive number of seconds, not %g", o.opt.MaxDiff)}
+	case math.IsNaN(o.opt.Offset) || math.IsInf(o.opt.Offset, 0):
+		return &exitCodeError{code: exitUsage, err: fmt.Errorf("--offset must be a finite number of seconds, not %g", o.opt.Offset)}
+	case o.opt.Delta < 1:
+		return &exitCodeError{code: exitUsage, err: fmt.Errorf("--delta must be at least 1 pose, not %d", o.opt.Delta)}
+	}
 	est, err := traj.ReadTUMFile(o.est)
 	if err != nil {
 		return fmt.Errorf("estimate: %w", err)

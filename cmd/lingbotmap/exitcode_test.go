@@ -229,3 +229,35 @@ func TestWriteFileAtomic(t *testing.T) {
 		t.Error("writing into a missing directory succeeded")
 	}
 }
+
+// Wrong arguments are usage errors (exit 2) in every command, as wrong flags
+// are: a missing or extra argument, an unknown command, a flag value that the
+// command itself checks. Each fails before any file is read or model loaded.
+func TestUsageErrorsExit2Everywhere(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"eval", "a"}, "accepts 2 arg(s)"},
+		{[]string{"verify"}, "accepts 1 arg(s)"},
+		{[]string{"run", "a", "b"}, "accepts between 0 and 1 arg(s)"},
+		{[]string{"nosuchcommand"}, `unknown command "nosuchcommand"`},
+		{[]string{"evl"}, "did you mean eval?"},
+		{[]string{"bench", "--model-size", "tiny", "--width", "-14"}, "--width and --height must be positive multiples of 14"},
+		{[]string{"bench", "--model-size", "tiny", "--frames", "0"}, "--frames must be ≥ 1"},
+		{[]string{"eval", "--max-diff", "NaN", "a", "b"}, "--max-diff must be a positive number"},
+		{[]string{"eval", "--max-diff", "-1", "a", "b"}, "--max-diff must be a positive number"},
+		{[]string{"eval", "--offset", "Inf", "a", "b"}, "--offset must be a finite number"},
+		{[]string{"eval", "--delta", "0", "a", "b"}, "--delta must be at least 1"},
+		{[]string{"bag", "x"}, "unknown command"},
+	} {
+		code, msg := runCLI(t, c.args...)
+		if code != exitUsage || !strings.Contains(msg, c.want) {
+			t.Errorf("%q: exit %d, stderr %q; want exit %d and %q", c.args, code, msg, exitUsage, c.want)
+		}
+	}
+	// no command at all prints the help and is not an error
+	if code, msg := runCLI(t); code != exitOK {
+		t.Errorf("no arguments: exit %d, stderr %q", code, msg)
+	}
+}
