@@ -56,6 +56,15 @@ if [ "$node_major" -lt 18 ]; then
   echo "install-deps: Node.js $(node --version) is too old for the ROS 2 peers; install Node.js 20" >&2
   exit 1
 fi
+# The real ROS 2 Jazzy that judges the node's ROS 2 claims (the ros2 CLI,
+# rclpy, launch, rosbag2, tf2; Cyclone DDS and Fast DDS RMWs): its own
+# installer unpacks it to /opt/ros2-jazzy and skips an install it already made.
+jazzy_install="$(dirname "${BASH_SOURCE[0]}")/../../shared/tools/ros2-jazzy/install.sh"
+if [ ! -f "$jazzy_install" ]; then
+  echo "install-deps: $jazzy_install not found (../shared beside the checkout)" >&2
+  exit 1
+fi
+bash "$jazzy_install" >&2
 if [ "$need" = 0 ] && [ "$need2" = 0 ]; then
   echo "install-deps: everything is already installed"
 fi

@@ -32,4 +32,4 @@ go test -count=1 -timeout 25m ./...
 # namespace with only loopback: no DDS packet leaves the machine.
 bash test/ros2peers/build.sh >/dev/null
 go test -count=1 -timeout 10m -tags ros2 ./node/ros2/... ./node/bagplay/
-go test -count=1 -timeout 15m -tags ros2 -run '^TestROS2' ./test/
+go test -count=1 -timeout 15m -tags ros2 -run '^(TestROS2|TestJazzy)' ./test/
