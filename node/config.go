@@ -13,6 +13,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/mapio"
 )
 
 // Config is the whole configuration schema: the engine's settings (with the
@@ -157,8 +158,8 @@ func (c Config) Validate() error {
 	if c.CloudStride < 1 {
 		bad("cloud_stride", "must be ≥ 1, not %d", c.CloudStride)
 	}
-	if !(c.MapVoxel > 0) || math.IsInf(c.MapVoxel, 0) {
-		bad("map_voxel", "must be > 0 metres, not %g", c.MapVoxel)
+	if !(c.MapVoxel >= mapio.MinVoxelSize) || math.IsInf(c.MapVoxel, 0) {
+		bad("map_voxel", "must be a finite number ≥ %g metres, not %g (voxel indices are 32-bit: a smaller voxel leaves most points out of the map)", mapio.MinVoxelSize, c.MapVoxel)
 	}
 	if !(c.MapRate > 0) || math.IsInf(c.MapRate, 0) {
 		bad("map_rate", "must be > 0 per second, not %g", c.MapRate)

@@ -265,6 +265,7 @@ func TestLoadConfigRejectsBadValues(t *testing.T) {
 		{"conf_threshold: -1\n", "'conf_threshold'"},
 		{"conf_threshold: .nan\n", "'conf_threshold'"},
 		{"map_voxel: 0\n", "'map_voxel'"},
+		{"map_voxel: 1e-9\n", "32-bit"},
 		{"map_rate: .inf\n", "'map_rate'"},
 		{"base_frame: base_link\n", "'base_to_camera'"},
 		{"base_frame: base_link\nbase_to_camera: \"1 2 3\"\n", "'base_to_camera'"},

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/source"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
@@ -29,7 +30,7 @@ func exitCode(err error) int {
 		return exitPartial
 	case errors.As(err, &mismatch), errors.As(err, &nonFinite), errors.Is(err, traj.ErrDegenerate):
 		return exitBadInput
-	case errors.Is(err, engine.ErrInputSize), errors.Is(err, node.ErrSettings):
+	case errors.Is(err, engine.ErrInputSize), errors.Is(err, node.ErrSettings), errors.Is(err, mapio.ErrConfig):
 		return exitUsage
 	}
 	return exitError

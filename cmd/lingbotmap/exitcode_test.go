@@ -261,3 +261,16 @@ func TestUsageErrorsExit2Everywhere(t *testing.T) {
 		t.Errorf("no arguments: exit %d, stderr %q", code, msg)
 	}
 }
+
+// A map voxel too small for 32-bit voxel indices is a usage error found
+// before the model loads, not an empty map.
+func TestRunTinyVoxelRefused(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	code, msg := runCLI(t, "run", "--model-size", "tiny", "--map-voxel", "1e-12", "--out", out, courthouseDir(t))
+	if code != exitUsage || !strings.Contains(msg, "voxel size must be a finite number ≥ 1e-06, not 1e-12") || !strings.Contains(msg, "32-bit") {
+		t.Errorf("exit %d, stderr %q", code, msg)
+	}
+	if _, err := os.Stat(filepath.Join(out, "run.json")); !os.IsNotExist(err) {
+		t.Errorf("the refused run wrote run.json: %v", err)
+	}
+}

@@ -30,11 +30,14 @@ type MapConfig struct {
 	MaxPoses int
 }
 
-// Check names the setting that is wrong.
+// ErrConfig marks a MapConfig that Check refuses.
+var ErrConfig = errors.New("bad map configuration")
+
+// Check names the setting that is wrong; the error wraps ErrConfig.
 func (c MapConfig) Check() error {
 	var errs []error
-	if !(c.VoxelSize > 0) || math.IsInf(c.VoxelSize, 0) {
-		errs = append(errs, fmt.Errorf("mapio: voxel size must be positive, not %g", c.VoxelSize))
+	if !(c.VoxelSize >= MinVoxelSize) || math.IsInf(c.VoxelSize, 0) {
+		errs = append(errs, fmt.Errorf("mapio: voxel size must be a finite number ≥ %g, not %g (voxel indices are 32-bit: a smaller voxel leaves most points without one)", MinVoxelSize, c.VoxelSize))
 	}
 	if err := c.Filter.Check(); err != nil {
 		errs = append(errs, fmt.Errorf("mapio: %w", err))
@@ -42,7 +45,10 @@ func (c MapConfig) Check() error {
 	if c.MaxPoses < 0 {
 		errs = append(errs, fmt.Errorf("mapio: max poses must be ≥ 0, not %d", c.MaxPoses))
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
+	}
+	return nil
 }
 
 // PathPose is one camera pose of the trajectory.
@@ -61,6 +67,9 @@ type Stats struct {
 	Poses    int   // in the trajectory now
 	PointsIn int64 // confident points added since the last reset
 	Voxels   int   // points of the map
+	// Outside counts the confident points left out of the map because they
+	// lie too far from the origin for a voxel index (beyond 2³¹ voxels).
+	Outside int64
 }
 
 // Map accumulates one mapping session: the camera trajectory and a voxel map
@@ -179,7 +188,7 @@ func (m *Map) Trajectory() []StampedPose {
 
 // Stats counts poses, points added and voxels.
 func (m *Map) Stats() Stats {
-	return Stats{Poses: len(m.path), PointsIn: m.pointsIn, Voxels: m.grid.Len()}
+	return Stats{Poses: len(m.path), PointsIn: m.pointsIn, Voxels: m.grid.Len(), Outside: m.grid.Outside()}
 }
 
 // Reset empties the trajectory and the map.

@@ -258,3 +258,27 @@ func TestFramePointsTakesKeptPoints(t *testing.T) {
 		t.Fatal("kept points of a frame with unusable intrinsics accepted")
 	}
 }
+
+// A voxel edge so small that voxel indices would overflow is refused with
+// the reason, instead of silently giving an empty map; at the smallest edge
+// taken, points within its range are all kept and those beyond are counted.
+func TestMapTinyVoxel(t *testing.T) {
+	for _, size := range []float64{1e-12, 1e-9, MinVoxelSize / 2} {
+		_, err := NewMap(MapConfig{VoxelSize: size, Filter: geom.PointFilter{Stride: 1}})
+		if err == nil || !strings.Contains(err.Error(), "voxel size must be a finite number ≥ 1e-06") || !strings.Contains(err.Error(), "32-bit") {
+			t.Errorf("voxel %g: %v", size, err)
+		}
+	}
+	m, err := NewMap(MapConfig{VoxelSize: MinVoxelSize, Filter: geom.PointFilter{Stride: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.AddFramePoints([]geom.Point{{X: 1}, {X: -2000, Y: 3}, {Z: 2000}, {X: 1e-6, Y: 1e-6}, {X: 3000}, {Y: -1e4}})
+	if s := m.Stats(); s.Voxels != 4 || s.Outside != 2 || s.PointsIn != 6 {
+		t.Errorf("stats %+v, want 4 voxels and 2 points outside of 6", s)
+	}
+	m.Reset()
+	if s := m.Stats(); s.Outside != 0 {
+		t.Errorf("after reset: %+v", s)
+	}
+}

@@ -2,12 +2,21 @@ package mapio
 
 import "math"
 
+// MinVoxelSize is the smallest voxel edge a map takes. Voxel indices are
+// 32-bit, so the edge bounds the extent of the map: at this edge a point up
+// to 2 km from the origin still has a voxel, while an edge of 1e-12 would
+// leave only a few millimetres around it and silently drop every other
+// point. Points beyond the bound are counted (Stats.Outside).
+const MinVoxelSize = 1e-6
+
 // VoxelGrid accumulates points and keeps one averaged point per cubic voxel, so
 // that a map's size grows with the explored volume, not with the frame count.
 type VoxelGrid struct {
 	size  float64
 	cells map[[3]int32]int // voxel -> index into acc
 	acc   []voxelAcc
+	// outside counts the finite points whose voxel index is beyond 32 bits
+	outside int64
 }
 
 type voxelAcc struct {
@@ -29,6 +38,7 @@ func (g *VoxelGrid) Add(pts []Point) {
 		}
 		fx, fy, fz := math.Floor(x/g.size), math.Floor(y/g.size), math.Floor(z/g.size)
 		if math.Abs(fx) > math.MaxInt32 || math.Abs(fy) > math.MaxInt32 || math.Abs(fz) > math.MaxInt32 {
+			g.outside++
 			continue
 		}
 		k := [3]int32{int32(fx), int32(fy), int32(fz)}
@@ -49,6 +59,10 @@ func (g *VoxelGrid) Add(pts []Point) {
 	}
 }
 
+// Outside is the number of finite points left out because they lie too far
+// from the origin for a voxel index at this edge.
+func (g *VoxelGrid) Outside() int64 { return g.outside }
+
 // Len is the number of occupied voxels.
 func (g *VoxelGrid) Len() int { return len(g.acc) }
 
@@ -68,4 +82,5 @@ func (g *VoxelGrid) Points() []Point {
 func (g *VoxelGrid) Reset() {
 	g.cells = map[[3]int32]int{}
 	g.acc = g.acc[:0]
+	g.outside = 0
 }
