@@ -11,8 +11,8 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/backend"
-	goldencase "github.com/lingbotmap/lingbotmap/internal/golden"
-	"github.com/lingbotmap/lingbotmap/internal/golden/goldentest"
+	goldencase "github.com/lingbotmap/lingbotmap/engine/golden"
+	"github.com/lingbotmap/lingbotmap/engine/golden/goldentest"
 	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 )
 

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	goldencase "github.com/lingbotmap/lingbotmap/engine/golden"
+	"github.com/lingbotmap/lingbotmap/engine/golden/goldentest"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
-	goldencase "github.com/lingbotmap/lingbotmap/internal/golden"
-	"github.com/lingbotmap/lingbotmap/internal/golden/goldentest"
 	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 )
 

@@ -11,7 +11,7 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/nav_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine"
-	"github.com/lingbotmap/lingbotmap/internal/golden/replay"
+	"github.com/lingbotmap/lingbotmap/engine/golden/replay"
 )
 
 // gatedStream holds every Push until open is called, as a model far slower

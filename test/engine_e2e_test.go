@@ -15,7 +15,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/cpu"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/msgs"
-	"github.com/lingbotmap/lingbotmap/test/rostest"
+	"github.com/lingbotmap/lingbotmap/node/ros1/rostest"
 )
 
 // TestBinaryRunsTheRealEngine replays real frames through the binary running

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/internal/shared"
-	"github.com/lingbotmap/lingbotmap/test/rostest"
+	"github.com/lingbotmap/lingbotmap/node/ros1/rostest"
 )
 
 // TestROS2PeersAgree checks the independent peers against each other before

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lingbotmap/lingbotmap/test/rostest"
+	"github.com/lingbotmap/lingbotmap/node/ros1/rostest"
 )
 
 // packageDir lays out a ROS package "lingbotmap" for roslaunch: the shipped

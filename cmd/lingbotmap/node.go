@@ -14,7 +14,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
-	"github.com/lingbotmap/lingbotmap/internal/golden/replay"
+	"github.com/lingbotmap/lingbotmap/engine/golden/replay"
 	"github.com/lingbotmap/lingbotmap/node"
 	"github.com/lingbotmap/lingbotmap/node/ros1"
 	"github.com/lingbotmap/lingbotmap/node/ros2"

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lingbotmap/lingbotmap/internal/golden"
+	"github.com/lingbotmap/lingbotmap/engine/golden"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
 )
 

@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	goldencase "github.com/lingbotmap/lingbotmap/internal/golden"
+	goldencase "github.com/lingbotmap/lingbotmap/engine/golden"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
 )
 

@@ -3,8 +3,8 @@ package geom
 import (
 	"testing"
 
-	goldencase "github.com/lingbotmap/lingbotmap/internal/golden"
-	"github.com/lingbotmap/lingbotmap/internal/golden/goldentest"
+	goldencase "github.com/lingbotmap/lingbotmap/engine/golden"
+	"github.com/lingbotmap/lingbotmap/engine/golden/goldentest"
 )
 
 // golden opens a safetensors file under ../shared/golden and returns a reader

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine/cpu"
+	"github.com/lingbotmap/lingbotmap/engine/golden"
+	"github.com/lingbotmap/lingbotmap/engine/golden/goldentest"
 	"github.com/lingbotmap/lingbotmap/engine/kvcache"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
-	"github.com/lingbotmap/lingbotmap/internal/golden"
-	"github.com/lingbotmap/lingbotmap/internal/golden/goldentest"
 	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 )
 

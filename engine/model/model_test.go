@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/lingbotmap/lingbotmap/engine/cpu"
+	"github.com/lingbotmap/lingbotmap/engine/golden/goldentest"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
-	"github.com/lingbotmap/lingbotmap/internal/golden/goldentest"
 )
 
 func TestSelectedLayersFor(t *testing.T) {

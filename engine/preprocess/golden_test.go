@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lingbotmap/lingbotmap/internal/golden/goldentest"
+	"github.com/lingbotmap/lingbotmap/engine/golden/goldentest"
 	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 
 	"github.com/lingbotmap/lingbotmap/node"
-	"github.com/lingbotmap/lingbotmap/test/rostest"
+	"github.com/lingbotmap/lingbotmap/node/ros1/rostest"
 )
 
 // envOf reads a variable from an environment list, last entry winning.

@@ -12,9 +12,9 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine"
-	"github.com/lingbotmap/lingbotmap/internal/golden/replay"
+	"github.com/lingbotmap/lingbotmap/engine/golden/replay"
 	"github.com/lingbotmap/lingbotmap/node"
-	"github.com/lingbotmap/lingbotmap/test/rostest"
+	"github.com/lingbotmap/lingbotmap/node/ros1/rostest"
 )
 
 // fullStream is the real engine's behaviour once its cache is full: every

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine"
-	"github.com/lingbotmap/lingbotmap/internal/golden/goldentest"
+	"github.com/lingbotmap/lingbotmap/engine/golden/goldentest"
 	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 	"github.com/lingbotmap/lingbotmap/node"
 )

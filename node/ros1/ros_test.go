@@ -27,11 +27,11 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/golden/replay"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
-	"github.com/lingbotmap/lingbotmap/internal/golden/replay"
 	"github.com/lingbotmap/lingbotmap/msgs"
 	"github.com/lingbotmap/lingbotmap/node"
-	"github.com/lingbotmap/lingbotmap/test/rostest"
+	"github.com/lingbotmap/lingbotmap/node/ros1/rostest"
 )
 
 // recorder collects what the node publishes, as a real subscriber sees it.

@@ -7,8 +7,8 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 	"github.com/lingbotmap/lingbotmap/engine/cpu"
+	"github.com/lingbotmap/lingbotmap/engine/golden/goldentest"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
-	"github.com/lingbotmap/lingbotmap/internal/golden/goldentest"
 )
 
 // The tiny golden model: patch grid 3×5 at 42×70, 6 special tokens, 2E = 256.

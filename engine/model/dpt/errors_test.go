@@ -7,8 +7,8 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 	"github.com/lingbotmap/lingbotmap/engine/cpu"
+	"github.com/lingbotmap/lingbotmap/engine/golden/goldentest"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
-	"github.com/lingbotmap/lingbotmap/internal/golden/goldentest"
 )
 
 // hidingStore is a weights.Store without some keys.

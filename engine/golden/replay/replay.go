@@ -13,8 +13,8 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/golden"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
-	"github.com/lingbotmap/lingbotmap/internal/golden"
 )
 
 // Stream is an engine.Stream that answers with a golden case's
