@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"image"
@@ -18,12 +19,15 @@ import (
 
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
+	"github.com/foxglove/mcap/go/mcap"
 
 	"github.com/lingbotmap/lingbotmap/engine/traj"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
 	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 	"github.com/lingbotmap/lingbotmap/msgs/bag"
+	"github.com/lingbotmap/lingbotmap/msgs/cdr"
+	"github.com/lingbotmap/lingbotmap/msgs/mcapbag"
 	"github.com/lingbotmap/lingbotmap/node"
 )
 
@@ -272,5 +276,71 @@ func TestRunTinyVoxelRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, "run.json")); !os.IsNotExist(err) {
 		t.Errorf("the refused run wrote run.json: %v", err)
+	}
+}
+
+// A damaged MCAP bag (a chunk whose CRC does not match its contents) is
+// partial input, as a cut ROS 1 bag is: the frames of the other chunks,
+// after the damage too, are mapped, and the run exits with exitPartial and
+// says so in run.json instead of "completed".
+func TestRunDamagedMCAPIsPartial(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := mcap.NewWriter(&buf, &mcap.WriterOptions{IncludeCRC: true, Chunked: true, ChunkSize: 1, Compression: mcap.CompressionNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(w.WriteHeader(&mcap.Header{Profile: mcapbag.Profile}))
+	must(w.WriteSchema(&mcap.Schema{ID: 1, Name: "sensor_msgs/msg/Image", Encoding: "ros2msg", Data: []byte("x")}))
+	must(w.WriteChannel(&mcap.Channel{ID: 1, SchemaID: 1, Topic: "/camera/image_raw", MessageEncoding: mcapbag.MessageEncoding}))
+	const n = 12
+	for i := range n {
+		stamp := time.Unix(1700000000, int64(i)*50_000_000)
+		data := make([]byte, 64*48)
+		for k := range data {
+			data[k] = byte(i + k)
+		}
+		b, err := cdr.Marshal(&sensor_msgs.Image{Header: std_msgs.Header{Stamp: stamp}, Width: 64, Height: 48, Encoding: "mono8", Step: 64, Data: data})
+		must(err)
+		must(w.WriteMessage(&mcap.Message{ChannelID: 1, Sequence: uint32(i), LogTime: uint64(stamp.UnixNano()), Data: b}))
+	}
+	must(w.Close())
+	b := buf.Bytes()
+	// the fifth chunk's CRC, one bit off
+	chunk := 0
+	for pos := int64(len(mcap.Magic)); pos+9 <= int64(len(b)); pos += 9 + int64(binary.LittleEndian.Uint64(b[pos+1:])) {
+		if mcap.OpCode(b[pos]) == mcap.OpChunk {
+			if chunk++; chunk == 5 {
+				b[pos+9+24] ^= 1
+			}
+		}
+	}
+	path := filepath.Join(t.TempDir(), "damaged.mcap")
+	must(os.WriteFile(path, b, 0o644))
+
+	o := testRunOptions(t, &fakeStream{scale: 2})
+	o.input = path
+	o.src.FirstK = 0
+	err = runRun(context.Background(), o, true)
+	if code := exitCode(err); code != exitPartial {
+		t.Fatalf("exit code %d for %v", code, err)
+	}
+	if !strings.Contains(err.Error(), "the input is truncated or corrupt: 11 frames were used") || !strings.Contains(err.Error(), "1 damaged chunks") || !strings.Contains(err.Error(), "CRC") {
+		t.Errorf("message: %v", err)
+	}
+	tr, err := traj.ReadTUMFile(filepath.Join(o.out, "trajectory.tum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr) != n-1 {
+		t.Errorf("%d poses from the damaged bag, want %d", len(tr), n-1)
+	}
+	if rec := readRunJSON(t, o.out); rec.Status != statusPartialInput || rec.Frames.Results != n-1 {
+		t.Errorf("run.json: status %s, results %d", rec.Status, rec.Frames.Results)
 	}
 }

@@ -1,6 +1,7 @@
 package source
 
 import (
+	"errors"
 	"fmt"
 	"image"
 	"time"
@@ -35,14 +36,17 @@ func OpenMCAP(path string, opt Options) (Source, error) {
 	}
 	r, err := mcapbag.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, mcapErr(err, 0)
 	}
-	m := &MCAP{imageStream[*mcapbag.Message]{kind: "ROS 2 MCAP bag", path: path, opt: opt, total: -1, file: r,
-		readErr: func(err error) error { return err }, // MCAP read errors pass through as they are
-	}, noticeSet{}}
+	m := &MCAP{imageStream[*mcapbag.Message]{kind: "ROS 2 MCAP bag", path: path, opt: opt, total: -1, file: r}, noticeSet{}}
 	m.decode = m.decodeFrame
+	m.readErr = func(err error) error { return mcapErr(err, m.frames) }
 	if err := m.pickTopic(r); err != nil {
 		r.Close()
+		if d := r.Damage(); d != nil {
+			// the topic may be missing because of the damage
+			return nil, mcapErr(fmt.Errorf("%w; %w", err, d), 0)
+		}
 		return nil, err
 	}
 	m.start(r.Messages(m.topic))
@@ -67,6 +71,15 @@ func (m *MCAP) pickTopic(r *mcapbag.Reader) error {
 	}
 	m.total = m.opt.selected(int(counts[m.topic]))
 	return nil
+}
+
+// mcapErr marks a damaged MCAP file (*mcapbag.DamageError) as ErrPartial,
+// saying how many frames came before the end; other errors pass through.
+func mcapErr(err error, frames int) error {
+	if de := (*mcapbag.DamageError)(nil); errors.As(err, &de) {
+		return fmt.Errorf("%w: %d frames were used; %w", ErrPartial, frames, err)
+	}
+	return err
 }
 
 // decodeFrame decodes message i, stamps it with its log time when its

@@ -1,6 +1,7 @@
 package mcapbag
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -55,16 +56,20 @@ type Reader struct {
 	path     string
 	f        *os.File
 	rs       *io.SectionReader // the well-framed part of f
+	fr       *framing
 	header   *mcap.Header
 	indexed  bool
 	channels []*Channel
 	byID     map[uint16]*Channel
 }
 
-// Open opens an MCAP file, checks the framing of every record and chunk
-// (one pass over the file, see walkFile) and reads the summary (channels,
-// counts). A file without a usable summary (a recording that was cut short)
-// is scanned once more to find its channels, and read in file order.
+// Open opens an MCAP file, checks the framing of every record and chunk and
+// the CRC of every chunk (one pass over the file, see walkFile) and reads
+// the summary (channels, counts). A file without a usable summary is
+// scanned once more to find its channels, and read in file order. A damaged
+// file (Damage) is read in file order from its sound chunks, and its
+// messages end with the *DamageError; one so damaged that no channel could
+// be read is an error wrapping a *DamageError.
 func Open(path string) (*Reader, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -80,12 +85,63 @@ func Open(path string) (*Reader, error) {
 		f.Close()
 		return nil, fmt.Errorf("MCAP bag %s: %w", path, err)
 	}
-	r := &Reader{path: path, f: f, rs: io.NewSectionReader(f, 0, fr.end), byID: map[uint16]*Channel{}}
-	if err := safely(func() error { return r.readSummary(fr) }); err != nil {
+	r := &Reader{path: path, f: f, rs: io.NewSectionReader(f, 0, fr.end), fr: fr, byID: map[uint16]*Channel{}}
+	if fr.damage != nil {
+		err = r.damagedChannels()
+	} else {
+		err = safely(func() error { return r.readSummary(fr) })
+	}
+	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("MCAP bag %s: %w", path, err)
 	}
 	return r, nil
+}
+
+// Damage is the damage Open found, nil for a sound file. Messages ends with
+// it, as its error, after the last message that could be read.
+func (r *Reader) Damage() *DamageError {
+	if r.fr.damage == nil {
+		return nil
+	}
+	d := *r.fr.damage
+	return &d
+}
+
+// damagedChannels takes the channels of a damaged file from its summary and
+// its sound records, with the messages counted in its sound chunks.
+func (r *Reader) damagedChannels() error {
+	fr := r.fr
+	r.header = &mcap.Header{}
+	if b, err := r.recordBody(int64(len(mcap.Magic)), mcap.OpHeader, 1<<20); err == nil {
+		if h, err := safeParse(mcap.ParseHeader, b); err == nil {
+			r.header = h
+		}
+	}
+	for id, c := range fr.channels {
+		ch := &Channel{ID: id, Topic: c.Topic, MessageEncoding: c.MessageEncoding, QoS: c.Metadata["offered_qos_profiles"], Count: fr.counts[id]}
+		if s := fr.schemas[c.SchemaID]; s != nil {
+			ch.Type, ch.SchemaEncoding = s.Name, s.Encoding
+		}
+		r.add(ch)
+	}
+	r.sort()
+	if len(r.channels) == 0 {
+		return fmt.Errorf("no channel could be read: %w", r.Damage())
+	}
+	return nil
+}
+
+// recordBody reads the body of the top-level record at pos, which the walk
+// found, if it has opcode op and at most limit bytes.
+func (r *Reader) recordBody(pos int64, op mcap.OpCode, limit uint64) ([]byte, error) {
+	n, ok := r.fr.records[pos]
+	if !ok || r.fr.ops[pos] != op || n > limit {
+		return nil, fmt.Errorf("no %s record of at most %d bytes at byte %d", op, limit, pos)
+	}
+	b := make([]byte, n)
+	_, err := r.f.ReadAt(b, pos+9)
+	return b, err
 }
 
 func (r *Reader) newReader() (*mcap.Reader, error) {
@@ -188,6 +244,9 @@ func (r *Reader) Channels() []*Channel { return r.channels }
 // given): in log-time order from an indexed file, in file order otherwise.
 // An error ends the sequence.
 func (r *Reader) Messages(topics ...string) iter.Seq2[*Message, error] {
+	if r.fr.damage != nil {
+		return r.damagedMessages(topics)
+	}
 	return func(yield func(*Message, error) bool) {
 		mr, err := r.newReader()
 		if err != nil {
@@ -236,6 +295,68 @@ func (r *Reader) Messages(topics ...string) iter.Seq2[*Message, error] {
 				return
 			}
 		}
+	}
+}
+
+// damagedMessages yields the messages of the sound records of a damaged
+// file in file order, one chunk at a time, then the *DamageError.
+func (r *Reader) damagedMessages(topics []string) iter.Seq2[*Message, error] {
+	return func(yield func(*Message, error) bool) {
+		var dec chunkDecoder
+		defer dec.close()
+		d := r.Damage()
+		// emit yields the message record body b when its topic is wanted.
+		emit := func(b []byte) bool {
+			m, err := safeParse(mcap.ParseMessage, b)
+			if err != nil {
+				return true // the chunk's CRC held: a writer's bad record, not damage
+			}
+			ch := r.byID[m.ChannelID]
+			if ch == nil || (len(topics) > 0 && !slices.Contains(topics, ch.Topic)) {
+				return true
+			}
+			out := &Message{Channel: ch, Topic: ch.Topic, Type: ch.Type, Sequence: m.Sequence,
+				LogTime: nanos(m.LogTime), PublishTime: nanos(m.PublishTime), Data: slices.Clone(m.Data)}
+			if !yield(out, nil) {
+				return false
+			}
+			d.Messages++
+			return true
+		}
+		for _, pos := range r.fr.order {
+			switch r.fr.ops[pos] {
+			case mcap.OpMessage:
+				b, err := r.recordBody(pos, mcap.OpMessage, MaxChunkSize)
+				if err != nil {
+					yield(nil, fmt.Errorf("MCAP bag %s: %w", r.path, err))
+					return
+				}
+				if !emit(b) {
+					return
+				}
+			case mcap.OpChunk:
+				n, ok := r.fr.chunks[pos]
+				if !ok {
+					continue // damaged, left out
+				}
+				recs, err := dec.decode(io.NewSectionReader(r.f, pos+9, int64(n)), n)
+				if err != nil { // the file changed since Open
+					yield(nil, fmt.Errorf("MCAP bag %s: the chunk at byte %d: %w", r.path, pos, err))
+					return
+				}
+				for len(recs) >= 9 {
+					op, l := mcap.OpCode(recs[0]), binary.LittleEndian.Uint64(recs[1:9])
+					if l > uint64(len(recs)-9) {
+						break
+					}
+					if op == mcap.OpMessage && !emit(recs[9:9+l]) {
+						return
+					}
+					recs = recs[9+l:]
+				}
+			}
+		}
+		yield(nil, fmt.Errorf("MCAP bag %s: %w", r.path, d))
 	}
 }
 
