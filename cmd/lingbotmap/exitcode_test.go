@@ -344,3 +344,40 @@ func TestRunDamagedMCAPIsPartial(t *testing.T) {
 		t.Errorf("run.json: status %s, results %d", rec.Status, rec.Frames.Results)
 	}
 }
+
+// A folder of 16-bit grey PNGs whose values pass 255 only after the first
+// frames: the images are decoded on workers after they were read, and the
+// clipping is still reported once, before the run ends.
+func TestRunWarnsGray16ClippedLate(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 4 {
+		g := image.NewGray16(image.Rect(0, 0, 28, 28))
+		for k := range g.Pix {
+			if k%2 == 1 {
+				g.Pix[k] = byte(k) // the low byte: ≤ 255 everywhere
+			} else if i >= 2 && k%8 == 0 {
+				g.Pix[k] = 3 // the high byte: above 255 from the third image on
+			}
+		}
+		var b bytes.Buffer
+		if err := png.Encode(&b, g); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%03d.png", i)), b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := testRunOptions(t, &fakeStream{scale: 1})
+	o.input = dir
+	o.src.FirstK = 0
+	var log bytes.Buffer
+	o.stderr = &log
+	if err := runRun(context.Background(), o, true); err != nil {
+		t.Fatal(err)
+	}
+	// workers decode in parallel: the first noticed is the third or the fourth
+	want := "16-bit grey image reduced to 8 bits: 196 of its 784 pixels are above 255 and were clipped to 255 (white), as the reference's conversion does (first in 00"
+	if n := strings.Count(log.String(), "16-bit grey image"); n != 1 || !strings.Contains(log.String(), want) {
+		t.Errorf("%d warnings, want once %q; log:\n%s", n, want, log.String())
+	}
+}

@@ -89,6 +89,9 @@ func (r *frameReader) notices() {
 // skipped is how many frames did not decode, with the first reason: those
 // the source skipped and those whose deferred decoding failed.
 func (r *frameReader) skipped(deferred skipTally) (int, error) {
+	// Asked once the frames are all done: the last frames were decoded on
+	// workers after the last read, and their notices are logged here.
+	r.notices()
 	if s, ok := r.src.(skipReporter); ok {
 		if n, err := s.Skipped(); n > 0 && err != nil {
 			if deferred.n > 0 {
