@@ -55,9 +55,22 @@ func CheckInputSize(width, height int) error {
 // of frameW×frameH pixels becomes at model width imageWidth: resized to
 // that width keeping the aspect ratio, portrait frames cropped square.
 func CheckFrameSize(frameW, frameH, imageWidth int) error {
-	w, h, err := preprocess.TargetSize(frameW, frameH, imageWidth, inputPatch)
+	w, h, err := ModelInputSize(frameW, frameH, imageWidth)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInputSize, err)
+		return err
 	}
-	return CheckInputSize(w, min(h, w))
+	return CheckInputSize(w, h)
+}
+
+// ModelInputSize is the model input that a camera frame of frameW×frameH
+// pixels becomes at model width imageWidth: resized to that width keeping
+// the aspect ratio, portrait frames cropped square. A stream runs at the
+// size of its first frame; frames of other sizes that give the same model
+// input are taken, others are not.
+func ModelInputSize(frameW, frameH, imageWidth int) (w, h int, err error) {
+	w, h, err = preprocess.TargetSize(frameW, frameH, imageWidth, inputPatch)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: %w", ErrInputSize, err)
+	}
+	return w, min(h, w), nil
 }

@@ -381,3 +381,48 @@ func TestRunWarnsGray16ClippedLate(t *testing.T) {
 		t.Errorf("%d warnings, want once %q; log:\n%s", n, want, log.String())
 	}
 }
+
+// An image folder whose image size changes, among the first frames and
+// later: the frames of another model input size are skipped and counted
+// (exit 4, run.json), the others are all mapped, instead of the engine
+// refusing the odd frame and the run ending with nothing.
+func TestRunImageSizeChangeKeepsTheRest(t *testing.T) {
+	dir := t.TempDir()
+	const n = 11
+	for i := range n {
+		w, h := 64, 48
+		switch i {
+		case 2, 9:
+			w, h = 64, 30 // another aspect ratio: another model input
+		case 5:
+			w, h = 128, 96 // another size, the same model input: kept
+		}
+		img := image.NewRGBA(image.Rect(0, 0, w, h))
+		for k := range img.Pix {
+			img.Pix[k] = byte(k*7 + i)
+		}
+		var b bytes.Buffer
+		if err := png.Encode(&b, img); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%03d.png", i)), b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	code, msg := runCLI(t, "run", "--model-size", "tiny", "--image-width", "112", "--no-progress", "--out", out, dir)
+	if code != exitPartial || !strings.Contains(msg, "9 frames were used; 2 did not decode and were skipped") ||
+		!strings.Contains(msg, "frame 2 is 64×30, a 112×56 model input, but the run maps at 112×84, the model input of its first frame (64×48): the image size changed") {
+		t.Fatalf("exit %d, stderr %q", code, msg)
+	}
+	tr, err := traj.ReadTUMFile(filepath.Join(out, "trajectory.tum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr) != n-2 {
+		t.Errorf("%d poses, want %d", len(tr), n-2)
+	}
+	if rec := readRunJSON(t, out); rec.Status != statusPartialInput || rec.Frames.Results != n-2 || rec.Input.Skipped != 2 {
+		t.Errorf("run.json: status %s, results %d, skipped %d", rec.Status, rec.Frames.Results, rec.Input.Skipped)
+	}
+}

@@ -259,6 +259,7 @@ func (m *mapping) feed(ctx context.Context, p *pipeline.Pipeline, fr *frameReade
 		every = s
 	}
 	submitted := 0
+	var size frameSize
 	for in, err := first, error(nil); ; in, err = fr.next(ctx) {
 		if errors.Is(err, io.EOF) {
 			return nil
@@ -269,6 +270,7 @@ func (m *mapping) feed(ctx context.Context, p *pipeline.Pipeline, fr *frameReade
 		if ctx.Err() != nil || m.stopped.Load() {
 			return nil
 		}
+		in = size.check(in, m.o.cfg.ImageWidth)
 		if err := p.Submit(ctx, in); err != nil {
 			if ctx.Err() == nil {
 				m.fail(err)
@@ -283,6 +285,57 @@ func (m *mapping) feed(ctx context.Context, p *pipeline.Pipeline, fr *frameReade
 			}
 		}
 	}
+}
+
+// frameSize holds the size of the first frame of a run, which fixes the
+// model input size of the whole stream.
+type frameSize struct {
+	mu           sync.Mutex // decodings run on several workers
+	frame, model [2]int     // zero until the first frame
+}
+
+// check returns in, or for a frame whose model input differs from the
+// first frame's, in with a decoding that fails and says why: the engine
+// cannot take it, and it is skipped and counted (input.skipped_frames) as
+// a frame that does not decode, instead of ending the run. The node skips
+// such frames too.
+func (fs *frameSize) check(in pipeline.Input, imageWidth int) pipeline.Input {
+	test := func(img image.Image) error {
+		w, h := img.Bounds().Dx(), img.Bounds().Dy()
+		mw, mh, err := engine.ModelInputSize(w, h, imageWidth)
+		if err != nil {
+			return err
+		}
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		if fs.model == ([2]int{}) {
+			fs.frame, fs.model = [2]int{w, h}, [2]int{mw, mh}
+			return nil
+		}
+		if [2]int{mw, mh} != fs.model {
+			return fmt.Errorf("frame %d is %d×%d, a %d×%d model input, but the run maps at %d×%d, the model input of its first frame (%d×%d): the image size changed", in.Seq, w, h, mw, mh, fs.model[0], fs.model[1], fs.frame[0], fs.frame[1])
+		}
+		return nil
+	}
+	if in.Image != nil {
+		if err := test(in.Image); err != nil {
+			return pipeline.Input{Seq: in.Seq, Stamp: in.Stamp, Decode: func() (image.Image, error) { return nil, err }}
+		}
+		return in
+	}
+	if decode := in.Decode; decode != nil {
+		in.Decode = func() (image.Image, error) {
+			img, err := decode()
+			if err != nil {
+				return nil, err
+			}
+			if err := test(img); err != nil {
+				return nil, err
+			}
+			return img, nil
+		}
+	}
+	return in
 }
 
 // checkpointDo places a checkpoint after the frames submitted so far. It
