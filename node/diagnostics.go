@@ -89,10 +89,12 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 	vals := []diagnostic_msgs.KeyValue{
 		kv("frames_received", c.received.Load()),
 		kv("frames_processed", c.processed.Load()),
-		// frames submitted and not yet finished: queued, decoding, in the
-		// model (a phase 1 buffers several) or being published
-		kv("queue_length", ps.Waiting),
+		// the input queue, which queue_size bounds, and every frame taken
+		// and not yet finished: queued, decoding, in the model (a phase 1
+		// buffers several) or being published
+		kv("queue_length", ps.Queued),
 		kv("queue_capacity", n.cfg.QueueSize),
+		kv("frames_in_flight", ps.Waiting),
 		kv("queue_policy", n.cfg.QueuePolicy),
 		kv("frames_dropped", dropped),
 		// where the model's thread spent the session (bench --pipeline

@@ -156,8 +156,12 @@ type Stats struct {
 	// NoResult counts frames the stream consumed without a result (frames
 	// buffered for a phase 1 that a reset discarded).
 	NoResult int64
-	// Waiting is the frames submitted but not yet delivered.
+	// Waiting is the frames submitted but not yet delivered: queued, being
+	// prepared, in the model (a phase 1 holds several) or after it.
 	Waiting int64
+	// Queued is the frames waiting for a worker in the input queue, the
+	// part of Waiting that Config.Queue bounds.
+	Queued int64
 	// Where the model's goroutine spent its time: in the stream's calls
 	// (Push, Flush, Do's functions), waiting for a prepared frame, and held
 	// back by the stages behind it (a full results line, a Do's barrier).
@@ -415,6 +419,13 @@ func (p *Pipeline) Stats() Stats {
 		Delivered: p.delivered.Load(), Failed: p.failed.Load(), NoResult: p.noResult.Load(),
 	}
 	s.Waiting = max(s.Submitted-s.Dropped-s.Delivered-s.Failed-s.NoResult, 0)
+	p.mu.Lock()
+	for _, it := range p.queue {
+		if it.ctl == nil {
+			s.Queued++
+		}
+	}
+	p.mu.Unlock()
 	s.ModelBusy = time.Duration(p.busy.Load())
 	s.ModelInput = time.Duration(p.waitIn.Load())
 	s.ModelOutput = time.Duration(p.waitOut.Load())
