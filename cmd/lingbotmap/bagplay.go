@@ -74,6 +74,14 @@ func runBagPlay(ctx context.Context, o *bagPlayOptions, out io.Writer) error {
 	if _, err := os.Stat(o.file); err != nil {
 		return fmt.Errorf("bag: %w", err)
 	}
+	// The bag is opened and its topic picked before the player joins the
+	// ROS 2 graph, so that a wrong file fails at once and leaves no trace.
+	if err := bagplay.Check(o.file, o.play); err != nil {
+		if errors.Is(err, bagplay.ErrROS1Bag) {
+			return &exitCodeError{code: exitUsage, err: err}
+		}
+		return fmt.Errorf("bag: %w", err)
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	a, rest, err := ros2.ParseArgs(o.rosArgs, os.Getenv, "lingbotmap_bag_play")
 	if err != nil {

@@ -5,11 +5,17 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
+
+	"github.com/lingbotmap/lingbotmap/msgs/bag"
 )
 
 func TestBagPlayFlags(t *testing.T) {
@@ -81,5 +87,37 @@ func TestProtectROSArgs(t *testing.T) {
 		if got := protectROSArgs(c.in); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("protectROSArgs(%q) = %q, want %q", c.in, got, c.want)
 		}
+	}
+}
+
+// bag play checks its file before it joins the ROS 2 graph: a ROS 1 bag is
+// refused with the way to play it (rosbag play), a file that is no MCAP
+// with the reason, and neither gets as far as the middleware (in a build
+// without ROS 2 the error would otherwise be the missing middleware's).
+func TestBagPlayChecksTheFileFirst(t *testing.T) {
+	dir := t.TempDir()
+	ros1 := filepath.Join(dir, "cam.bag")
+	w, err := bag.Create(ros1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := &sensor_msgs.Image{Header: std_msgs.Header{Stamp: time.Unix(1700000000, 0)}, Width: 2, Height: 1, Encoding: "mono8", Step: 2, Data: []byte{1, 2}}
+	if err := w.Write("/camera/image_raw", img.Header.Stamp, img); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, msg := runCLI(t, "bag", "play", ros1)
+	if code != exitUsage || !strings.Contains(msg, "is a ROS 1 bag, not a ROS 2 bag (MCAP): play it with rosbag play") {
+		t.Errorf("a ROS 1 bag: exit %d, stderr %q", code, msg)
+	}
+	junk := filepath.Join(dir, "junk.mcap")
+	if err := os.WriteFile(junk, []byte("not a bag at all"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, msg = runCLI(t, "bag", "play", junk)
+	if code != exitError || !strings.Contains(msg, "not an MCAP file") {
+		t.Errorf("junk: exit %d, stderr %q", code, msg)
 	}
 }

@@ -123,6 +123,12 @@ func newTransport(version string, args []string, cfg node.Config, log *slog.Logg
 			return nil, err
 		}
 		if len(rest) > 0 {
+			for _, r := range rest {
+				if strings.Contains(r, ":=") {
+					// roslaunch's remaps (from:=to, __name:=) without --ros 1
+					return nil, fmt.Errorf("unexpected arguments %s: these look like ROS 1 remaps, and this node speaks ROS 2 (--ros and ROS_VERSION are unset, or say 2); for ROS 1 add --ros 1 (a ROS 1 setup.bash sets ROS_VERSION=1), for ROS 2 put them after --ros-args as -r from:=to", strings.Join(rest, " "))
+				}
+			}
 			return nil, fmt.Errorf("unexpected arguments %s (settings are flags like --queue-policy=all; ROS 2 arguments follow --ros-args)", strings.Join(rest, " "))
 		}
 		return ros2.New(a, log)

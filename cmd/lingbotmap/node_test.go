@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -55,5 +56,16 @@ func TestNodeROSVersion(t *testing.T) {
 	}
 	if code := run(context.Background(), []string{"node", "--ros=2"}); code != exitUsage {
 		t.Errorf("lingbotmap node --ros=2 exited %d, want %d", code, exitUsage)
+	}
+}
+
+// A node started with roslaunch's ROS 1 remaps but no ROS version speaks
+// ROS 2 by default, and says how to choose ROS 1 instead of only calling
+// the remaps unexpected. Found before any engine or middleware starts.
+func TestNodeROS1RemapsWithoutVersion(t *testing.T) {
+	t.Setenv("ROS_VERSION", "")
+	code, msg := runCLI(t, "node", "--weights", filepath.Join(t.TempDir(), "none.safetensors"), "image:=/camera/image_raw", "__name:=mapper")
+	if code != exitUsage || !strings.Contains(msg, "look like ROS 1 remaps") || !strings.Contains(msg, "add --ros 1") || !strings.Contains(msg, "--ros-args") {
+		t.Errorf("exit %d, stderr %q", code, msg)
 	}
 }

@@ -6,8 +6,11 @@ package bagplay
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -59,15 +62,11 @@ func Play(ctx context.Context, path string, t node.Transport, o Options) (Result
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r, err := mcapbag.Open(path)
+	r, ch, err := open(path, o.Topic)
 	if err != nil {
 		return Result{}, err
 	}
 	defer r.Close()
-	ch, err := pickTopic(r, o.Topic, path)
-	if err != nil {
-		return Result{}, err
-	}
 	res := Result{Topic: ch.Topic}
 	newMsg := func() any { return &sensor_msgs.Image{} }
 	if ch.Type == "sensor_msgs/msg/CompressedImage" {
@@ -133,6 +132,45 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// ErrROS1Bag marks a ROS 1 bag given to a player of ROS 2 bags.
+var ErrROS1Bag = errors.New("a ROS 1 bag, not a ROS 2 bag (MCAP)")
+
+// Check opens the bag at path and picks its topic as Play would, without a
+// transport: a command checks its input with it before joining the graph.
+func Check(path string, o Options) error {
+	r, _, err := open(path, o.Topic)
+	if err != nil {
+		return err
+	}
+	return r.Close()
+}
+
+// open opens the MCAP bag at path and picks the topic to play. A ROS 1 bag
+// is refused with ErrROS1Bag and the way to play it.
+func open(path, topic string) (*mcapbag.Reader, *mcapbag.Channel, error) {
+	if f, err := os.Open(path); err == nil {
+		head := make([]byte, len(ros1Magic))
+		_, err := io.ReadFull(f, head)
+		f.Close()
+		if err == nil && string(head) == ros1Magic {
+			return nil, nil, fmt.Errorf("%s is %w: play it with rosbag play on a ROS 1 master, or map it offline with lingbotmap run %s", path, ErrROS1Bag, path)
+		}
+	}
+	r, err := mcapbag.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	ch, err := pickTopic(r, topic, path)
+	if err != nil {
+		r.Close()
+		return nil, nil, err
+	}
+	return r, ch, nil
+}
+
+// ros1Magic starts every ROS 1 bag (format 2.0, the only one rosbag writes).
+const ros1Magic = "#ROSBAG V2.0\n"
 
 func pickTopic(r *mcapbag.Reader, topic, path string) (*mcapbag.Channel, error) {
 	var images []*mcapbag.Channel
