@@ -23,6 +23,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
+
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
@@ -61,12 +63,17 @@ type Node struct {
 
 	// stream is called only by the pipeline (pipe.Do for the services)
 	// once the pipeline runs.
-	stream    engine.Stream
-	pipe      *pipeline.Pipeline
+	stream engine.Stream
+	pipe   *pipeline.Pipeline[std_msgs.Header]
+	sink   *publisher
+	// held are the headers of the frames a resumed engine holds, for the
+	// pipeline (session.go)
+	held      []pipeline.Held[std_msgs.Header]
 	observe   func(FrameReport)
 	baseToCam *[4][4]float64 // camera pose in base_frame, nil without base_frame
 	paused    atomic.Bool
 	nextSeq   atomic.Uint64
+	firstSeq  uint64   // nextSeq when the pipeline started (a resumed session's)
 	notices   sync.Map // kinds of lossy input already reported (noticeOnce)
 	out       outputs  // opened once in Run before any loop starts
 
@@ -89,17 +96,11 @@ type Node struct {
 	pathDirty bool
 	lastMap   time.Time
 	size      [2]int // input size the stream started with; 0 until the first frame
-	// frameIDs are the header frame ids of frames submitted and not yet
-	// delivered: bounded by the frames in the pipeline and the engine.
-	frameIDs map[uint64]string
-	stats    counters
+	stats     counters
 	// cacheStats is the engine's last Stats(), stored after each frame so
 	// that diagnostics never wait for the model; atomic, so that the model's
 	// thread never waits for mu, which the in-order step holds while it maps.
 	cacheStats atomic.Pointer[engine.CacheStats]
-	// staticSent: base → camera went out on /tf_static (latched, so once);
-	// only the pipeline's early goroutine touches it
-	staticSent bool
 }
 
 // New checks the options; Run does the work.
@@ -123,7 +124,6 @@ func New(opts Options) (*Node, error) {
 		log:       log.With("node", opts.Transport.FullName()),
 		newStream: opts.NewStream,
 		observe:   opts.Observe,
-		frameIDs:  map[uint64]string{},
 		saveNow:   make(chan struct{}, 1),
 	}
 	nd.resume, nd.resumeStream = opts.Resume, opts.ResumeStream
@@ -319,8 +319,7 @@ func (n *Node) finish() {
 	if err := n.pipe.Close(ctx); err != nil {
 		n.log.Warn("finishing the frames in the pipeline", "err", err)
 	}
-	n.publishMap(true)
-	n.publishPath(true)
+	_ = n.sink.Close(ctx)
 }
 
 // compressedTopic follows image_transport: "<image>/compressed" after the

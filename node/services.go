@@ -8,7 +8,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
+
 	"github.com/lingbotmap/lingbotmap/engine/pipeline"
 )
 
@@ -49,10 +50,11 @@ func (n *Node) serve() ([]io.Closer, error) {
 // on the model's thread once the frames submitted before it are delivered
 // (into the old map); frames submitted after it start the new one.
 func (n *Node) reset(ctx context.Context) error {
-	cut := n.nextSeq.Load()
 	var engineErr error
-	err := n.pipe.Do(ctx, func(s engine.Stream) error {
-		engineErr = s.Reset()
+	err := n.pipe.Do(ctx, func(c pipeline.Cut[std_msgs.Header]) error {
+		// frames the engine still buffered (a phase 1) are gone with it:
+		// the pipeline gives them out without a result
+		engineErr = c.Stream.Reset()
 		n.stats.cacheFull.Store(false)
 		n.mu.Lock()
 		defer n.mu.Unlock()
@@ -60,12 +62,6 @@ func (n *Node) reset(ctx context.Context) error {
 		n.lastStamp = time.Time{}
 		n.mapDirty, n.pathDirty = true, true
 		n.size = [2]int{}
-		// frames the engine still buffered (a phase 1) are gone with it
-		for seq := range n.frameIDs {
-			if seq < cut {
-				delete(n.frameIDs, seq)
-			}
-		}
 		return nil
 	})
 	if err != nil {
@@ -93,7 +89,7 @@ func (n *Node) saveMap(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := n.pipe.Do(ctx, func(engine.Stream) error { return nil }); err != nil && !errors.Is(err, pipeline.ErrClosed) {
+	if err := n.pipe.Do(ctx, func(pipeline.Cut[std_msgs.Header]) error { return nil }); err != nil && !errors.Is(err, pipeline.ErrClosed) {
 		return "", fmt.Errorf("waiting for the frames before the call to be mapped: %w", err)
 	}
 	// The map is not safe for concurrent use: publishing waits for the files.

@@ -1,20 +1,21 @@
 package node
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
+
 	"github.com/lingbotmap/lingbotmap/engine"
-	"github.com/lingbotmap/lingbotmap/engine/binstate"
-	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
+	"github.com/lingbotmap/lingbotmap/engine/output"
+	"github.com/lingbotmap/lingbotmap/engine/pipeline"
 )
 
 // Saved sessions. ~save_session writes SAVE_DIR/session/node.state
@@ -23,19 +24,20 @@ import (
 // (Options.Resume) starts from DIR/session/node.state and maps on as if the
 // node had never stopped.
 //
-// node.state: magic "LBMNODE\x01", a uint32 JSON length and the JSON
-// sessionMeta, the map state with a CRC-32C, then the engine's state file.
+// node.state is an output.Session: magic "LBMNODE\x01", the JSON
+// sessionMeta, the map state, then the engine's state.
 
 const (
 	// SessionDir is the folder under save_dir that holds a saved session.
-	SessionDir = "session"
+	SessionDir = output.SessionDir
 	// SessionFile is the node's session file in SessionDir.
 	SessionFile = "node.state"
-	// maxSessionMeta bounds the JSON part a session file may declare.
-	maxSessionMeta = 1 << 24
 )
 
-var sessionMagic = [8]byte{'L', 'B', 'M', 'N', 'O', 'D', 'E', 1}
+// nodeSession is node.state's frame around meta.
+func nodeSession(meta *sessionMeta) output.Session {
+	return output.Session{Magic: [8]byte{'L', 'B', 'M', 'N', 'O', 'D', 'E', 1}, Header: meta, MaxHeader: 1 << 24}
+}
 
 // ResumeFactory builds the engine from a saved engine state (engine.Resume).
 type ResumeFactory func(ctx context.Context, cfg Config, state io.Reader) (engine.Stream, error)
@@ -52,14 +54,10 @@ type sessionMeta struct {
 // model's thread once the frames submitted before it are delivered, so that
 // the engine and the map agree; later frames wait for it.
 func (n *Node) saveSession(ctx context.Context) (string, error) {
-	cut := n.nextSeq.Load()
-	var msg string
-	err := n.pipe.Do(ctx, func(s engine.Stream) error {
-		var err error
-		msg, err = n.writeSession(s, cut)
-		return err
-	})
-	return msg, err
+	if err := n.pipe.Checkpoint(ctx); err != nil {
+		return "", err
+	}
+	return n.sink.saved, nil
 }
 
 // countStep counts a delivered result for session_save_every and asks
@@ -94,45 +92,34 @@ func (n *Node) sessionLoop(ctx context.Context) {
 	}
 }
 
-// writeSession writes the session on the model's thread (pipe.Do): st is
-// the stream, cut the first frame submitted after the save was asked for.
-func (n *Node) writeSession(st engine.Stream, cut uint64) (string, error) {
+// writeSession writes the session on the model's thread (the publisher's
+// Checkpoint): at holds the headers of the frames the engine holds, and the
+// first frame submitted after them is the next sequence number the session
+// resumes at.
+func (n *Node) writeSession(at pipeline.Cut[std_msgs.Header]) (string, error) {
 	dir, err := n.saveDir()
 	if err != nil {
 		return "", err
 	}
-	snap, ok := st.(engine.Snapshotter)
+	// the stream itself: the pipeline's is the node's statStream
+	snap, ok := n.stream.(engine.Snapshotter)
 	if !ok {
 		return "", errors.New("this engine cannot save its state (a replay, or a backend without KV snapshots)")
 	}
 	path := filepath.Join(dir, SessionDir, SessionFile)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return "", fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
-	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	// the frame ids of frames the engine holds (a phase 1 in progress)
 	ids := map[uint64]string{}
-	for seq, id := range n.frameIDs {
-		if seq < cut {
-			ids[seq] = id
-		}
+	for _, h := range at.Held {
+		ids[h.Seq] = h.Meta.FrameId
 	}
-	meta := sessionMeta{NextSeq: cut, Size: n.size, LastStamp: n.lastStamp, FrameIDs: ids}
-	js, err := json.Marshal(meta)
-	if err != nil {
-		return "", err
+	next := at.Next
+	if next == 0 {
+		next = n.firstSeq // no frame since the node started
 	}
-	err = atomicfile.WriteFile(path, func(f io.Writer) error {
-		if err := binstate.WriteHeader(f, sessionMagic, js); err != nil {
-			return err
-		}
-		if err := binstate.WriteSummed(f, n.m.SaveState); err != nil {
-			return err
-		}
-		return snap.SaveState(f)
-	})
-	if err != nil {
+	meta := &sessionMeta{NextSeq: next, Size: n.size, LastStamp: n.lastStamp, FrameIDs: ids}
+	if err := nodeSession(meta).Write(path, n.m.SaveState, snap); err != nil {
 		return "", fmt.Errorf("saving the session: %w", err)
 	}
 	ms := n.m.Stats()
@@ -152,23 +139,11 @@ func (n *Node) resumeSession(ctx context.Context, dir string) (engine.Stream, er
 		return nil, fmt.Errorf("node: resume: %w", err)
 	}
 	defer f.Close()
-	var hdr [12]byte
-	if _, err := io.ReadFull(f, hdr[:]); err != nil || !bytes.Equal(hdr[:8], sessionMagic[:]) {
-		return nil, fmt.Errorf("node: resume: %s is not a lingbotmap node session (or another version of one)", path)
-	}
-	size := binary.LittleEndian.Uint32(hdr[8:])
-	if size > maxSessionMeta {
-		return nil, fmt.Errorf("node: resume: %w: session header of %d bytes", binstate.ErrCorrupt, size)
-	}
-	js := make([]byte, size)
-	if _, err := io.ReadFull(f, js); err != nil {
-		return nil, fmt.Errorf("node: resume: %s ends early: %w", path, err)
-	}
 	var meta sessionMeta
-	if err := json.Unmarshal(js, &meta); err != nil {
-		return nil, fmt.Errorf("node: resume: %w: session header: %w", binstate.ErrCorrupt, err)
+	if err := nodeSession(&meta).ReadHeader(f); err != nil {
+		return nil, fmt.Errorf("node: resume: %s: %w", path, err)
 	}
-	if err := binstate.ReadSummed(f, n.m.LoadState); err != nil {
+	if err := output.ReadBody(f, n.m.LoadState); err != nil {
 		return nil, fmt.Errorf("node: resume: the session's map: %w", err)
 	}
 	st, err := n.resumeStream(ctx, n.cfg, f)
@@ -176,9 +151,11 @@ func (n *Node) resumeSession(ctx context.Context, dir string) (engine.Stream, er
 		return nil, fmt.Errorf("node: resume: %w", err)
 	}
 	n.nextSeq.Store(meta.NextSeq)
+	n.firstSeq = meta.NextSeq
 	n.size, n.lastStamp, n.mapDirty, n.pathDirty = meta.Size, meta.LastStamp, true, true
-	if meta.FrameIDs != nil {
-		n.frameIDs = meta.FrameIDs
+	// the frames the engine holds get their headers' frame ids back
+	for _, seq := range slices.Sorted(maps.Keys(meta.FrameIDs)) {
+		n.held = append(n.held, pipeline.Held[std_msgs.Header]{Seq: seq, Meta: std_msgs.Header{FrameId: meta.FrameIDs[seq]}})
 	}
 	n.log.Info("resumed the saved session", "file", path, "poses", n.m.Stats().Poses, "next_seq", meta.NextSeq)
 	return st, nil

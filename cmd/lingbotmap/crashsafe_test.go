@@ -15,6 +15,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/engine/source"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
@@ -28,7 +29,7 @@ func TestRunCheckpoints(t *testing.T) {
 	o := testRunOptions(t, fs)
 	o.checkpointEvery = 3
 	var seen []string
-	o.onCheckpoint = func(_ context.Context, cp runCheckpoint) error {
+	o.onCheckpoint = func(_ context.Context, cp output.Checkpoint) error {
 		if cp.Out != o.out {
 			t.Errorf("checkpoint %+v", cp)
 		}
@@ -67,12 +68,12 @@ func TestRunCheckpoints(t *testing.T) {
 	// a failing hook ends the run with its error
 	o = testRunOptions(t, &fakeStream{scale: 2})
 	o.checkpointEvery = 4
-	o.onCheckpoint = func(context.Context, runCheckpoint) error { return errors.New("state not saved") }
+	o.onCheckpoint = func(context.Context, output.Checkpoint) error { return errors.New("state not saved") }
 	err := runRun(context.Background(), o, true)
 	if err == nil || !strings.Contains(err.Error(), "checkpoint at 4 frames: state not saved") {
 		t.Errorf("failing hook: %v", err)
 	}
-	if rec := readRunJSON(t, o.out); rec.Status != statusFailed {
+	if rec := readRunJSON(t, o.out); rec.Status != output.StatusFailed {
 		t.Errorf("failing hook: status %s", rec.Status)
 	}
 }
@@ -99,7 +100,7 @@ func TestRunFlushesBeforePartialInput(t *testing.T) {
 		t.Fatalf("exit %d: %v", exitCode(err), err)
 	}
 	rec := readRunJSON(t, o.out)
-	if rec.Status != statusPartialInput || rec.Frames.Read != 5 || rec.Frames.Results != 5 {
+	if rec.Status != output.StatusPartialInput || rec.Frames.Read != 5 || rec.Frames.Results != 5 {
 		t.Errorf("run.json: status %s, read %d, results %d; want partial_input, 5, 5", rec.Status, rec.Frames.Read, rec.Frames.Results)
 	}
 }
@@ -136,7 +137,7 @@ func TestRunSkipsUndecodableImage(t *testing.T) {
 		t.Fatalf("exit %d: %v", exitCode(err), err)
 	}
 	rec := readRunJSON(t, o.out)
-	if rec.Status != statusPartialInput || rec.Frames.Results != 4 || rec.Frames.Read != 4 || rec.Input.Skipped != 2 || !strings.Contains(rec.Input.SkipReason, "000002.png") {
+	if rec.Status != output.StatusPartialInput || rec.Frames.Results != 4 || rec.Frames.Read != 4 || rec.Input.Skipped != 2 || !strings.Contains(rec.Input.SkipReason, "000002.png") {
 		t.Errorf("run.json: status %s, results %d, skipped %d (%s)", rec.Status, rec.Frames.Results, rec.Input.Skipped, rec.Input.SkipReason)
 	}
 }
@@ -274,24 +275,24 @@ func TestRunWriterRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := first.add(res[:4]); err != nil {
+	if err := first.AddResults(res[:4]); err != nil {
 		t.Fatal(err)
 	}
-	first.close()
+	first.Close()
 	second, err := newRunWriter(o2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := second.restore(first.m, first.frames); err != nil {
+	if err := second.Restore(first.Map(), first.Frames()); err != nil {
 		t.Fatal(err)
 	}
-	if err := second.add(res[4:]); err != nil {
+	if err := second.AddResults(res[4:]); err != nil {
 		t.Fatal(err)
 	}
-	second.close()
+	second.Close()
 	got, _ := os.ReadFile(filepath.Join(o2.out, mapio.TrajectoryFile))
-	if string(got) != string(whole) || second.frames.Results != 10 {
-		t.Errorf("restored trajectory (%d results):\n%s\nuninterrupted:\n%s", second.frames.Results, got, whole)
+	if string(got) != string(whole) || second.Frames().Results != 10 {
+		t.Errorf("restored trajectory (%d results):\n%s\nuninterrupted:\n%s", second.Frames().Results, got, whole)
 	}
 }
 

@@ -3,14 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"image"
-	"image/png"
 	"io"
 	"math"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/engine/render"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
 	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
@@ -122,7 +121,7 @@ func runEval(o *evalOptions, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := writePNGFile(o.plotOut, img); err != nil {
+		if err := output.WritePNG(o.plotOut, img); err != nil {
 			return err
 		}
 	}
@@ -144,12 +143,4 @@ func printEval(w io.Writer, o *evalOptions, rep *traj.Report) {
 	row(fmt.Sprintf("RPE(Δ=%d) trans [m]", rep.Options.Delta), rep.RPETrans)
 	row(fmt.Sprintf("RPE(Δ=%d) rot [deg]", rep.Options.Delta), rep.RPERot)
 	tw.Flush()
-}
-
-// writePNGFile encodes img to path, whole or not at all.
-func writePNGFile(path string, img image.Image) error {
-	if err := atomicfile.WriteFile(path, func(w io.Writer) error { return png.Encode(w, img) }); err != nil {
-		return fmt.Errorf("write PNG: %w", err)
-	}
-	return nil
 }

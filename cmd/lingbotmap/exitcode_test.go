@@ -21,6 +21,7 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 	"github.com/foxglove/mcap/go/mcap"
 
+	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
 	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
@@ -213,7 +214,7 @@ func TestWriteFileAtomic(t *testing.T) {
 	}
 	img := image.NewGray(image.Rect(0, 0, 3, 2))
 	img.Set(1, 1, color.Gray{Y: 200})
-	if err := writePNGFile(path, img); err != nil {
+	if err := output.WritePNG(path, img); err != nil {
 		t.Fatal(err)
 	}
 	f, err := os.Open(path)
@@ -229,7 +230,7 @@ func TestWriteFileAtomic(t *testing.T) {
 		t.Errorf("mode %v", st.Mode())
 	}
 	// A missing directory is an error, not a panic or a stray file.
-	if err := writePNGFile(filepath.Join(dir, "no", "such", "x.png"), img); err == nil {
+	if err := output.WritePNG(filepath.Join(dir, "no", "such", "x.png"), img); err == nil {
 		t.Error("writing into a missing directory succeeded")
 	}
 }

@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -21,10 +19,10 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/engine/pipeline"
 	"github.com/lingbotmap/lingbotmap/engine/render"
 	"github.com/lingbotmap/lingbotmap/engine/source"
-	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 	"github.com/lingbotmap/lingbotmap/node"
 )
 
@@ -56,7 +54,7 @@ type runOptions struct {
 	force bool
 	// onCheckpoint, when set, runs at every output checkpoint and at the
 	// end, after the outputs are written, on the goroutine that wrote them.
-	onCheckpoint func(ctx context.Context, cp runCheckpoint) error
+	onCheckpoint func(ctx context.Context, cp output.Checkpoint) error
 	// saveSessions adds the whole session (engine state, map, input
 	// position) to the checkpoints, for --resume (session.go).
 	saveSessions bool
@@ -89,6 +87,21 @@ func defaultRunOptions() *runOptions {
 		openSource:      source.Open,
 		session:         defaultSessionOptions(),
 	}
+}
+
+// newRunWriter starts run's output folder (engine/output) from the options.
+func newRunWriter(o *runOptions) (*output.Folder, error) {
+	return output.New(output.Options{
+		Dir:     o.out,
+		Version: o.version,
+		Map: mapio.MapConfig{
+			VoxelSize: o.voxel,
+			Filter:    geom.PointFilter{ConfThreshold: o.confThreshold, Stride: o.pixelStride},
+		},
+		SaveDepth: o.saveDepth, SaveConf: o.saveConf, DepthScale: o.depthScale, ConfScale: o.confScale,
+		CheckpointEvery: o.checkpointEvery,
+		OnCheckpoint:    o.onCheckpoint,
+	})
 }
 
 // runDefaults are the schema's defaults with run's one difference: an
@@ -228,102 +241,6 @@ func (o *runOptions) validate() error {
 	return errors.Join(errs...)
 }
 
-// runRecord is run.json.
-type runRecord struct {
-	Version     string             `json:"version"`
-	Status      string             `json:"status"` // one of the run status values below
-	Started     time.Time          `json:"started"`
-	Finished    time.Time          `json:"finished"`
-	Interrupted bool               `json:"interrupted"`
-	Error       string             `json:"error,omitempty"`
-	Input       runInput           `json:"input"`
-	Engine      map[string]any     `json:"engine"`
-	Config      config.Sources     `json:"config"`
-	Map         runMap             `json:"map"`
-	Depth       runDepth           `json:"depth"`
-	Frames      runFrames          `json:"frames"`
-	Timings     runTimings         `json:"timings"`
-	Cache       *engine.CacheStats `json:"cache,omitempty"`
-	Outputs     map[string]string  `json:"outputs"`
-}
-
-// The values of run.json's "status".
-const (
-	statusInProgress   = "in_progress"   // a checkpoint of a run still going (or killed)
-	statusCompleted    = "completed"     // the whole input was mapped
-	statusInterrupted  = "interrupted"   // stopped by a signal: the outputs cover the frames done
-	statusPartialInput = "partial_input" // the input was truncated or partly corrupt
-	statusFailed       = "failed"        // an error ended the run: see "error"
-)
-
-// runCheckpoint is what an onCheckpoint hook is given.
-type runCheckpoint struct {
-	Out     string // the output folder
-	Results int    // results the checkpoint covers
-	Final   bool   // the end of the run
-	Status  string // run.json's status as just written
-}
-
-type runInput struct {
-	Path        string         `json:"path"`
-	Description string         `json:"description"`
-	Options     source.Options `json:"options"`
-	Skipped     int            `json:"skipped_frames,omitempty"` // undecodable bag messages
-	SkipReason  string         `json:"first_skip_reason,omitempty"`
-}
-
-type runMap struct {
-	ConfThreshold float64 `json:"conf_threshold"`
-	VoxelSize     float64 `json:"voxel_size"`
-	PixelStride   int     `json:"pixel_stride"`
-	PointsIn      int64   `json:"points_unprojected"`
-	Points        int     `json:"points"`
-	// frames whose points the GPU made (engine.PointMaker) and the host
-	FramesDevice int64 `json:"point_frames_device"`
-	FramesHost   int64 `json:"point_frames_host"`
-}
-
-type runDepth struct {
-	Saved       bool    `json:"saved"`
-	ColorRanges string  `json:"color_ranges,omitempty"`
-	Scale       float64 `json:"scale"`
-	Unit        string  `json:"unit"`
-	Clipped     int64   `json:"clipped_pixels"`
-	ConfSaved   bool    `json:"conf_saved"`
-	ConfScale   float64 `json:"conf_scale"`
-	ConfClipped int64   `json:"conf_clipped_pixels"`
-}
-
-type runFrames struct {
-	Read         int `json:"read"`
-	Results      int `json:"results"`
-	Scale        int `json:"scale"`
-	Keyframes    int `json:"keyframes"`
-	NonKeyframes int `json:"non_keyframes"`
-	Windows      int `json:"windows"`
-}
-
-// runTimings are run.json's timings. The stages overlap (the pipeline runs
-// them at once), so their sums exceed the time they took together.
-type runTimings struct {
-	TotalS  float64 `json:"total_s"`
-	LoadS   float64 `json:"load_s"`
-	DecodeS float64 `json:"decode_s"` // reading the input in order (and a bag's or video's decoding)
-	// PrepareS is the workers' decoding (image folders) and preprocessing.
-	PrepareS float64 `json:"prepare_s"`
-	ModelS   float64 `json:"model_s"`  // the engine's Push and Flush calls
-	OutputS  float64 `json:"output_s"` // images, unprojection, map, trajectory, checkpoints
-	// MappingS runs from the first frame in to now (the last result out at
-	// the end); FramesPerS is the results of this run over it.
-	MappingS        float64 `json:"mapping_s"`
-	FramesPerS      float64 `json:"frames_per_s"`
-	OverallFramesPS float64 `json:"overall_frames_per_s"` // results over total_s, loading included
-	MsPerFrame      float64 `json:"model_ms_per_frame"`
-	ModelFramesPS   float64 `json:"model_frames_per_s"`
-	// Medians are the per-frame medians of each stage.
-	Medians *stageMedians `json:"median_ms,omitempty"`
-}
-
 func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	if o.stderr == nil {
 		o.stderr = os.Stderr
@@ -364,7 +281,11 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		return &exitCodeError{code: exitUsage, err: err}
 	}
 	if o.session.resume == "" { // a resumed run continues in its own folder
-		if err := prepareOut(o.out, o.force, log); err != nil {
+		if err := output.Prepare(o.out, o.force, log); err != nil {
+			var prev *output.PreviousRunError
+			if errors.As(err, &prev) {
+				return &exitCodeError{code: exitUsage, err: err}
+			}
 			return err
 		}
 	}
@@ -372,7 +293,7 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	// that a frame size the model cannot take is refused before the weights
 	// load.
 	fr := newFrameReader(src, log)
-	m := &mapping{o: o, start: start, log: log, ctx: ctx, readBefore: skipped}
+	m := &runSink{o: o, start: start, log: log, ctx: ctx, readBefore: skipped}
 	first, firstImg, firstErr := fr.first(ctx, &m.skips)
 	if firstErr == nil {
 		b := firstImg.Bounds()
@@ -384,17 +305,17 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	if err != nil {
 		return err
 	}
-	defer w.close()
-	rec := &runRecord{
+	defer w.Close()
+	rec := &output.Record{
 		Version: o.version,
-		Status:  statusInProgress,
+		Status:  output.StatusInProgress,
 		Started: start.UTC(),
-		Input:   runInput{Path: o.input, Description: src.Describe(), Options: o.src},
+		Input:   output.Input{Path: o.input, Description: src.Describe(), Options: o.src},
 		Engine:  engineRecord(o.cfg),
 		Config:  o.sources,
-		Frames:  runFrames{Read: skipped},
+		Frames:  output.Frames{Read: skipped},
 	}
-	if err := w.writeRecord(rec, start); err != nil {
+	if err := w.WriteRecord(rec, start); err != nil {
 		return err
 	}
 	log.Info("run", "input", src.Describe(), "out", o.out, "device", o.cfg.Device)
@@ -402,18 +323,18 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	t0 := time.Now()
 	stream, err := o.session.startStream(ctx, o, w, log)
 	if err != nil {
-		rec.Status, rec.Error = statusFailed, err.Error()
+		rec.Status, rec.Error = output.StatusFailed, err.Error()
 		if ctx.Err() != nil {
-			rec.Status, rec.Interrupted = statusInterrupted, true
+			rec.Status, rec.Interrupted = output.StatusInterrupted, true
 		}
-		return errors.Join(fmt.Errorf("start the engine: %w", err), w.writeRecord(rec, start))
+		return errors.Join(fmt.Errorf("start the engine: %w", err), w.WriteRecord(rec, start))
 	}
 	defer stream.Close()
 	rec.Timings.LoadS = time.Since(t0).Seconds()
 	// every result is mapped: a GPU makes the points of all of them where
 	// their depth maps are (engine.PointMaker), the host the rest
 	if pm, ok := stream.(engine.PointMaker); ok {
-		dev, err := pm.MakePoints(w.m.Config().Filter, false)
+		dev, err := pm.MakePoints(w.Map().Config().Filter, false)
 		if err != nil {
 			return err
 		}
@@ -427,8 +348,8 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	// computed by then is still delivered and written.
 	pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
-	w.mapStart = time.Now()
-	p, err := pipeline.New(pctx, m.st, m.pipelineConfig())
+	w.Began()
+	p, err := pipeline.New(pctx, m.st, pipeline.Sink[struct{}](m), m.pipelineConfig())
 	if err != nil {
 		return err
 	}
@@ -449,7 +370,7 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	if err := p.Close(pctx); err != nil {
 		m.fail(fmt.Errorf("flush: %w", err))
 	}
-	if err := w.waitWrite(); err != nil {
+	if err := m.Close(pctx); err != nil {
 		m.fail(err)
 	}
 	m.prog.finish()
@@ -465,23 +386,23 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	}
 	interrupted := ctx.Err() != nil
 	if interrupted {
-		log.Warn("interrupted: writing what was computed so far", "frames_read", rec.Frames.Read, "results", w.frames.Results)
+		log.Warn("interrupted: writing what was computed so far", "frames_read", rec.Frames.Read, "results", w.Frames().Results)
 	}
 	stats := stream.Stats()
 	rec.Cache = &stats
 	rec.Interrupted = interrupted
 	switch {
 	case interrupted:
-		rec.Status = statusInterrupted
+		rec.Status = output.StatusInterrupted
 	case runErr != nil && errors.Is(runErr, source.ErrPartial):
-		rec.Status = statusPartialInput
+		rec.Status = output.StatusPartialInput
 	case runErr != nil:
-		rec.Status = statusFailed
+		rec.Status = output.StatusFailed
 	case skippedFrames > 0:
-		rec.Status = statusPartialInput
-		runErr = fmt.Errorf("%w: %d frames were used; %d did not decode and were skipped, the first %w", source.ErrPartial, w.frames.Results, skippedFrames, skipErr)
+		rec.Status = output.StatusPartialInput
+		runErr = fmt.Errorf("%w: %d frames were used; %d did not decode and were skipped, the first %w", source.ErrPartial, w.Frames().Results, skippedFrames, skipErr)
 	default:
-		rec.Status = statusCompleted
+		rec.Status = output.StatusCompleted
 	}
 	if runErr != nil && !interrupted {
 		rec.Error = runErr.Error()
@@ -489,473 +410,18 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	rec.Timings.DecodeS = fr.read.Seconds()
 	rec.Timings.ModelS = m.st.model.Seconds()
 
-	if werr := w.finish(ctx, rec, start); werr != nil {
+	if werr := w.Finish(ctx, rec, start); werr != nil {
 		return errors.Join(runErr, werr)
 	}
-	log.Info("done", "out", o.out, "status", rec.Status, "poses", w.m.Stats().Poses, "points", rec.Map.Points,
+	log.Info("done", "out", o.out, "status", rec.Status, "poses", w.Map().Stats().Poses, "points", rec.Map.Points,
 		"frames_per_s", fmt.Sprintf("%.2f", rec.Timings.FramesPerS), "overall_frames_per_s", fmt.Sprintf("%.2f", rec.Timings.OverallFramesPS))
 	switch {
 	case interrupted:
-		return fmt.Errorf("interrupted after %d frames; the results so far are in %s: %w", w.frames.Results, o.out, context.Cause(ctx))
+		return fmt.Errorf("interrupted after %d frames; the results so far are in %s: %w", w.Frames().Results, o.out, context.Cause(ctx))
 	case runErr != nil:
 		return fmt.Errorf("%w (the results so far are in %s)", runErr, o.out)
 	}
 	return nil
-}
-
-// runOutputs are the names a run writes into its folder; a folder holding
-// any of them (or a temporary file of one) holds a previous run.
-func runOutputs() []string {
-	return []string{mapio.TrajectoryFile, mapio.MapFile, "run.json", "preview.png", "depth", "depth_color", "conf", sessionDirName}
-}
-
-// prepareOut makes the output folder, refuses one that holds a previous
-// run's outputs unless force (then removes them, so old and new never mix),
-// and checks that it can be written.
-func prepareOut(dir string, force bool, log *slog.Logger) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("output folder: %w", err)
-	}
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("output folder: %w", err)
-	}
-	var used []string
-	for _, e := range ents {
-		for _, name := range runOutputs() {
-			// WriteFileAtomic's temporary files are ".NAME.*"
-			if e.Name() == name || strings.HasPrefix(e.Name(), "."+name+".") {
-				used = append(used, e.Name())
-			}
-		}
-	}
-	if len(used) > 0 && !force {
-		return &exitCodeError{code: exitUsage, err: fmt.Errorf("output folder %s holds a previous run (%s): choose another --out, or add --force to remove these first",
-			dir, strings.Join(used, ", "))}
-	}
-	for _, name := range used {
-		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
-			return fmt.Errorf("output folder: removing the previous run: %w", err)
-		}
-	}
-	if len(used) > 0 {
-		log.Info("removed the previous run's outputs (--force)", "out", dir, "removed", strings.Join(used, ","))
-	}
-	return mapio.ProbeDir(dir)
-}
-
-// runWriter turns results into the output files as they arrive: trajectory
-// rows are appended at once; the poses and the map go into a mapio.Map (the
-// node's accumulator too), bounded by the explored volume, and are saved at
-// checkpoints; the frames' depth maps are written, each whole, and dropped.
-type runWriter struct {
-	o      *runOptions
-	m      *mapio.Map
-	tum    *mapio.TUMAppender
-	frames runFrames
-	depth  runDepth
-	ranges []depthRange
-	window int
-	// lastCheckpoint is frames.Results at the last checkpoint.
-	lastCheckpoint int
-	// writing is the checkpoint being written on its own goroutine.
-	writing chan error
-
-	// timings: output and prepare are sums over frames, stages their
-	// per-frame values; mapStart is when the first frame went in, and
-	// resumedResults the results a resumed session brought.
-	output, prepare time.Duration
-	stages          stageTimes
-	mapStart        time.Time
-	resumedResults  int
-}
-
-// depthRange is one line of depth_color/ranges.tsv.
-type depthRange struct {
-	seq uint64
-	r   render.DepthRange
-}
-
-func newRunWriter(o *runOptions) (*runWriter, error) {
-	m, err := mapio.NewMap(mapio.MapConfig{
-		VoxelSize: o.voxel,
-		Filter:    geom.PointFilter{ConfThreshold: o.confThreshold, Stride: o.pixelStride},
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(o.out, 0o755); err != nil {
-		return nil, fmt.Errorf("output folder: %w", err)
-	}
-	for _, d := range []struct {
-		on   bool
-		name string
-	}{{o.saveDepth, "depth"}, {o.saveDepth, "depth_color"}, {o.saveConf, "conf"}} {
-		if d.on {
-			if err := os.MkdirAll(filepath.Join(o.out, d.name), 0o755); err != nil {
-				return nil, fmt.Errorf("output folder: %w", err)
-			}
-		}
-	}
-	tum, err := mapio.CreateTUM(filepath.Join(o.out, mapio.TrajectoryFile))
-	if err != nil {
-		return nil, err
-	}
-	return &runWriter{
-		o:   o,
-		m:   m,
-		tum: tum,
-		depth: runDepth{Saved: o.saveDepth, Scale: o.depthScale, Unit: fmt.Sprintf("1/%g of a model depth unit (metres for metric models)", o.depthScale),
-			ConfSaved: o.saveConf, ConfScale: o.confScale},
-		window: -1,
-	}, nil
-}
-
-// restore makes the writer continue a resumed session: the restored map
-// and counts replace the empty ones, and the trajectory file, which
-// newRunWriter started empty, gets the map's poses again, so that it holds
-// every row once.
-func (w *runWriter) restore(m *mapio.Map, frames runFrames) error {
-	w.m, w.frames, w.lastCheckpoint, w.resumedResults = m, frames, frames.Results, frames.Results
-	return w.tum.Append(m.Trajectory()...)
-}
-
-// close releases the trajectory file (finish has synced it).
-func (w *runWriter) close() {
-	if w.tum != nil {
-		w.tum.Close()
-		w.tum = nil
-	}
-}
-
-// add maps results one after the other on the caller's goroutine: post and
-// deliver in line, the serial form of what run's pipeline does.
-func (w *runWriter) add(results []engine.Result) error {
-	for i := range results {
-		v, err := w.post(&results[i])
-		if err == nil {
-			err = w.deliver(&results[i], v)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// posted is what post makes of one result off the model's thread.
-type posted struct {
-	points               []geom.Point
-	clipped, confClipped int64
-	depthRange           *render.DepthRange // with --save-depth
-	took                 time.Duration
-}
-
-// post does a result's own work, in any order and on any goroutine: it
-// checks the result, writes its depth, depth preview and confidence
-// images, each whole, and unprojects its confident points. It reads only
-// settings.
-func (w *runWriter) post(r *engine.Result) (posted, error) {
-	t := time.Now()
-	var v posted
-	n := r.Width * r.Height
-	if r.Width <= 0 || r.Height <= 0 || len(r.Depth) != n || (r.Conf != nil && len(r.Conf) != n) || (r.RGB != nil && len(r.RGB) != 3*n) {
-		return v, fmt.Errorf("frame %d: the engine returned %d depth, %d confidence and %d colour values for a %d×%d image",
-			r.Seq, len(r.Depth), len(r.Conf), len(r.RGB), r.Width, r.Height)
-	}
-	name := fmt.Sprintf("%06d.png", r.Seq)
-	if w.o.saveDepth {
-		c, err := writeGray16File(filepath.Join(w.o.out, "depth", name), r.Depth, r.Width, r.Height, w.o.depthScale)
-		if err != nil {
-			return v, err
-		}
-		v.clipped = int64(c)
-		img, dr, err := render.DepthPreview(r.Depth, r.Width, r.Height)
-		if err == nil {
-			err = atomicfile.WriteFileNoSync(filepath.Join(w.o.out, "depth_color", name), func(f io.Writer) error { return render.EncodePNG(f, img) })
-		}
-		if err != nil {
-			return v, err
-		}
-		v.depthRange = &dr
-	}
-	if w.o.saveConf && r.Conf != nil {
-		c, err := writeGray16File(filepath.Join(w.o.out, "conf", name), r.Conf, r.Width, r.Height, w.o.confScale)
-		if err != nil {
-			return v, err
-		}
-		v.confClipped = int64(c)
-	}
-	pts, err := w.m.FramePoints(r.DepthFrame())
-	if err != nil {
-		return v, fmt.Errorf("frame %d: %w", r.Seq, err)
-	}
-	v.points = pts
-	v.took = time.Since(t)
-	return v, nil
-}
-
-// deliver takes a posted result into the trajectory, the map and the
-// counts. Results must come in frame order, on one goroutine at a time.
-func (w *runWriter) deliver(r *engine.Result, v posted) error {
-	t := time.Now()
-	defer func() { w.output += v.took + time.Since(t) }()
-	if err := w.m.AddPose(r.Seq, r.Stamp, r.CamToWorld); err != nil {
-		return fmt.Errorf("frame %d: the engine returned an unusable pose: %w", r.Seq, err)
-	}
-	p, _ := w.m.LastPose()
-	if err := w.tum.Append(mapio.StampedPose{Time: mapio.Seconds(p.Stamp), T: p.T, Q: p.Q}); err != nil {
-		return err
-	}
-	w.frames.Results++
-	switch r.Kind {
-	case engine.Scale:
-		w.frames.Scale++
-	case engine.Keyframe:
-		w.frames.Keyframes++
-	case engine.NonKeyframe:
-		w.frames.NonKeyframes++
-	}
-	if r.Window != w.window {
-		w.window = r.Window
-		w.frames.Windows++
-	}
-	w.depth.Clipped += v.clipped
-	w.depth.ConfClipped += v.confClipped
-	if v.depthRange != nil {
-		w.ranges = append(w.ranges, depthRange{r.Seq, *v.depthRange})
-	}
-	w.m.AddFramePoints(v.points)
-	return nil
-}
-
-// writeGray16File writes one 16-bit PNG whole (mapio.WriteFileWhole) and
-// returns how many values were clipped.
-func writeGray16File(path string, vals []float32, width, height int, scale float64) (int, error) {
-	var c int
-	err := atomicfile.WriteFileNoSync(path, func(f io.Writer) error {
-		var err error
-		c, err = render.WriteGray16(f, vals, width, height, scale)
-		return err
-	})
-	return c, err
-}
-
-// maybeCheckpoint writes a checkpoint when --checkpoint-every results have
-// come since the last one.
-func (w *runWriter) maybeCheckpoint(ctx context.Context, rec *runRecord, start time.Time) error {
-	if n := w.o.checkpointEvery; n == 0 || w.frames.Results-w.lastCheckpoint < n {
-		return nil
-	}
-	return w.checkpoint(ctx, rec, start, false)
-}
-
-// snapshot is what a checkpoint writes, taken between two frames: the
-// map's points, the depth ranges and run.json's record as they were then.
-type snapshot struct {
-	results  int
-	status   string
-	final    bool
-	points   []geom.Point
-	comments []string
-	ranges   []depthRange
-	path     [][3]float64 // camera positions, for the final preview
-	rec      runRecord
-}
-
-// checkpoint makes what was written so far durable and consistent: the
-// trajectory rows and depth images reach the disk, then map.ply,
-// ranges.tsv and, last, run.json (which counts the frames they cover) are
-// replaced atomically; then the onCheckpoint hook runs. It takes the
-// snapshot at once and, but for the final one, writes it on a goroutine of
-// its own, so that the model goes on meanwhile; the next checkpoint waits
-// for it and returns its error.
-func (w *runWriter) checkpoint(ctx context.Context, rec *runRecord, start time.Time, final bool) error {
-	if err := w.waitWrite(); err != nil {
-		return err
-	}
-	t := time.Now()
-	snap := w.snapshot(rec, start, final)
-	w.lastCheckpoint = w.frames.Results
-	w.output += time.Since(t)
-	if final {
-		return w.write(ctx, snap)
-	}
-	done := make(chan error, 1)
-	w.writing = done
-	go func() { done <- w.write(context.WithoutCancel(ctx), snap) }()
-	return nil
-}
-
-// waitWrite waits for the checkpoint being written, if any, and returns
-// its error.
-func (w *runWriter) waitWrite() error {
-	if w.writing == nil {
-		return nil
-	}
-	err := <-w.writing
-	w.writing = nil
-	return err
-}
-
-// snapshot takes what a checkpoint writes from the writer's state.
-func (w *runWriter) snapshot(rec *runRecord, start time.Time, final bool) *snapshot {
-	w.fillRecord(rec, start)
-	s := &snapshot{
-		results: w.frames.Results, status: rec.Status, final: final,
-		points: w.m.Points(),
-		comments: append([]string{
-			"lingbotmap " + w.o.version,
-			"source " + rec.Input.Path,
-			fmt.Sprintf("frames %d", w.frames.Results),
-			"frame world = first camera, OpenCV axes (x right, y down, z forward)",
-		}, w.m.FilterComments()...),
-		// ranges only grows: the rows up to here stay as they are while
-		// later frames append
-		ranges: w.ranges[:len(w.ranges):len(w.ranges)],
-		rec:    *rec,
-	}
-	if final {
-		for _, p := range w.m.Path() {
-			s.path = append(s.path, p.T)
-		}
-	}
-	return s
-}
-
-// write writes a snapshot's files in the order that keeps them consistent
-// on a crash, then runs the onCheckpoint hook.
-func (w *runWriter) write(ctx context.Context, s *snapshot) error {
-	out := w.o.out
-	// the trajectory's rows up to the snapshot (and maybe more) are in the
-	// file already; syncfs covers it with the images
-	var errs []error
-	if w.o.saveDepth || w.o.saveConf {
-		errs = append(errs, mapio.SyncFS(out))
-	} else {
-		errs = append(errs, syncFile(filepath.Join(out, mapio.TrajectoryFile)))
-	}
-	errs = append(errs, atomicfile.WriteFile(filepath.Join(out, mapio.MapFile), func(f io.Writer) error {
-		return mapio.WritePLY(f, s.points, s.comments...)
-	}))
-	if w.o.saveDepth {
-		errs = append(errs, atomicfile.WriteFile(filepath.Join(out, "depth_color", "ranges.tsv"), func(f io.Writer) error {
-			fmt.Fprintln(f, "# frame\tnear\tfar (model depth units; depth_color/NNNNNN.png spans near = yellow to far = purple)")
-			for _, r := range s.ranges {
-				if _, err := fmt.Fprintf(f, "%06d\t%.6g\t%.6g\n", r.seq, r.r.Near, r.r.Far); err != nil {
-					return err
-				}
-			}
-			return nil
-		}))
-	}
-	if s.final {
-		errs = append(errs, w.writePreview(s.path, s.points))
-	}
-	// run.json only when the files it describes are whole.
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	if err := writeRecordFile(out, &s.rec); err != nil {
-		return err
-	}
-	if w.o.onCheckpoint != nil {
-		cp := runCheckpoint{Out: out, Results: s.results, Final: s.final, Status: s.status}
-		if err := w.o.onCheckpoint(ctx, cp); err != nil {
-			return fmt.Errorf("checkpoint at %d frames: %w", s.results, err)
-		}
-	}
-	return nil
-}
-
-// syncFile makes a file's written data durable.
-func syncFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	return nil
-}
-
-// writePreview draws the trajectory over the map's points into preview.png.
-func (w *runWriter) writePreview(positions [][3]float64, pts []geom.Point) error {
-	img, err := render.TopView(positions, pts, render.TopViewOptions{
-		Title: fmt.Sprintf("%d poses, %d map points (x right, z forward up)", len(positions), len(pts)),
-	})
-	if err != nil {
-		return err
-	}
-	return writePNGFile(filepath.Join(w.o.out, "preview.png"), img)
-}
-
-// fillRecord fills run.json's counts and timings from what was written so
-// far.
-func (w *runWriter) fillRecord(rec *runRecord, start time.Time) {
-	st := w.m.Stats()
-	dev, host := w.m.PointFrames()
-	rec.Map = runMap{ConfThreshold: w.o.confThreshold, VoxelSize: w.o.voxel, PixelStride: w.o.pixelStride, PointsIn: st.PointsIn, Points: st.Voxels,
-		FramesDevice: dev, FramesHost: host}
-	rec.Depth = w.depth
-	rec.Frames.Results, rec.Frames.Scale, rec.Frames.Keyframes = w.frames.Results, w.frames.Scale, w.frames.Keyframes
-	rec.Frames.NonKeyframes, rec.Frames.Windows = w.frames.NonKeyframes, w.frames.Windows
-	rec.Outputs = map[string]string{"trajectory": mapio.TrajectoryFile, "map": mapio.MapFile, "preview": "preview.png"}
-	if w.o.saveDepth {
-		rec.Outputs["depth"] = "depth/"
-		rec.Outputs["depth_color"] = "depth_color/"
-		rec.Depth.ColorRanges = "depth_color/ranges.tsv"
-	}
-	if w.o.saveConf {
-		rec.Outputs["conf"] = "conf/"
-	}
-	rec.Finished = time.Now().UTC()
-	total := time.Since(start)
-	rec.Timings.TotalS = total.Seconds()
-	rec.Timings.OutputS = w.output.Seconds()
-	rec.Timings.PrepareS = w.prepare.Seconds()
-	rec.Timings.MsPerFrame, rec.Timings.FramesPerS, rec.Timings.OverallFramesPS, rec.Timings.ModelFramesPS = 0, 0, 0, 0
-	rec.Timings.Medians = w.stages.medians()
-	if n := w.frames.Results; n > 0 {
-		rec.Timings.MsPerFrame = rec.Timings.ModelS * 1000 / float64(n)
-		rec.Timings.OverallFramesPS = float64(n) / total.Seconds()
-		if !w.mapStart.IsZero() {
-			rec.Timings.MappingS = time.Since(w.mapStart).Seconds()
-			rec.Timings.FramesPerS = float64(n-w.resumedResults) / rec.Timings.MappingS
-		}
-		if rec.Timings.ModelS > 0 {
-			rec.Timings.ModelFramesPS = float64(n-w.resumedResults) / rec.Timings.ModelS
-		}
-	}
-}
-
-// writeRecord fills run.json from what was written so far and replaces it
-// atomically.
-func (w *runWriter) writeRecord(rec *runRecord, start time.Time) error {
-	w.fillRecord(rec, start)
-	return writeRecordFile(w.o.out, rec)
-}
-
-func writeRecordFile(out string, rec *runRecord) error {
-	return atomicfile.WriteFile(filepath.Join(out, "run.json"), func(f io.Writer) error {
-		e := json.NewEncoder(f)
-		e.SetIndent("", "  ")
-		return e.Encode(rec)
-	})
-}
-
-// finish writes the last checkpoint with the run's final status, the
-// preview included, and closes the trajectory.
-func (w *runWriter) finish(ctx context.Context, rec *runRecord, start time.Time) error {
-	// The hook runs even after a cancelled run: it gets a live context.
-	err := w.checkpoint(context.WithoutCancel(ctx), rec, start, true)
-	if w.tum != nil {
-		err = errors.Join(err, w.tum.Close())
-		w.tum = nil
-	}
-	return err
 }
 
 // engineRecord lists the engine settings that ran under their keys: the

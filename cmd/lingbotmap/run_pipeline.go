@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/engine/pipeline"
 	"github.com/lingbotmap/lingbotmap/engine/source"
 )
@@ -19,10 +20,11 @@ import (
 // run's frame path: the input is read in order on the caller's goroutine
 // (an image folder only reads the files' bytes; workers decode them), an
 // engine/pipeline.Pipeline preprocesses on workers, runs the model on its
-// own thread and posts each result (images, unprojection) on workers, and
-// delivers the results in frame order to the trajectory, the map and the
-// counts. Checkpoints and session saves run inside pipeline.Do, where the
-// engine and the written outputs stand at the same frame.
+// own thread and hands the results to runSink, which posts each (images,
+// unprojection) on workers and adds them in frame order to the output
+// folder (engine/output: the trajectory, the map and the counts).
+// Checkpoints and session saves are the sink's Checkpoint, where the engine
+// and the written outputs stand at the same frame.
 
 // frameReader reads a source's frames in order for run's pipeline, timing
 // the reading and logging what the source notices about its input.
@@ -40,23 +42,23 @@ func newFrameReader(src source.Source, log *slog.Logger) *frameReader {
 
 // next returns the next frame as the pipeline's input: decoded, or with
 // its decoder.
-func (r *frameReader) next(ctx context.Context) (pipeline.Input, error) {
+func (r *frameReader) next(ctx context.Context) (pipeline.Input[struct{}], error) {
 	t := time.Now()
 	defer func() { r.read += time.Since(t) }()
 	if r.deferred != nil {
 		d, err := r.deferred.NextDeferred(ctx)
 		r.notices()
-		return pipeline.Input{Seq: d.Seq, Stamp: d.Stamp, Decode: d.Decode}, err
+		return pipeline.Input[struct{}]{Seq: d.Seq, Stamp: d.Stamp, Decode: d.Decode}, err
 	}
 	f, err := r.src.Next(ctx)
 	r.notices()
-	return pipeline.Input{Seq: f.Seq, Stamp: f.Stamp, Image: f.Image}, err
+	return pipeline.Input[struct{}]{Seq: f.Seq, Stamp: f.Stamp, Image: f.Image}, err
 }
 
 // first returns the first frame that decodes, decoded, so that its size is
 // checked before the engine starts. Frames before it that do not decode
 // are counted in skips.
-func (r *frameReader) first(ctx context.Context, skips *skipTally) (pipeline.Input, image.Image, error) {
+func (r *frameReader) first(ctx context.Context, skips *skipTally) (pipeline.Input[struct{}], image.Image, error) {
 	for {
 		in, err := r.next(ctx)
 		if err != nil {
@@ -164,11 +166,14 @@ func (s *runStream) Prepare(f engine.Frame) (engine.Frame, error) {
 	return f, nil
 }
 
-// mapping is one run's pass over its input through the pipeline.
-type mapping struct {
+// runSink is run's pipeline sink, one run's pass over its input: every
+// result goes into the output folder; a frame that did not decode is
+// counted and skipped; any other error stops the run; a checkpoint saves
+// the session when one is due, then the folder's files.
+type runSink struct {
 	o     *runOptions
-	w     *runWriter
-	rec   *runRecord
+	w     *output.Folder
+	rec   *output.Record
 	start time.Time
 	log   *slog.Logger
 	ctx   context.Context
@@ -181,14 +186,14 @@ type mapping struct {
 	mu      sync.Mutex
 	err     error // the first error that stopped the run
 
-	skips skipTally // deliver goroutine; the first frame's before it
+	skips skipTally // Add's goroutine; the first frame's before it
 
 	// the checkpoint in flight: its Do's answer
 	pendingDo chan error
 }
 
 // fail records the error that stops the run and tells the stream.
-func (m *mapping) fail(err error) {
+func (m *runSink) fail(err error) {
 	m.mu.Lock()
 	if m.err == nil {
 		m.err = err
@@ -197,33 +202,35 @@ func (m *mapping) fail(err error) {
 	m.stopped.Store(true)
 }
 
-func (m *mapping) failure() error {
+func (m *runSink) failure() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.err
 }
 
 // pipelineConfig is run's pipeline: every frame is mapped (Block).
-func (m *mapping) pipelineConfig() pipeline.Config {
-	return pipeline.Config{
+func (m *runSink) pipelineConfig() pipeline.Config[struct{}] {
+	return pipeline.Config[struct{}]{
 		Policy:      pipeline.Block,
 		LockThread:  m.o.cfg.Device == "cuda",
 		Workers:     m.o.workers,
 		PostWorkers: m.o.workers,
-		Post: func(r *engine.Result, _ any) (any, error) {
-			if m.stopped.Load() {
-				return posted{}, nil // delivered to no one
-			}
-			return m.w.post(r)
-		},
-		Deliver: m.deliver,
-		Log:     m.log,
+		Log:         m.log,
 	}
 }
 
-// deliver takes each output in frame order.
-func (m *mapping) deliver(out pipeline.Output) {
+// Post writes a result's images and unprojects its points on a pipeline
+// worker.
+func (m *runSink) Post(r *engine.Result, _ struct{}) (any, error) {
 	if m.stopped.Load() {
+		return output.Posted{}, nil // added to no one
+	}
+	return m.w.Post(r)
+}
+
+// Add takes each output in frame order.
+func (m *runSink) Add(out pipeline.Output[struct{}]) {
+	if m.stopped.Load() || out.Skipped() {
 		return
 	}
 	if out.Err != nil {
@@ -240,20 +247,38 @@ func (m *mapping) deliver(out pipeline.Output) {
 		}
 		return
 	}
-	v, _ := out.Value.(posted)
-	if err := m.w.deliver(out.Result, v); err != nil {
+	v, _ := out.Value.(output.Posted)
+	if err := m.w.Add(out.Result, v); err != nil {
 		m.fail(err)
 		return
 	}
-	m.w.prepare += out.Timing.Prepare
-	m.w.stages.add(out.Timing)
+	m.w.AddTiming(out.Timing)
 	m.prog.add(1)
 }
+
+// Checkpoint runs on the model's thread with every frame before it added:
+// the engine, the map and the counts stand at the same frame. It saves the
+// session when one is due, then the folder's checkpoint when one is.
+func (m *runSink) Checkpoint(context.Context, pipeline.Cut[struct{}]) error {
+	if m.ctx.Err() != nil || m.stopped.Load() {
+		return nil // the end writes what there is
+	}
+	read := m.readBefore + m.st.pushed
+	m.rec.Frames.Read = read
+	m.rec.Timings.ModelS = m.st.model.Seconds()
+	if err := m.o.session.afterFrame(m.o, m.st.Stream, m.w, read); err != nil {
+		return err
+	}
+	return m.w.MaybeCheckpoint(m.ctx, m.rec, m.start)
+}
+
+// Close waits for the checkpoint being written, if any.
+func (m *runSink) Close(context.Context) error { return m.w.WaitWrite() }
 
 // feed submits the frames from first on, with a checkpoint (and a session
 // save) every --checkpoint-every frames. It returns the source's error, if
 // it failed part way.
-func (m *mapping) feed(ctx context.Context, p *pipeline.Pipeline, fr *frameReader, first pipeline.Input) error {
+func (m *runSink) feed(ctx context.Context, p *pipeline.Pipeline[struct{}], fr *frameReader, first pipeline.Input[struct{}]) error {
 	every := m.o.checkpointEvery
 	if s := m.o.session.every; s > 0 && (every == 0 || s < every) {
 		every = s
@@ -342,7 +367,7 @@ func (fs *frameSize) check(in pipeline.Input, imageWidth int) pipeline.Input {
 // returns once the checkpoint has started, so that the next frames are
 // read and prepared while it runs; a previous checkpoint's Do is waited for
 // first, and its error returned.
-func (m *mapping) checkpointDo(ctx context.Context, p *pipeline.Pipeline) error {
+func (m *runSink) checkpointDo(ctx context.Context, p *pipeline.Pipeline[struct{}]) error {
 	if err := m.waitDo(); err != nil {
 		return err
 	}
@@ -350,9 +375,9 @@ func (m *mapping) checkpointDo(ctx context.Context, p *pipeline.Pipeline) error 
 	answer := make(chan error, 1)
 	go func() {
 		// the Do runs even if a signal comes: frames after it fail fast
-		answer <- p.Do(context.WithoutCancel(ctx), func(engine.Stream) error {
+		answer <- p.Do(context.WithoutCancel(ctx), func(c pipeline.Cut[struct{}]) error {
 			close(started)
-			return m.atCheckpoint()
+			return m.Checkpoint(m.ctx, c)
 		})
 	}()
 	select {
@@ -365,7 +390,7 @@ func (m *mapping) checkpointDo(ctx context.Context, p *pipeline.Pipeline) error 
 }
 
 // waitDo waits for the checkpoint in flight, if any.
-func (m *mapping) waitDo() error {
+func (m *runSink) waitDo() error {
 	if m.pendingDo == nil {
 		return nil
 	}
@@ -375,57 +400,4 @@ func (m *mapping) waitDo() error {
 		return nil
 	}
 	return err
-}
-
-// atCheckpoint runs on the model's thread with every frame before it
-// delivered: the engine, the map and the counts stand at the same frame.
-func (m *mapping) atCheckpoint() error {
-	if m.ctx.Err() != nil || m.stopped.Load() {
-		return nil // the end writes what there is
-	}
-	read := m.readBefore + m.st.pushed
-	m.rec.Frames.Read = read
-	m.rec.Timings.ModelS = m.st.model.Seconds()
-	if err := m.o.session.afterFrame(m.o, m.st.Stream, m.w, read); err != nil {
-		return err
-	}
-	return m.w.maybeCheckpoint(m.ctx, m.rec, m.start)
-}
-
-// stageTimes keeps every frame's time in each stage, for the medians.
-type stageTimes struct {
-	queue, prepare, ahead, model, post, latency []float32 // milliseconds
-}
-
-func (s *stageTimes) add(t pipeline.Timing) {
-	ms := func(d time.Duration) float32 { return float32(d.Seconds() * 1000) }
-	s.queue = append(s.queue, ms(t.Queue))
-	s.prepare = append(s.prepare, ms(t.Prepare))
-	s.ahead = append(s.ahead, ms(t.Ahead))
-	s.model = append(s.model, ms(t.Model))
-	s.post = append(s.post, ms(t.Post))
-	s.latency = append(s.latency, ms(t.Latency))
-}
-
-// stageMedians are run.json's per-frame medians, in milliseconds. Model is
-// the engine call that gave the frame's result (phase 1's frames share
-// one); latency runs from a frame's submission to its delivery.
-type stageMedians struct {
-	Frames  int     `json:"frames"`
-	Queue   float64 `json:"queue"`
-	Prepare float64 `json:"prepare"`
-	Ahead   float64 `json:"ahead"`
-	Model   float64 `json:"model"`
-	Post    float64 `json:"post"`
-	Latency float64 `json:"latency"`
-}
-
-func (s *stageTimes) medians() *stageMedians {
-	if len(s.model) == 0 {
-		return nil
-	}
-	return &stageMedians{
-		Frames: len(s.model), Queue: median(s.queue), Prepare: median(s.prepare), Ahead: median(s.ahead),
-		Model: median(s.model), Post: median(s.post), Latency: median(s.latency),
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/engine/source"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
 )
@@ -97,11 +98,11 @@ func TestRunPipelineMatchesSerial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.add(results); err != nil {
+	if err := w.AddResults(results); err != nil {
 		t.Fatal(err)
 	}
-	rec := &runRecord{Input: runInput{Path: o.input}}
-	if err := w.finish(context.Background(), rec, time.Now()); err != nil {
+	rec := &output.Record{Input: output.Input{Path: o.input}}
+	if err := w.Finish(context.Background(), rec, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	outputs["serial"] = o.out
@@ -165,7 +166,7 @@ func TestRunCheckpointBesideTheModel(t *testing.T) {
 	o := testRunOptions(t, fs)
 	o.checkpointEvery = 3
 	var seen []int
-	o.onCheckpoint = func(_ context.Context, cp runCheckpoint) error {
+	o.onCheckpoint = func(_ context.Context, cp output.Checkpoint) error {
 		if cp.Results == 3 {
 			select {
 			case <-sixth:

@@ -24,6 +24,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/golden"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/engine/render"
 	"github.com/lingbotmap/lingbotmap/engine/source"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
@@ -124,13 +125,13 @@ func testRunOptions(t *testing.T, fs *fakeStream) *runOptions {
 	return o
 }
 
-func readRunJSON(t *testing.T, dir string) runRecord {
+func readRunJSON(t *testing.T, dir string) output.Record {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "run.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rec runRecord
+	var rec output.Record
 	if err := json.Unmarshal(b, &rec); err != nil {
 		t.Fatalf("run.json: %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/golden"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/engine/render"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
 )
@@ -109,11 +110,11 @@ func TestRunMapMatchesNodeMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.add(results); err != nil {
+	if err := w.AddResults(results); err != nil {
 		t.Fatal(err)
 	}
-	rec := &runRecord{}
-	if err := w.finish(context.Background(), rec, time.Now()); err != nil {
+	rec := &output.Record{}
+	if err := w.Finish(context.Background(), rec, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	f, err := os.Open(filepath.Join(o.out, "map.ply"))

@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,9 +12,8 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/binstate"
-	"github.com/lingbotmap/lingbotmap/engine/render"
+	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/engine/source"
-	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 )
 
 // Resumable runs. With --checkpoint-every N, run saves its whole session
@@ -27,18 +24,16 @@ import (
 // the saved settings; the trajectory it ends with equals the one an
 // uninterrupted run gives.
 //
-// run.state: magic "LBMRUN\x00\x01", a uint32 JSON length and the JSON
-// sessionMeta, then the depth ranges and the map state with a CRC-32C, then
-// the engine's state file (which carries its own header and checksum).
+// run.state is an output.Session: magic "LBMRUN\x00\x01", the JSON
+// sessionMeta, the output folder's state (the depth ranges and the map),
+// then the engine's state.
 
-const (
-	sessionDirName  = "session"
-	sessionFileName = "run.state"
-	// maxSessionMeta bounds the JSON part a session file may declare.
-	maxSessionMeta = 1 << 20
-)
+const sessionFileName = "run.state"
 
-var sessionMagic = [8]byte{'L', 'B', 'M', 'R', 'U', 'N', 0, 1}
+// runSession is run.state's frame around meta.
+func runSession(meta *sessionMeta) output.Session {
+	return output.Session{Magic: [8]byte{'L', 'B', 'M', 'R', 'U', 'N', 0, 1}, Header: meta, MaxHeader: 1 << 20}
+}
 
 // sessionOptions are run's flags for sessions and what a resume restored.
 type sessionOptions struct {
@@ -67,8 +62,8 @@ type sessionMeta struct {
 	Engine     engine.Config  `json:"engine"`
 	Run        sessionRun     `json:"run"`
 	FramesRead int            `json:"frames_read"`
-	Frames     runFrames      `json:"frames"`
-	Depth      runDepth       `json:"depth"`
+	Frames     output.Frames  `json:"frames"`
+	Depth      output.Depth   `json:"depth"`
 	Window     int            `json:"window"`
 }
 
@@ -89,7 +84,7 @@ type sessionRun struct {
 // run's output settings all come from the session; an INPUT given on the
 // command line must be the saved one.
 func (s *sessionOptions) load(o *runOptions) error {
-	path := filepath.Join(s.resume, sessionDirName, sessionFileName)
+	path := filepath.Join(s.resume, output.SessionDir, sessionFileName)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return &exitCodeError{code: exitUsage, err: fmt.Errorf("--resume: no saved session (run with --checkpoint-every N saves one): %w", err)}
@@ -113,38 +108,31 @@ func (s *sessionOptions) load(o *runOptions) error {
 }
 
 func parseSessionHeader(data []byte) (*sessionMeta, []byte, error) {
-	if len(data) < 12 || !bytes.Equal(data[:8], sessionMagic[:]) {
-		return nil, nil, errors.New("not a lingbotmap run session file (or another version of it)")
-	}
-	n := binary.LittleEndian.Uint32(data[8:12])
-	if n > maxSessionMeta || int(n) > len(data)-12 {
-		return nil, nil, fmt.Errorf("%w: session header of %d bytes in a file of %d", binstate.ErrCorrupt, n, len(data))
-	}
 	meta := &sessionMeta{}
-	dec := json.NewDecoder(bytes.NewReader(data[12 : 12+n]))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(meta); err != nil {
-		return nil, nil, fmt.Errorf("%w: session header: %w", binstate.ErrCorrupt, err)
+	r := bytes.NewReader(data)
+	if err := runSession(meta).ReadHeader(r); err != nil {
+		return nil, nil, err
 	}
 	if meta.FramesRead < 0 || meta.Frames.Results < 0 {
 		return nil, nil, fmt.Errorf("%w: session header counts %d frames read", binstate.ErrCorrupt, meta.FramesRead)
 	}
-	return meta, data[12+n:], nil
+	return meta, data[len(data)-r.Len():], nil
 }
 
 // startStream starts the engine: afresh, or from the resumed session's
 // state after restoring the writer's (the ranges and the map).
-func (s *sessionOptions) startStream(ctx context.Context, o *runOptions, w *runWriter, log *slog.Logger) (engine.Stream, error) {
+func (s *sessionOptions) startStream(ctx context.Context, o *runOptions, w *output.Folder, log *slog.Logger) (engine.Stream, error) {
 	if s.saved == nil {
 		return o.newStream(ctx, o.cfg, log)
 	}
 	r := bytes.NewReader(s.rest)
-	if err := restoreWriter(r, w, s.saved); err != nil {
-		return nil, &exitCodeError{code: exitBadInput, err: fmt.Errorf("--resume: %w", err)}
+	counts := output.State{Frames: s.saved.Frames, Depth: s.saved.Depth, Window: s.saved.Window}
+	if err := output.ReadBody(r, func(br *binstate.Reader) error { return w.LoadState(br, counts) }); err != nil {
+		return nil, &exitCodeError{code: exitBadInput, err: fmt.Errorf("--resume: the session's map: %w", err)}
 	}
 	// The trajectory file may hold rows past the session; it is rewritten
 	// from the restored map, then grows again from there.
-	if err := w.restore(w.m, w.frames); err != nil {
+	if err := w.Restore(w.Map(), w.Frames()); err != nil {
 		return nil, fmt.Errorf("--resume: %w", err)
 	}
 	st, err := s.resumeStream(ctx, o.cfg, r, log)
@@ -158,7 +146,7 @@ func (s *sessionOptions) startStream(ctx context.Context, o *runOptions, w *runW
 		return nil, fmt.Errorf("--resume: %w", err)
 	}
 	s.rest = nil
-	log.Info("resumed", "session", filepath.Join(o.out, sessionDirName, sessionFileName), "frames_read", s.saved.FramesRead, "results", s.saved.Frames.Results)
+	log.Info("resumed", "session", filepath.Join(o.out, output.SessionDir, sessionFileName), "frames_read", s.saved.FramesRead, "results", s.saved.Frames.Results)
 	return st, nil
 }
 
@@ -180,7 +168,7 @@ func (s *sessionOptions) skipInput(ctx context.Context, src source.Source) (int,
 
 // afterFrame saves the session when --checkpoint-every frames have been read
 // since the last save.
-func (s *sessionOptions) afterFrame(o *runOptions, stream engine.Stream, w *runWriter, read int) error {
+func (s *sessionOptions) afterFrame(o *runOptions, stream engine.Stream, w *output.Folder, read int) error {
 	if s.every <= 0 || read-s.lastSaved < s.every {
 		return nil
 	}
@@ -192,65 +180,18 @@ func (s *sessionOptions) afterFrame(o *runOptions, stream engine.Stream, w *runW
 }
 
 // saveSession writes OUT/session/run.state atomically.
-func saveSession(o *runOptions, stream engine.Stream, w *runWriter, read int) error {
+func saveSession(o *runOptions, stream engine.Stream, w *output.Folder, read int) error {
 	snap, ok := stream.(engine.Snapshotter)
 	if !ok {
 		return errors.New("this engine cannot save its state")
 	}
-	meta := sessionMeta{
+	st := w.State()
+	meta := &sessionMeta{
 		Input: o.input, Source: o.src, Engine: o.cfg, FramesRead: read,
-		Frames: w.frames, Depth: w.depth, Window: w.window,
+		Frames: st.Frames, Depth: st.Depth, Window: st.Window,
 		Run: sessionRun{ConfThreshold: o.confThreshold, Voxel: o.voxel, PixelStride: o.pixelStride,
 			SaveDepth: o.saveDepth, SaveConf: o.saveConf, DepthScale: o.depthScale, ConfScale: o.confScale,
 			Every: o.session.every},
 	}
-	js, err := json.Marshal(meta)
-	if err != nil {
-		return err
-	}
-	dir := filepath.Join(o.out, sessionDirName)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(filepath.Join(dir, sessionFileName), func(f io.Writer) error {
-		if err := binstate.WriteHeader(f, sessionMagic, js); err != nil {
-			return err
-		}
-		err := binstate.WriteSummed(f, func(bw *binstate.Writer) error {
-			bw.Int(len(w.ranges))
-			for _, r := range w.ranges {
-				bw.I64(int64(r.seq))
-				bw.F64(r.r.Near)
-				bw.F64(r.r.Far)
-			}
-			return w.m.SaveState(bw)
-		})
-		if err != nil {
-			return err
-		}
-		return snap.SaveState(f)
-	})
-}
-
-// restoreWriter puts the saved counters, depth ranges and map into w.
-func restoreWriter(r io.Reader, w *runWriter, meta *sessionMeta) error {
-	var ranges []depthRange
-	err := binstate.ReadSummed(r, func(br *binstate.Reader) error {
-		n := br.Int("depth ranges", 0, max(meta.Frames.Results, 0))
-		for i := 0; i < n && br.Err() == nil; i++ {
-			d := depthRange{seq: uint64(br.I64())}
-			d.r = render.DepthRange{Near: br.F64(), Far: br.F64()}
-			ranges = append(ranges, d)
-		}
-		if err := br.Err(); err != nil {
-			return err
-		}
-		return w.m.LoadState(br)
-	})
-	if err != nil {
-		return fmt.Errorf("the session's map: %w", err)
-	}
-	w.ranges = ranges
-	w.frames, w.depth, w.window = meta.Frames, meta.Depth, meta.Window
-	return nil
+	return runSession(meta).Write(filepath.Join(o.out, output.SessionDir, sessionFileName), w.SaveState, snap)
 }

@@ -1,12 +1,18 @@
 // Package pipeline runs camera frames through an engine.Stream in stages, so
 // that the model never waits for the work around it: workers decode and
 // preprocess frames ahead of the model, one goroutine runs the model, one
-// goroutine hands each result at once to what must not wait (Early: a pose),
-// workers behind it do each result's own work (unprojection, image encoding,
-// messages), and one goroutine delivers the results in frame order. Every
-// hand-off is bounded: a slow consumer holds the model back, which holds the
-// input back, where the policy either blocks the producer or drops the
-// oldest waiting frame. The node and the run command share it.
+// goroutine hands each result at once to what must not wait (a Sink's
+// Early: a pose), workers behind it do each result's own work (a Sink's
+// Post: unprojection, image encoding, messages), and one goroutine adds the
+// outputs to the Sink in frame order. Every hand-off is bounded: a slow sink
+// holds the model back, which holds the input back, where the policy either
+// blocks the producer or drops the oldest waiting frame. The node and the
+// run command share it.
+//
+// A frame carries its caller's metadata M (the node's ROS header, run's
+// input position) from Submit to its Output: every frame submitted comes
+// out once, in order, with its metadata, whether it gave a result, failed,
+// was dropped or was consumed without a result.
 package pipeline
 
 import (
@@ -30,7 +36,8 @@ const (
 	// Block makes Submit wait for room: every frame is processed (files, bags).
 	Block Policy = iota
 	// DropOldest makes Submit never wait: the oldest frame still waiting for
-	// a worker is dropped (counted, OnDrop) to keep the latency low (cameras).
+	// a worker is dropped (counted, and added to the sink in its place with
+	// ErrDropped) to keep the latency low (cameras).
 	DropOldest
 )
 
@@ -44,15 +51,22 @@ func (p Policy) String() string {
 // ErrClosed is returned by Submit and Do once Close has started.
 var ErrClosed = errors.New("pipeline: closed")
 
+// ErrDropped is the Err of a frame DropOldest dropped (Stage "drop").
+var ErrDropped = errors.New("pipeline: dropped for a newer frame")
+
+// ErrNoResult is the Err of a frame the stream consumed without a result
+// (Stage "none"): frames buffered for a phase 1 that a reset discarded.
+var ErrNoResult = errors.New("pipeline: the stream gave no result for the frame")
+
 // Input is one frame for the pipeline.
-type Input struct {
+type Input[M any] struct {
 	Seq   uint64
 	Stamp time.Time
 	// Image is the decoded frame; when nil, Decode is called on a worker.
 	Image  image.Image
 	Decode func() (image.Image, error)
-	// Meta travels with the frame to its Output (the message's frame id...).
-	Meta any
+	// Meta travels with the frame to its Output.
+	Meta M
 	// Arrived is when the frame reached the program, the start of its
 	// latency; zero means when Submit was called.
 	Arrived time.Time
@@ -67,27 +81,83 @@ type Timing struct {
 	Ahead   time.Duration // prepared, waiting for the model
 	Model   time.Duration
 	Post    time.Duration
-	// Latency runs from Arrived to the call of Deliver.
+	// Latency runs from Arrived to the sink's Add.
 	Latency time.Duration
 }
 
-// Output is what Deliver gets for each frame, in input order: a result, or
-// the error that stopped the frame.
-type Output struct {
+// Output is what the sink's Add gets for each frame, in input order: a
+// result, or the error that stopped the frame.
+type Output[M any] struct {
 	Seq    uint64
 	Stamp  time.Time
-	Meta   any
+	Meta   M
 	Result *engine.Result // nil when Err is set
-	Value  any            // what Post returned
-	Early  any            // what Early returned
+	Value  any            // what the sink's Post returned
+	Early  any            // what the sink's Early returned
 	Err    error
-	// Stage names where Err came from: "decode", "prepare", "model" or "post".
+	// Stage names where Err came from: "decode", "prepare", "model",
+	// "post", "drop" (ErrDropped) or "none" (ErrNoResult).
 	Stage  string
 	Timing Timing
 }
 
+// Skipped says the frame never reached the model's result: it was dropped
+// or the stream consumed it without a result. Sinks that count failures
+// leave these out (the pipeline's Stats count them).
+func (o *Output[M]) Skipped() bool { return o.Stage == "drop" || o.Stage == "none" }
+
+// Sink takes a pipeline's outputs. The pipeline calls Add and Checkpoint;
+// Close is its owner's, after Pipeline.Close, as the stream is: the end of
+// a run may need what only the owner knows (why it ended).
+type Sink[M any] interface {
+	// Add takes every frame's output in input order, one at a time. It
+	// must not call Submit or Do (they may wait for Add).
+	Add(Output[M])
+	// Checkpoint runs on the model's thread (Pipeline.Checkpoint) once
+	// every frame submitted before it has been added, so that the sink and
+	// the stream stand at the same frame: saved outputs, a session.
+	Checkpoint(ctx context.Context, at Cut[M]) error
+	// Close ends the sink: its last writes, its files closed.
+	Close(ctx context.Context) error
+}
+
+// Poster is a Sink with work of its own per result that need not wait for
+// the frames before it (images, unprojection, messages): the pipeline runs
+// Post on its workers, off the model's thread and in any order, and hands
+// its value to Add as Output.Value. An error fails the frame (Stage
+// "post").
+type Poster[M any] interface {
+	Post(r *engine.Result, meta M) (any, error)
+}
+
+// Earlier is a Sink with something that must not wait for Post (a pose):
+// the pipeline calls Early for every result in input order as soon as the
+// model gave it, on a goroutine of its own, and hands its value to Add as
+// Output.Early. It must not call Submit or Do.
+type Earlier[M any] interface {
+	Early(Output[M]) any
+}
+
+// Cut is where a Do or a Checkpoint stands: the stream, and the frames it
+// has taken without giving their results yet (a phase 1 being gathered, a
+// window's held results), oldest first, with their metadata.
+type Cut[M any] struct {
+	Stream engine.Stream
+	Held   []Held[M]
+	// Next is one past the Seq of the last frame submitted before the cut
+	// (0 when none was): where a resumed session's numbering goes on.
+	Next uint64
+}
+
+// Held is a frame the stream holds without a result.
+type Held[M any] struct {
+	Seq   uint64
+	Stamp time.Time
+	Meta  M
+}
+
 // Config shapes a pipeline; zero values take the defaults.
-type Config struct {
+type Config[M any] struct {
 	// Workers decode and preprocess (default: min(4, GOMAXPROCS)).
 	Workers int
 	// PostWorkers run Post (default: half the cores, 1 to 8: a frame's
@@ -97,34 +167,22 @@ type Config struct {
 	Queue int
 	// Ahead is how many prepared frames may wait for the model (default 2).
 	Ahead int
-	// Behind is how many results may wait between the model and Deliver
-	// (default 16).
+	// Behind is how many results may wait between the model and the
+	// sink's Add (default 16).
 	Behind int
 	Policy Policy
 	// LockThread runs the model on one locked OS thread, for a backend that
 	// wants its calls on one thread. The CPU backend's fork-join then parks
 	// and wakes that thread on every operation, so it is off by default.
 	LockThread bool
-	// Post does a result's own work on a worker, off the model's thread, in
-	// any order; its value reaches Deliver. Optional.
-	Post func(r *engine.Result, meta any) (any, error)
-	// Early gets every result in input order as soon as the model gave it,
-	// before Post, on a goroutine of its own: for what must not wait for the
-	// per-pixel work (a pose). Its value reaches Deliver, which waits for
-	// it. Optional; it must not call Submit or Do.
-	Early func(Output) any
-	// Deliver gets every output in input order, one at a time. It must not
-	// call Submit or Do (they may wait for Deliver).
-	Deliver func(Output)
-	// AfterPush runs on the model's thread after every Push, with the
-	// stream (to read its Stats). Optional.
-	AfterPush func(s engine.Stream, d time.Duration, err error)
-	// OnDrop is told of each frame DropOldest dropped. Optional.
-	OnDrop func(Input)
-	Log    *slog.Logger
+	// Held are the frames a resumed stream already holds, with their
+	// metadata (a saved session's Cut.Held): their results reach the sink
+	// with it.
+	Held []Held[M]
+	Log  *slog.Logger
 }
 
-func (c Config) withDefaults() Config {
+func (c Config[M]) withDefaults() Config[M] {
 	n := min(4, runtime.GOMAXPROCS(0))
 	if c.Workers <= 0 {
 		c.Workers = n
@@ -151,8 +209,8 @@ func (c Config) withDefaults() Config {
 type Stats struct {
 	Submitted int64 // frames taken by Submit
 	Dropped   int64 // frames DropOldest dropped
-	Delivered int64 // outputs delivered with a result
-	Failed    int64 // outputs delivered with an error
+	Delivered int64 // outputs added with a result
+	Failed    int64 // outputs added with an error (not a drop, not "none")
 	// NoResult counts frames the stream consumed without a result (frames
 	// buffered for a phase 1 that a reset discarded).
 	NoResult int64
@@ -171,9 +229,10 @@ type Stats struct {
 }
 
 // item is a frame (or a Do) on its way to the model.
-type item struct {
-	in       Input
-	ctl      *control
+type item[M any] struct {
+	in       Input[M]
+	ctl      *control[M]
+	dropped  bool // DropOldest dropped it: it passes the model as ErrDropped
 	frame    engine.Frame
 	err      error
 	stage    string
@@ -184,56 +243,68 @@ type item struct {
 }
 
 // control is a Do waiting for its turn on the model's thread.
-type control struct {
-	fn    func(engine.Stream) error
+type control[M any] struct {
+	fn    func(Cut[M]) error
 	flush bool // Close's final flush
 	reply chan error
 }
 
-// ticket is a result (or a barrier) on its way to Deliver.
-type ticket struct {
-	out     Output
+// ticket is a result (or a barrier) on its way to the sink.
+type ticket[M any] struct {
+	out     Output[M]
 	barrier chan struct{} // closed by the deliver goroutine when reached
 	done    chan struct{} // closed once Post ran
 	// Early's input (a copy: Post writes out meanwhile), value and end
-	earlyIn   Output
+	earlyIn   Output[M]
 	earlyVal  any
 	earlyDone chan struct{}
 }
 
-// pendingFrame is what the model's thread remembers of a pushed frame until
-// its result comes out.
-type pendingFrame struct {
+// pendingFrame is what the model's thread remembers of a frame until its
+// output goes out: a pushed frame until its result comes, or a frame decided
+// otherwise behind it (outputs leave in input order).
+type pendingFrame[M any] struct {
 	seq    uint64
 	stamp  time.Time
-	meta   any
+	meta   M
 	timing Timing
+	// resumed: a frame the stream held when the pipeline started, with no
+	// timing of its own
+	resumed bool
+	// out is set once the frame is decided without a result of the
+	// stream's (an error, a drop): it goes out when the frames before it
+	// have
+	out *Output[M]
 }
 
 // Pipeline is a running frame path. Submit frames; Close ends it.
-type Pipeline struct {
-	cfg    Config
-	stream engine.Stream
-	prep   engine.Preparer // nil: Push preprocesses
+type Pipeline[M any] struct {
+	cfg     Config[M]
+	stream  engine.Stream
+	sink    Sink[M]
+	poster  Poster[M]       // nil: no post stage
+	earlier Earlier[M]      // nil: no early stage
+	prep    engine.Preparer // nil: Push preprocesses
 
 	ctx    context.Context
 	cancel context.CancelFunc
 
 	mu      sync.Mutex
-	queue   []*item       // waiting for a worker
+	queue   []*item[M]    // waiting for a worker
+	marks   int           // dropped frames in queue, which take no room
 	wake    chan struct{} // the queue has an item
 	room    chan struct{} // closed (and replaced) when the queue has room
 	closing bool
 
-	order chan *item // in submission order, to the model
+	order chan *item[M] // in submission order, to the model
 	// slots bound the items taken from the queue that the model has not
 	// taken yet: with DropOldest only Ahead of them, so that a backlog stays
 	// in the queue, where the newest frame displaces the oldest.
 	slots   chan struct{}
-	work    chan *item // to the prepare workers
-	results chan *ticket
-	post    chan *ticket
-	early   chan *ticket
+	work    chan *item[M] // to the prepare workers
+	results chan *ticket[M]
+	post    chan *ticket[M]
+	early   chan *ticket[M]
 
 	submitted, dropped, delivered, failed, noResult atomic.Int64
 	busy, waitIn, waitOut                           atomic.Int64 // nanoseconds
@@ -242,30 +313,34 @@ type Pipeline struct {
 	finished chan struct{} // closed when the deliver goroutine ends
 }
 
-// New starts a pipeline over stream. The pipeline owns the stream's calls
-// until Close returns: use Do for anything else on it. ctx bounds the whole
-// pipeline: once it ends, everything stops without flushing.
-func New(ctx context.Context, stream engine.Stream, cfg Config) (*Pipeline, error) {
+// New starts a pipeline from stream into sink. The pipeline owns the
+// stream's calls until Close returns: use Do for anything else on it. ctx
+// bounds the whole pipeline: once it ends, everything stops without
+// flushing.
+func New[M any](ctx context.Context, stream engine.Stream, sink Sink[M], cfg Config[M]) (*Pipeline[M], error) {
 	if stream == nil {
 		return nil, errors.New("pipeline: no stream")
 	}
-	if cfg.Deliver == nil {
-		return nil, errors.New("pipeline: no Deliver function")
+	if sink == nil {
+		return nil, errors.New("pipeline: no sink")
 	}
 	cfg = cfg.withDefaults()
-	p := &Pipeline{
+	p := &Pipeline[M]{
 		cfg:      cfg,
 		stream:   stream,
+		sink:     sink,
 		wake:     make(chan struct{}, 1),
 		room:     make(chan struct{}),
-		order:    make(chan *item, cfg.Workers+cfg.Ahead),
+		order:    make(chan *item[M], cfg.Workers+cfg.Ahead),
 		slots:    make(chan struct{}, inFlight(cfg)),
-		work:     make(chan *item, cfg.Workers),
-		results:  make(chan *ticket, cfg.Behind),
-		post:     make(chan *ticket, cfg.PostWorkers),
-		early:    make(chan *ticket, cfg.Behind),
+		work:     make(chan *item[M], cfg.Workers),
+		results:  make(chan *ticket[M], cfg.Behind),
+		post:     make(chan *ticket[M], cfg.PostWorkers),
+		early:    make(chan *ticket[M], cfg.Behind),
 		finished: make(chan struct{}),
 	}
+	p.poster, _ = sink.(Poster[M])
+	p.earlier, _ = sink.(Earlier[M])
 	p.prep, _ = stream.(engine.Preparer)
 	p.ctx, p.cancel = context.WithCancel(ctx)
 	p.wg.Add(4 + cfg.Workers + cfg.PostWorkers)
@@ -285,7 +360,7 @@ func New(ctx context.Context, stream engine.Stream, cfg Config) (*Pipeline, erro
 // inFlight is how many items may be between the queue and the model: enough
 // for every worker and Ahead more with Block; with DropOldest only Ahead, so
 // that no frame waits for the model where it cannot be dropped for a newer.
-func inFlight(cfg Config) int {
+func inFlight[M any](cfg Config[M]) int {
 	if cfg.Policy == DropOldest {
 		return cfg.Ahead
 	}
@@ -294,40 +369,41 @@ func inFlight(cfg Config) int {
 
 // Submit hands a frame to the pipeline. With Block it waits for room until
 // ctx ends; with DropOldest it never waits.
-func (p *Pipeline) Submit(ctx context.Context, in Input) error {
+func (p *Pipeline[M]) Submit(ctx context.Context, in Input[M]) error {
 	if in.Arrived.IsZero() {
 		in.Arrived = time.Now()
 	}
 	if in.Image == nil && in.Decode == nil {
 		return fmt.Errorf("pipeline: frame %d has neither an image nor a decoder", in.Seq)
 	}
-	it := &item{in: in, done: make(chan struct{})}
+	it := &item[M]{in: in, done: make(chan struct{})}
 	for {
 		p.mu.Lock()
 		if p.closing {
 			p.mu.Unlock()
 			return ErrClosed
 		}
-		var dropped *item
-		if len(p.queue) >= p.cfg.Queue && p.cfg.Policy == DropOldest {
-			// the oldest frame goes; a Do waiting in the queue never does
-			for i, q := range p.queue {
-				if q.ctl == nil {
-					dropped = q
-					p.queue = append(p.queue[:i], p.queue[i+1:]...)
+		dropped := false
+		if len(p.queue)-p.marks >= p.cfg.Queue && p.cfg.Policy == DropOldest {
+			// the oldest frame goes; a Do waiting in the queue never does.
+			// It keeps its place, without its image, so that its output
+			// reaches the sink in order.
+			for _, q := range p.queue {
+				if q.ctl == nil && !q.dropped {
+					q.dropped, dropped = true, true
+					q.in.Image, q.in.Decode = nil, nil
+					close(q.done)
+					p.marks++
 					break
 				}
 			}
 		}
-		if len(p.queue) < p.cfg.Queue || dropped != nil {
+		if len(p.queue)-p.marks < p.cfg.Queue {
 			p.queue = append(p.queue, it)
 			p.mu.Unlock()
 			p.submitted.Add(1)
-			if dropped != nil {
+			if dropped {
 				p.dropped.Add(1)
-				if p.cfg.OnDrop != nil {
-					p.cfg.OnDrop(dropped.in)
-				}
 			}
 			p.signal()
 			return nil
@@ -345,7 +421,7 @@ func (p *Pipeline) Submit(ctx context.Context, in Input) error {
 }
 
 // signal tells the dispatcher that the queue has an item.
-func (p *Pipeline) signal() {
+func (p *Pipeline[M]) signal() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
@@ -353,11 +429,11 @@ func (p *Pipeline) signal() {
 }
 
 // Do runs fn on the model's thread once every frame submitted before it has
-// been delivered, so that fn sees the stream and the consumer's state at
-// the same frame (a session snapshot, a reset, a checkpoint). Frames
-// submitted after Do wait for it.
-func (p *Pipeline) Do(ctx context.Context, fn func(engine.Stream) error) error {
-	c := &control{fn: fn, reply: make(chan error, 1)}
+// been added to the sink, so that fn sees the stream and the sink's state
+// at the same frame (a reset, a session snapshot). Frames submitted after
+// Do wait for it.
+func (p *Pipeline[M]) Do(ctx context.Context, fn func(Cut[M]) error) error {
+	c := &control[M]{fn: fn, reply: make(chan error, 1)}
 	if err := p.enqueueControl(c); err != nil {
 		return err
 	}
@@ -371,8 +447,14 @@ func (p *Pipeline) Do(ctx context.Context, fn func(engine.Stream) error) error {
 	}
 }
 
-func (p *Pipeline) enqueueControl(c *control) error {
-	it := &item{ctl: c, done: make(chan struct{})}
+// Checkpoint runs the sink's Checkpoint as a Do: after every frame
+// submitted before it, before every frame after it.
+func (p *Pipeline[M]) Checkpoint(ctx context.Context) error {
+	return p.Do(ctx, func(c Cut[M]) error { return p.sink.Checkpoint(ctx, c) })
+}
+
+func (p *Pipeline[M]) enqueueControl(c *control[M]) error {
+	it := &item[M]{ctl: c, done: make(chan struct{})}
 	close(it.done)
 	p.mu.Lock()
 	if p.closing {
@@ -389,11 +471,11 @@ func (p *Pipeline) enqueueControl(c *control) error {
 }
 
 // Close stops taking frames, runs the ones already submitted, flushes the
-// stream (a last phase 1, windowed mode's held results), delivers everything
-// and stops the goroutines. If ctx ends first, the rest is abandoned. The
-// stream is left open for its owner.
-func (p *Pipeline) Close(ctx context.Context) error {
-	c := &control{flush: true, reply: make(chan error, 1)}
+// stream (a last phase 1, windowed mode's held results), adds everything to
+// the sink and stops the goroutines. If ctx ends first, the rest is
+// abandoned. The stream and the sink are left open for their owner.
+func (p *Pipeline[M]) Close(ctx context.Context) error {
+	c := &control[M]{flush: true, reply: make(chan error, 1)}
 	err := p.enqueueControl(c)
 	if err == nil {
 		select {
@@ -413,7 +495,7 @@ func (p *Pipeline) Close(ctx context.Context) error {
 }
 
 // Stats returns the counters.
-func (p *Pipeline) Stats() Stats {
+func (p *Pipeline[M]) Stats() Stats {
 	s := Stats{
 		Submitted: p.submitted.Load(), Dropped: p.dropped.Load(),
 		Delivered: p.delivered.Load(), Failed: p.failed.Load(), NoResult: p.noResult.Load(),
@@ -433,7 +515,7 @@ func (p *Pipeline) Stats() Stats {
 }
 
 // dispatch moves queued items, in order, to the model's line and the workers.
-func (p *Pipeline) dispatch() {
+func (p *Pipeline[M]) dispatch() {
 	defer p.wg.Done()
 	defer close(p.work)
 	defer close(p.order)
@@ -461,6 +543,9 @@ func (p *Pipeline) dispatch() {
 			}
 			continue
 		}
+		if it.dropped {
+			continue
+		}
 		select {
 		case p.work <- it:
 		case <-p.ctx.Done():
@@ -471,15 +556,19 @@ func (p *Pipeline) dispatch() {
 
 // next takes the oldest queued item, waiting for one; nil when the
 // pipeline ends.
-func (p *Pipeline) next() *item {
+func (p *Pipeline[M]) next() *item[M] {
 	for {
 		p.mu.Lock()
-		var it *item
+		var it *item[M]
 		if len(p.queue) > 0 {
 			it = p.queue[0]
 			p.queue = p.queue[1:]
-			close(p.room)
-			p.room = make(chan struct{})
+			if it.dropped {
+				p.marks--
+			} else {
+				close(p.room)
+				p.room = make(chan struct{})
+			}
 		}
 		p.mu.Unlock()
 		if it != nil {
@@ -494,7 +583,7 @@ func (p *Pipeline) next() *item {
 }
 
 // prepareWorker decodes and preprocesses frames.
-func (p *Pipeline) prepareWorker() {
+func (p *Pipeline[M]) prepareWorker() {
 	defer p.wg.Done()
 	for it := range p.work {
 		t := time.Now()
@@ -527,7 +616,7 @@ func (p *Pipeline) prepareWorker() {
 
 // model runs the stream, in submission order (on one locked OS thread with
 // LockThread).
-func (p *Pipeline) model() {
+func (p *Pipeline[M]) model() {
 	defer p.wg.Done()
 	defer close(p.early)
 	defer close(p.post)
@@ -536,11 +625,15 @@ func (p *Pipeline) model() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 	}
-	var pending []pendingFrame
+	pending := make([]pendingFrame[M], 0, len(p.cfg.Held))
+	for _, h := range p.cfg.Held {
+		pending = append(pending, pendingFrame[M]{seq: h.Seq, stamp: h.Stamp, meta: h.Meta, resumed: true})
+	}
 	since := func(n *atomic.Int64, t time.Time) { n.Add(int64(time.Since(t))) }
 	idler, _ := p.stream.(engine.Idler)
+	var next uint64 // Cut.Next
 	for {
-		var it *item
+		var it *item[M]
 		ok := true
 		select {
 		case it, ok = <-p.order:
@@ -577,7 +670,7 @@ func (p *Pipeline) model() {
 			}
 			if !it.ctl.flush {
 				t = time.Now()
-				err := it.ctl.fn(p.stream)
+				err := it.ctl.fn(Cut[M]{Stream: p.stream, Held: held(pending), Next: next})
 				since(&p.busy, t)
 				it.ctl.reply <- err
 				continue
@@ -586,11 +679,11 @@ func (p *Pipeline) model() {
 			res, err := p.stream.Flush(p.ctx)
 			d := time.Since(t)
 			p.busy.Add(int64(d))
-			if p.cfg.AfterPush != nil {
-				p.cfg.AfterPush(p.stream, d, err)
-			}
 			if err == nil {
 				pending = p.emit(res, pending, d)
+				// what the flush left without a result never gets one
+				p.sendUpTo(pending, len(pending))
+				pending = nil
 			}
 			if err == nil && !p.barrier() {
 				err = p.ctx.Err()
@@ -598,20 +691,23 @@ func (p *Pipeline) model() {
 			it.ctl.reply <- err
 			return
 		}
+		next = it.in.Seq + 1
 		tm := Timing{Arrived: it.in.Arrived, Queue: it.queued.Sub(it.in.Arrived), Prepare: it.prepDur}
-		if it.err != nil {
-			p.send(&ticket{out: Output{Seq: it.in.Seq, Stamp: it.in.Stamp, Meta: it.in.Meta, Err: it.err, Stage: it.stage, Timing: tm}})
+		if it.dropped || it.err != nil {
+			out := Output[M]{Seq: it.in.Seq, Stamp: it.in.Stamp, Meta: it.in.Meta, Err: it.err, Stage: it.stage, Timing: tm}
+			if it.dropped {
+				out.Err, out.Stage, out.Timing = ErrDropped, "drop", Timing{Arrived: it.in.Arrived}
+			}
+			// behind the frames the stream still holds, in its place
+			pending = p.drain(append(pending, pendingFrame[M]{seq: out.Seq, out: &out}))
 			continue
 		}
 		start := time.Now()
 		tm.Ahead = start.Sub(it.prepared)
-		pending = append(pending, pendingFrame{seq: it.in.Seq, stamp: it.in.Stamp, meta: it.in.Meta, timing: tm})
+		pending = append(pending, pendingFrame[M]{seq: it.in.Seq, stamp: it.in.Stamp, meta: it.in.Meta, timing: tm})
 		res, err := p.stream.Push(p.ctx, it.frame)
 		d := time.Since(start)
 		p.busy.Add(int64(d))
-		if p.cfg.AfterPush != nil {
-			p.cfg.AfterPush(p.stream, d, err)
-		}
 		pending = p.emit(res, pending, d)
 		if err != nil {
 			if p.ctx.Err() != nil {
@@ -620,51 +716,93 @@ func (p *Pipeline) model() {
 			// the failed frame gets its error in its place; frames before it
 			// still wait for their results
 			for i := len(pending) - 1; i >= 0; i-- {
-				if pending[i].seq == it.in.Seq {
-					pf := pending[i]
-					pending = append(pending[:i], pending[i+1:]...)
+				if pf := &pending[i]; pf.seq == it.in.Seq && pf.out == nil {
 					pf.timing.Model = d
-					p.send(&ticket{out: Output{Seq: pf.seq, Stamp: pf.stamp, Meta: pf.meta, Err: err, Stage: "model", Timing: pf.timing}})
+					pf.out = &Output[M]{Seq: pf.seq, Stamp: pf.stamp, Meta: pf.meta, Err: err, Stage: "model", Timing: pf.timing}
 					break
 				}
 			}
+			pending = p.drain(pending)
 		}
 	}
 }
 
 // emit sends results on, matching each to its frame: results come in input
 // order, so frames before a result's own that are still pending never get
-// one.
-func (p *Pipeline) emit(res []engine.Result, pending []pendingFrame, d time.Duration) []pendingFrame {
+// one (they go out as ErrNoResult in their place).
+func (p *Pipeline[M]) emit(res []engine.Result, pending []pendingFrame[M], d time.Duration) []pendingFrame[M] {
 	for i := range res {
 		r := &res[i]
 		j := 0
-		for j < len(pending) && pending[j].seq != r.Seq {
+		for j < len(pending) && (pending[j].seq != r.Seq || pending[j].out != nil) {
 			j++
 		}
-		var pf pendingFrame
+		var pf pendingFrame[M]
 		if j < len(pending) {
-			p.noResult.Add(int64(j))
+			p.sendUpTo(pending, j)
 			pf = pending[j]
 			pending = pending[j+1:]
 		} else {
-			// a result for a frame pushed before a Do (a resumed session's
-			// held results): it has no timing of its own
-			pf = pendingFrame{seq: r.Seq, stamp: r.Stamp, timing: Timing{Arrived: time.Now()}}
+			// a result for a frame the stream held before the pipeline
+			// knew of it, without Config.Held: no metadata
+			pf = pendingFrame[M]{seq: r.Seq, stamp: r.Stamp, resumed: true}
+		}
+		if pf.resumed {
+			// a resumed session's held frame: no timing of its own
+			pf.timing = Timing{Arrived: time.Now()}
 		}
 		pf.timing.Model = d
-		p.send(&ticket{out: Output{Seq: r.Seq, Stamp: r.Stamp, Meta: pf.meta, Result: r, Timing: pf.timing}})
+		p.send(&ticket[M]{out: Output[M]{Seq: r.Seq, Stamp: r.Stamp, Meta: pf.meta, Result: r, Timing: pf.timing}})
+		pending = p.drain(pending)
 	}
 	return pending
 }
 
+// sendUpTo sends the first n pending frames, which will get no result: the
+// decided ones with their outputs, the rest as ErrNoResult.
+func (p *Pipeline[M]) sendUpTo(pending []pendingFrame[M], n int) {
+	for _, pf := range pending[:n] {
+		if pf.out != nil {
+			p.send(&ticket[M]{out: *pf.out})
+			continue
+		}
+		p.noResult.Add(1)
+		if pf.resumed {
+			pf.timing = Timing{Arrived: time.Now()}
+		}
+		p.send(&ticket[M]{out: Output[M]{Seq: pf.seq, Stamp: pf.stamp, Meta: pf.meta, Err: ErrNoResult, Stage: "none", Timing: pf.timing}})
+	}
+}
+
+// drain sends the decided frames at the head of pending: nothing before
+// them waits any more.
+func (p *Pipeline[M]) drain(pending []pendingFrame[M]) []pendingFrame[M] {
+	n := 0
+	for n < len(pending) && pending[n].out != nil {
+		n++
+	}
+	p.sendUpTo(pending, n)
+	return pending[n:]
+}
+
+// held lists the frames the stream holds for a Cut.
+func held[M any](pending []pendingFrame[M]) []Held[M] {
+	out := make([]Held[M], 0, len(pending))
+	for _, pf := range pending {
+		if pf.out == nil {
+			out = append(out, Held[M]{Seq: pf.seq, Stamp: pf.stamp, Meta: pf.meta})
+		}
+	}
+	return out
+}
+
 // send passes a ticket to Early, the post workers and the deliver goroutine.
-func (p *Pipeline) send(t *ticket) bool {
+func (p *Pipeline[M]) send(t *ticket[M]) bool {
 	start := time.Now()
 	defer func() { p.waitOut.Add(int64(time.Since(start))) }()
 	t.done = make(chan struct{})
 	t.earlyDone = make(chan struct{})
-	if p.cfg.Early == nil || t.out.Err != nil || t.out.Result == nil {
+	if p.earlier == nil || t.out.Err != nil || t.out.Result == nil {
 		close(t.earlyDone)
 	} else {
 		t.earlyIn = t.out
@@ -688,8 +826,8 @@ func (p *Pipeline) send(t *ticket) bool {
 }
 
 // barrier waits until everything sent before it has been delivered.
-func (p *Pipeline) barrier() bool {
-	t := &ticket{barrier: make(chan struct{}), done: make(chan struct{}), earlyDone: make(chan struct{})}
+func (p *Pipeline[M]) barrier() bool {
+	t := &ticket[M]{barrier: make(chan struct{}), done: make(chan struct{}), earlyDone: make(chan struct{})}
 	close(t.done)
 	close(t.earlyDone)
 	select {
@@ -705,12 +843,12 @@ func (p *Pipeline) barrier() bool {
 	}
 }
 
-func (p *Pipeline) postWorker() {
+func (p *Pipeline[M]) postWorker() {
 	defer p.wg.Done()
 	for t := range p.post {
-		if p.cfg.Post != nil && t.out.Err == nil && t.out.Result != nil {
+		if p.poster != nil && t.out.Err == nil && t.out.Result != nil {
 			s := time.Now()
-			v, err := p.cfg.Post(t.out.Result, t.out.Meta)
+			v, err := p.poster.Post(t.out.Result, t.out.Meta)
 			t.out.Timing.Post = time.Since(s)
 			if err != nil {
 				t.out.Err, t.out.Stage = err, "post"
@@ -723,15 +861,15 @@ func (p *Pipeline) postWorker() {
 }
 
 // earlyWorker runs Early in frame order.
-func (p *Pipeline) earlyWorker() {
+func (p *Pipeline[M]) earlyWorker() {
 	defer p.wg.Done()
 	for t := range p.early {
-		t.earlyVal = p.cfg.Early(t.earlyIn)
+		t.earlyVal = p.earlier.Early(t.earlyIn)
 		close(t.earlyDone)
 	}
 }
 
-func (p *Pipeline) deliver() {
+func (p *Pipeline[M]) deliver() {
 	defer p.wg.Done()
 	defer close(p.finished)
 	for t := range p.results {
@@ -748,11 +886,13 @@ func (p *Pipeline) deliver() {
 			continue
 		}
 		t.out.Timing.Latency = time.Since(t.out.Timing.Arrived)
-		if t.out.Err != nil {
+		switch {
+		case t.out.Skipped(): // counted as dropped or without a result
+		case t.out.Err != nil:
 			p.failed.Add(1)
-		} else {
+		default:
 			p.delivered.Add(1)
 		}
-		p.cfg.Deliver(t.out)
+		p.sink.Add(t.out)
 	}
 }

@@ -44,23 +44,65 @@ func testImage(seed int) image.Image {
 	return img
 }
 
-// collector gathers delivered outputs.
+// collector gathers the outputs added to it: those of frames that reached
+// the model (outs) and the dropped ones and those without a result apart
+// (skipped); all holds every output in the order added.
 type collector struct {
-	mu   sync.Mutex
-	outs []Output
+	mu      sync.Mutex
+	outs    []Output[int]
+	skipped []Output[int]
+	all     []Output[int]
 }
 
-func (c *collector) deliver(o Output) {
+func (c *collector) deliver(o Output[int]) {
 	c.mu.Lock()
-	c.outs = append(c.outs, o)
+	if o.Skipped() {
+		c.skipped = append(c.skipped, o)
+	} else {
+		c.outs = append(c.outs, o)
+	}
+	c.all = append(c.all, o)
 	c.mu.Unlock()
 }
 
-func (c *collector) get() []Output {
+func (c *collector) get() []Output[int] {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.outs)
 }
+
+// testSink is a Sink made of functions: add (default: nothing), post and
+// early when set, checkpoint.
+type testSink struct {
+	add        func(Output[int])
+	post       func(*engine.Result, int) (any, error)
+	early      func(Output[int]) any
+	checkpoint func(context.Context, Cut[int]) error
+}
+
+func (s *testSink) Add(o Output[int]) {
+	if s.add != nil {
+		s.add(o)
+	}
+}
+
+func (s *testSink) Checkpoint(ctx context.Context, c Cut[int]) error {
+	if s.checkpoint != nil {
+		return s.checkpoint(ctx, c)
+	}
+	return nil
+}
+
+func (s *testSink) Close(context.Context) error { return nil }
+
+// postSink adds a Post stage to a testSink; earlySink an Early one too.
+type postSink struct{ *testSink }
+
+func (s postSink) Post(r *engine.Result, m int) (any, error) { return s.post(r, m) }
+
+type earlySink struct{ postSink }
+
+func (s earlySink) Early(o Output[int]) any { return s.early(o) }
 
 // The pipeline gives the results Push gives frame by frame, in order, with
 // undecodable frames reported in their place and the rest unaffected.
@@ -86,19 +128,18 @@ func TestOrderAndResultsMatchSerial(t *testing.T) {
 
 	var c collector
 	var posted atomic.Int64
-	p, err := New(context.Background(), tinyStream(t), Config{
-		Workers: 3, PostWorkers: 3, Policy: Block, Deliver: c.deliver,
-		Post: func(r *engine.Result, meta any) (any, error) {
+	p, err := New(context.Background(), tinyStream(t), postSink{&testSink{add: c.deliver,
+		post: func(r *engine.Result, meta int) (any, error) {
 			posted.Add(1)
 			return r.Seq * 10, nil
 		},
-	})
+	}}, Config[int]{Workers: 3, PostWorkers: 3, Policy: Block})
 	if err != nil {
 		t.Fatal(err)
 	}
 	began := time.Now()
 	for i := range n {
-		in := Input{Seq: uint64(i), Meta: i}
+		in := Input[int]{Seq: uint64(i), Meta: i}
 		if i == 4 {
 			in.Decode = func() (image.Image, error) { return nil, errors.New("truncated PNG") }
 		} else {
@@ -167,7 +208,7 @@ func TestOrderAndResultsMatchSerial(t *testing.T) {
 	if s.ModelBusy < model || s.ModelBusy+s.ModelInput+s.ModelOutput > elapsed {
 		t.Fatalf("model thread busy %v (a call took %v), waiting %v for input and %v for output, in %v", s.ModelBusy, model, s.ModelInput, s.ModelOutput, elapsed)
 	}
-	if err := p.Submit(context.Background(), Input{Image: testImage(0)}); !errors.Is(err, ErrClosed) {
+	if err := p.Submit(context.Background(), Input[int]{Image: testImage(0)}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Submit after Close: %v", err)
 	}
 }
@@ -176,7 +217,7 @@ func TestOrderAndResultsMatchSerial(t *testing.T) {
 // Deliver: the queue, the dispatcher's hand, the model's line, the frame in
 // the model, the results waiting behind it, the post workers' line and the
 // one being delivered, plus the frames a phase 1 buffers.
-func inFlightBound(c Config, buffered int) int {
+func inFlightBound(c Config[int], buffered int) int {
 	c = c.withDefaults()
 	return c.Queue + 1 + (c.Workers + c.Ahead) + 1 + c.Behind + c.PostWorkers + 1 + buffered
 }
@@ -187,12 +228,12 @@ func inFlightBound(c Config, buffered int) int {
 func TestBackPressureBoundsMemory(t *testing.T) {
 	gate := make(chan struct{})
 	var c collector
-	cfg := Config{Workers: 2, PostWorkers: 1, Queue: 2, Ahead: 1, Behind: 2, Policy: Block}
-	cfg.Deliver = func(o Output) {
+	cfg := Config[int]{Workers: 2, PostWorkers: 1, Queue: 2, Ahead: 1, Behind: 2, Policy: Block}
+	sink := &testSink{add: func(o Output[int]) {
 		<-gate
 		c.deliver(o)
-	}
-	p, err := New(context.Background(), tinyStream(t), cfg)
+	}}
+	p, err := New(context.Background(), tinyStream(t), sink, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +243,7 @@ func TestBackPressureBoundsMemory(t *testing.T) {
 	for i := range 60 {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		img := testImage(i)
-		err := p.Submit(ctx, Input{Seq: uint64(i), Decode: func() (image.Image, error) {
+		err := p.Submit(ctx, Input[int]{Seq: uint64(i), Decode: func() (image.Image, error) {
 			decoded.Add(1)
 			if l := live(); l > maxLive.Load() {
 				maxLive.Store(l)
@@ -246,15 +287,12 @@ func TestBackPressureBoundsMemory(t *testing.T) {
 func TestDropOldest(t *testing.T) {
 	gate := make(chan struct{})
 	var c collector
-	var droppedSeqs []uint64
-	var mu sync.Mutex
-	cfg := Config{Workers: 1, PostWorkers: 1, Queue: 2, Ahead: 1, Behind: 2, Policy: DropOldest,
-		OnDrop: func(in Input) { mu.Lock(); droppedSeqs = append(droppedSeqs, in.Seq); mu.Unlock() }}
-	cfg.Deliver = func(o Output) {
+	cfg := Config[int]{Workers: 1, PostWorkers: 1, Queue: 2, Ahead: 1, Behind: 2, Policy: DropOldest}
+	sink := &testSink{add: func(o Output[int]) {
 		<-gate
 		c.deliver(o)
-	}
-	p, err := New(context.Background(), tinyStream(t), cfg)
+	}}
+	p, err := New(context.Background(), tinyStream(t), sink, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +300,7 @@ func TestDropOldest(t *testing.T) {
 	for i := range n {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		start := time.Now()
-		if err := p.Submit(ctx, Input{Seq: uint64(i), Image: testImage(i)}); err != nil {
+		if err := p.Submit(ctx, Input[int]{Seq: uint64(i), Image: testImage(i), Meta: i}); err != nil {
 			t.Fatalf("frame %d: %v", i, err)
 		}
 		cancel()
@@ -277,6 +315,12 @@ func TestDropOldest(t *testing.T) {
 	}
 	s := p.Stats()
 	outs := c.get()
+	var droppedSeqs []uint64
+	for _, o := range c.skipped {
+		if errors.Is(o.Err, ErrDropped) {
+			droppedSeqs = append(droppedSeqs, o.Seq)
+		}
+	}
 	if s.Dropped == 0 || int(s.Dropped) != len(droppedSeqs) {
 		t.Fatalf("dropped %d (told of %d) of %d frames with the consumer stopped", s.Dropped, len(droppedSeqs), n)
 	}
@@ -298,24 +342,41 @@ func TestDropOldest(t *testing.T) {
 			}
 		}
 	}
+	checkEveryFrameOnce(t, c.all, n)
+}
+
+// checkEveryFrameOnce checks that frames 0..n-1 (metadata i for frame i)
+// each came out once, in order, with their metadata, whatever became of
+// them.
+func checkEveryFrameOnce(t *testing.T, all []Output[int], n int) {
+	t.Helper()
+	if len(all) != n {
+		t.Fatalf("%d outputs for %d frames", len(all), n)
+	}
+	for i, o := range all {
+		if o.Seq != uint64(i) || o.Meta != i {
+			t.Fatalf("output %d is frame %d with metadata %d (stage %q): want frame %d with %d", i, o.Seq, o.Meta, o.Stage, i, i)
+		}
+	}
 }
 
 // Do runs on the model's thread after everything before it was delivered,
 // and frames after it wait for it.
 func TestDoIsABarrier(t *testing.T) {
 	var c collector
-	p, err := New(context.Background(), tinyStream(t), Config{Policy: Block, Deliver: c.deliver})
+	p, err := New(context.Background(), tinyStream(t), &testSink{add: c.deliver}, Config[int]{Policy: Block})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		if err := p.Submit(context.Background(), Input{Seq: uint64(i), Image: testImage(i)}); err != nil {
+		if err := p.Submit(context.Background(), Input[int]{Seq: uint64(i), Image: testImage(i), Meta: i}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var seen int
 	var frames int
-	if err := p.Do(context.Background(), func(s engine.Stream) error {
+	if err := p.Do(context.Background(), func(cut Cut[int]) error {
+		s := cut.Stream
 		seen = len(c.get())
 		frames = s.Stats().FrameCount
 		return s.Reset()
@@ -326,12 +387,12 @@ func TestDoIsABarrier(t *testing.T) {
 		t.Fatalf("Do saw %d delivered outputs and %d cached frames; want 5 and 5", seen, frames)
 	}
 	wantErr := errors.New("checkpoint failed")
-	if err := p.Do(context.Background(), func(engine.Stream) error { return wantErr }); !errors.Is(err, wantErr) {
+	if err := p.Do(context.Background(), func(Cut[int]) error { return wantErr }); !errors.Is(err, wantErr) {
 		t.Fatalf("Do returned %v", err)
 	}
 	// after the reset, a new map: phase 1 again on the next three frames
 	for i := 5; i < 8; i++ {
-		if err := p.Submit(context.Background(), Input{Seq: uint64(i), Image: testImage(i)}); err != nil {
+		if err := p.Submit(context.Background(), Input[int]{Seq: uint64(i), Image: testImage(i), Meta: i}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -354,12 +415,12 @@ func TestDoIsABarrier(t *testing.T) {
 func TestCancelStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	block := make(chan struct{})
-	p, err := New(ctx, tinyStream(t), Config{Policy: Block, Deliver: func(Output) { <-block }})
+	p, err := New(ctx, tinyStream(t), &testSink{add: func(Output[int]) { <-block }}, Config[int]{Policy: Block})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 4 {
-		if err := p.Submit(context.Background(), Input{Seq: uint64(i), Image: testImage(i)}); err != nil {
+		if err := p.Submit(context.Background(), Input[int]{Seq: uint64(i), Image: testImage(i), Meta: i}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -392,9 +453,8 @@ func TestEarlyRunsBeforePostInOrder(t *testing.T) {
 		seen[i] = make(chan struct{})
 	}
 	var c collector
-	p, err := New(context.Background(), tinyStream(t), Config{
-		Workers: 2, PostWorkers: 2, Policy: Block, Deliver: c.deliver,
-		Early: func(o Output) any {
+	p, err := New(context.Background(), tinyStream(t), earlySink{postSink{&testSink{add: c.deliver,
+		early: func(o Output[int]) any {
 			if o.Err != nil || o.Result == nil || o.Value != nil {
 				t.Errorf("Early got frame %d with err %v, result %v, post value %v", o.Seq, o.Err, o.Result != nil, o.Value)
 			}
@@ -404,7 +464,7 @@ func TestEarlyRunsBeforePostInOrder(t *testing.T) {
 			close(seen[o.Seq])
 			return o.Seq + 100
 		},
-		Post: func(r *engine.Result, _ any) (any, error) {
+		post: func(r *engine.Result, _ int) (any, error) {
 			select {
 			case <-seen[r.Seq]:
 			case <-time.After(10 * time.Second):
@@ -412,12 +472,12 @@ func TestEarlyRunsBeforePostInOrder(t *testing.T) {
 			}
 			return r.Seq, nil
 		},
-	})
+	}}}, Config[int]{Workers: 2, PostWorkers: 2, Policy: Block})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range n {
-		if err := p.Submit(context.Background(), Input{Seq: uint64(i), Image: testImage(i)}); err != nil {
+		if err := p.Submit(context.Background(), Input[int]{Seq: uint64(i), Image: testImage(i), Meta: i}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -455,14 +515,14 @@ func (g gatedStream) Push(ctx context.Context, f engine.Frame) ([]engine.Result,
 func TestDropOldestBacklogStaysDroppable(t *testing.T) {
 	gate := make(chan struct{})
 	var c collector
-	cfg := Config{Workers: 4, PostWorkers: 1, Queue: 2, Ahead: 1, Policy: DropOldest, Deliver: c.deliver}
-	p, err := New(context.Background(), gatedStream{tinyStream(t), gate}, cfg)
+	cfg := Config[int]{Workers: 4, PostWorkers: 1, Queue: 2, Ahead: 1, Policy: DropOldest}
+	p, err := New(context.Background(), gatedStream{tinyStream(t), gate}, &testSink{add: c.deliver}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const n = 20
 	for i := range n {
-		if err := p.Submit(context.Background(), Input{Seq: uint64(i), Image: testImage(i)}); err != nil {
+		if err := p.Submit(context.Background(), Input[int]{Seq: uint64(i), Image: testImage(i), Meta: i}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(3 * time.Millisecond) // workers take what they may
@@ -486,4 +546,5 @@ func TestDropOldestBacklogStaysDroppable(t *testing.T) {
 	if s := p.Stats(); int(s.Dropped)+len(seqs)+int(s.NoResult) != n {
 		t.Fatalf("%d dropped + %d run + %d without result != %d", s.Dropped, len(seqs), s.NoResult, n)
 	}
+	checkEveryFrameOnce(t, c.all, n)
 }

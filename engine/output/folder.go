@@ -1,0 +1,481 @@
+// Package output owns what a mapping run leaves on disk, written so that a
+// crash or a kill leaves readable files: the output folder of
+// `lingbotmap run` (trajectory rows as frames finish, depth and confidence
+// PNGs each whole, map.ply, ranges.tsv, preview.png and run.json replaced
+// atomically at checkpoints after an fsync of what they describe), and the
+// saved sessions of run and the node (session.go).
+package output
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/binstate"
+	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"github.com/lingbotmap/lingbotmap/engine/pipeline"
+	"github.com/lingbotmap/lingbotmap/engine/render"
+	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
+)
+
+// Folder turns results into the output files as they arrive: trajectory
+// rows are appended at once; the poses and the map go into a mapio.Map (the
+// node's accumulator too), bounded by the explored volume, and are saved at
+// checkpoints; the frames' depth maps are written, each whole, and dropped.
+type Folder struct {
+	opt    Options
+	m      *mapio.Map
+	tum    *mapio.TUMAppender
+	frames Frames
+	depth  Depth
+	ranges []depthRange
+	window int
+	// lastCheckpoint is frames.Results at the last checkpoint.
+	lastCheckpoint int
+	// writing is the checkpoint being written on its own goroutine.
+	writing chan error
+
+	// timings: output and prepare are sums over frames, stages their
+	// per-frame values; mapStart is when the first frame went in, and
+	// resumedResults the results a resumed session brought.
+	output, prepare time.Duration
+	stages          stageTimes
+	mapStart        time.Time
+	resumedResults  int
+}
+
+// depthRange is one line of depth_color/ranges.tsv.
+type depthRange struct {
+	seq uint64
+	r   render.DepthRange
+}
+
+// Options say what a Folder writes.
+type Options struct {
+	Dir     string // the output folder (created if missing)
+	Version string // the program's, for map.ply's comments
+	// Map is the voxel map's size and point filter.
+	Map mapio.MapConfig
+	// SaveDepth writes depth/ (16-bit, DepthScale units per model unit)
+	// and depth_color/; SaveConf writes conf/ (ConfScale units).
+	SaveDepth, SaveConf   bool
+	DepthScale, ConfScale float64
+	// CheckpointEvery is the cadence, in results, of MaybeCheckpoint (0:
+	// only the final one).
+	CheckpointEvery int
+	// OnCheckpoint, when set, runs at every checkpoint, after its files are
+	// written, on the goroutine that wrote them.
+	OnCheckpoint func(ctx context.Context, cp Checkpoint) error
+}
+
+// New starts a Folder: the output folder and the subfolders it writes,
+// and an empty trajectory file.
+func New(opt Options) (*Folder, error) {
+	m, err := mapio.NewMap(opt.Map)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opt.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("output folder: %w", err)
+	}
+	for _, d := range []struct {
+		on   bool
+		name string
+	}{{opt.SaveDepth, "depth"}, {opt.SaveDepth, "depth_color"}, {opt.SaveConf, "conf"}} {
+		if d.on {
+			if err := os.MkdirAll(filepath.Join(opt.Dir, d.name), 0o755); err != nil {
+				return nil, fmt.Errorf("output folder: %w", err)
+			}
+		}
+	}
+	tum, err := mapio.CreateTUM(filepath.Join(opt.Dir, mapio.TrajectoryFile))
+	if err != nil {
+		return nil, err
+	}
+	return &Folder{
+		opt: opt,
+		m:   m,
+		tum: tum,
+		depth: Depth{Saved: opt.SaveDepth, Scale: opt.DepthScale, Unit: fmt.Sprintf("1/%g of a model depth unit (metres for metric models)", opt.DepthScale),
+			ConfSaved: opt.SaveConf, ConfScale: opt.ConfScale},
+		window: -1,
+	}, nil
+}
+
+// Map is the trajectory and voxel map so far.
+func (w *Folder) Map() *mapio.Map { return w.m }
+
+// Frames are the result counts so far.
+func (w *Folder) Frames() Frames { return w.frames }
+
+// Began marks when the first frame went in: the start of the mapping time.
+func (w *Folder) Began() { w.mapStart = time.Now() }
+
+// AddTiming counts a delivered frame's stage times into run.json's timings.
+func (w *Folder) AddTiming(t pipeline.Timing) {
+	w.prepare += t.Prepare
+	w.stages.add(t)
+}
+
+// Restore makes the writer continue a resumed session: the restored map
+// and counts replace the empty ones, and the trajectory file, which New
+// started empty, gets the map's poses again, so that it holds every row
+// once.
+func (w *Folder) Restore(m *mapio.Map, frames Frames) error {
+	w.m, w.frames, w.lastCheckpoint, w.resumedResults = m, frames, frames.Results, frames.Results
+	return w.tum.Append(m.Trajectory()...)
+}
+
+// Close releases the trajectory file (Finish has synced it).
+func (w *Folder) Close() {
+	if w.tum != nil {
+		w.tum.Close()
+		w.tum = nil
+	}
+}
+
+// AddResults maps results one after the other on the caller's goroutine:
+// Post and Add in line, the serial form of what run's pipeline does.
+func (w *Folder) AddResults(results []engine.Result) error {
+	for i := range results {
+		v, err := w.Post(&results[i])
+		if err == nil {
+			err = w.Add(&results[i], v)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Posted is what Post makes of one result off the model's thread.
+type Posted struct {
+	points               []geom.Point
+	clipped, confClipped int64
+	depthRange           *render.DepthRange // with --save-depth
+	took                 time.Duration
+}
+
+// Post does a result's own work, in any order and on any goroutine: it
+// checks the result, writes its depth, depth preview and confidence
+// images, each whole, and unprojects its confident points. It reads only
+// settings.
+func (w *Folder) Post(r *engine.Result) (Posted, error) {
+	t := time.Now()
+	var v Posted
+	n := r.Width * r.Height
+	if r.Width <= 0 || r.Height <= 0 || len(r.Depth) != n || (r.Conf != nil && len(r.Conf) != n) || (r.RGB != nil && len(r.RGB) != 3*n) {
+		return v, fmt.Errorf("frame %d: the engine returned %d depth, %d confidence and %d colour values for a %d×%d image",
+			r.Seq, len(r.Depth), len(r.Conf), len(r.RGB), r.Width, r.Height)
+	}
+	name := fmt.Sprintf("%06d.png", r.Seq)
+	if w.opt.SaveDepth {
+		c, err := writeGray16File(filepath.Join(w.opt.Dir, "depth", name), r.Depth, r.Width, r.Height, w.opt.DepthScale)
+		if err != nil {
+			return v, err
+		}
+		v.clipped = int64(c)
+		img, dr, err := render.DepthPreview(r.Depth, r.Width, r.Height)
+		if err == nil {
+			err = atomicfile.WriteFileNoSync(filepath.Join(w.opt.Dir, "depth_color", name), func(f io.Writer) error { return render.EncodePNG(f, img) })
+		}
+		if err != nil {
+			return v, err
+		}
+		v.depthRange = &dr
+	}
+	if w.opt.SaveConf && r.Conf != nil {
+		c, err := writeGray16File(filepath.Join(w.opt.Dir, "conf", name), r.Conf, r.Width, r.Height, w.opt.ConfScale)
+		if err != nil {
+			return v, err
+		}
+		v.confClipped = int64(c)
+	}
+	pts, err := w.m.FramePoints(r.DepthFrame())
+	if err != nil {
+		return v, fmt.Errorf("frame %d: %w", r.Seq, err)
+	}
+	v.points = pts
+	v.took = time.Since(t)
+	return v, nil
+}
+
+// Add takes a posted result into the trajectory, the map and the counts.
+// Results must come in frame order, on one goroutine at a time.
+func (w *Folder) Add(r *engine.Result, v Posted) error {
+	t := time.Now()
+	defer func() { w.output += v.took + time.Since(t) }()
+	if err := w.m.AddPose(r.Seq, r.Stamp, r.CamToWorld); err != nil {
+		return fmt.Errorf("frame %d: the engine returned an unusable pose: %w", r.Seq, err)
+	}
+	p, _ := w.m.LastPose()
+	if err := w.tum.Append(mapio.StampedPose{Time: mapio.Seconds(p.Stamp), T: p.T, Q: p.Q}); err != nil {
+		return err
+	}
+	w.frames.Results++
+	switch r.Kind {
+	case engine.Scale:
+		w.frames.Scale++
+	case engine.Keyframe:
+		w.frames.Keyframes++
+	case engine.NonKeyframe:
+		w.frames.NonKeyframes++
+	}
+	if r.Window != w.window {
+		w.window = r.Window
+		w.frames.Windows++
+	}
+	w.depth.Clipped += v.clipped
+	w.depth.ConfClipped += v.confClipped
+	if v.depthRange != nil {
+		w.ranges = append(w.ranges, depthRange{r.Seq, *v.depthRange})
+	}
+	w.m.AddFramePoints(v.points)
+	return nil
+}
+
+// MaybeCheckpoint writes a checkpoint when CheckpointEvery results have
+// come since the last one.
+func (w *Folder) MaybeCheckpoint(ctx context.Context, rec *Record, start time.Time) error {
+	if n := w.opt.CheckpointEvery; n == 0 || w.frames.Results-w.lastCheckpoint < n {
+		return nil
+	}
+	return w.checkpoint(ctx, rec, start, false)
+}
+
+// snapshot is what a checkpoint writes, taken between two frames: the
+// map's points, the depth ranges and run.json's record as they were then.
+type snapshot struct {
+	results  int
+	status   string
+	final    bool
+	points   []geom.Point
+	comments []string
+	ranges   []depthRange
+	path     [][3]float64 // camera positions, for the final preview
+	rec      Record
+}
+
+// checkpoint makes what was written so far durable and consistent: the
+// trajectory rows and depth images reach the disk, then map.ply,
+// ranges.tsv and, last, run.json (which counts the frames they cover) are
+// replaced atomically; then the OnCheckpoint hook runs. It takes the
+// snapshot at once and, but for the final one, writes it on a goroutine of
+// its own, so that the model goes on meanwhile; the next checkpoint waits
+// for it and returns its error.
+func (w *Folder) checkpoint(ctx context.Context, rec *Record, start time.Time, final bool) error {
+	if err := w.WaitWrite(); err != nil {
+		return err
+	}
+	t := time.Now()
+	snap := w.snapshot(rec, start, final)
+	w.lastCheckpoint = w.frames.Results
+	w.output += time.Since(t)
+	if final {
+		return w.write(ctx, snap)
+	}
+	done := make(chan error, 1)
+	w.writing = done
+	go func() { done <- w.write(context.WithoutCancel(ctx), snap) }()
+	return nil
+}
+
+// WaitWrite waits for the checkpoint being written, if any, and returns
+// its error.
+func (w *Folder) WaitWrite() error {
+	if w.writing == nil {
+		return nil
+	}
+	err := <-w.writing
+	w.writing = nil
+	return err
+}
+
+// snapshot takes what a checkpoint writes from the writer's state.
+func (w *Folder) snapshot(rec *Record, start time.Time, final bool) *snapshot {
+	w.fillRecord(rec, start)
+	s := &snapshot{
+		results: w.frames.Results, status: rec.Status, final: final,
+		points: w.m.Points(),
+		comments: append([]string{
+			"lingbotmap " + w.opt.Version,
+			"source " + rec.Input.Path,
+			fmt.Sprintf("frames %d", w.frames.Results),
+			"frame world = first camera, OpenCV axes (x right, y down, z forward)",
+		}, w.m.FilterComments()...),
+		// ranges only grows: the rows up to here stay as they are while
+		// later frames append
+		ranges: w.ranges[:len(w.ranges):len(w.ranges)],
+		rec:    *rec,
+	}
+	if final {
+		for _, p := range w.m.Path() {
+			s.path = append(s.path, p.T)
+		}
+	}
+	return s
+}
+
+// write writes a snapshot's files in the order that keeps them consistent
+// on a crash, then runs the OnCheckpoint hook.
+func (w *Folder) write(ctx context.Context, s *snapshot) error {
+	out := w.opt.Dir
+	// the trajectory's rows up to the snapshot (and maybe more) are in the
+	// file already; syncfs covers it with the images
+	var errs []error
+	if w.opt.SaveDepth || w.opt.SaveConf {
+		errs = append(errs, mapio.SyncFS(out))
+	} else {
+		errs = append(errs, syncFile(filepath.Join(out, mapio.TrajectoryFile)))
+	}
+	errs = append(errs, atomicfile.WriteFile(filepath.Join(out, mapio.MapFile), func(f io.Writer) error {
+		return mapio.WritePLY(f, s.points, s.comments...)
+	}))
+	if w.opt.SaveDepth {
+		errs = append(errs, atomicfile.WriteFile(filepath.Join(out, "depth_color", "ranges.tsv"), func(f io.Writer) error {
+			fmt.Fprintln(f, "# frame\tnear\tfar (model depth units; depth_color/NNNNNN.png spans near = yellow to far = purple)")
+			for _, r := range s.ranges {
+				if _, err := fmt.Fprintf(f, "%06d\t%.6g\t%.6g\n", r.seq, r.r.Near, r.r.Far); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}
+	if s.final {
+		errs = append(errs, w.writePreview(s.path, s.points))
+	}
+	// run.json only when the files it describes are whole.
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := WriteRecord(out, &s.rec); err != nil {
+		return err
+	}
+	if w.opt.OnCheckpoint != nil {
+		cp := Checkpoint{Out: out, Results: s.results, Final: s.final, Status: s.status}
+		if err := w.opt.OnCheckpoint(ctx, cp); err != nil {
+			return fmt.Errorf("checkpoint at %d frames: %w", s.results, err)
+		}
+	}
+	return nil
+}
+
+// writePreview draws the trajectory over the map's points into preview.png.
+func (w *Folder) writePreview(positions [][3]float64, pts []geom.Point) error {
+	img, err := render.TopView(positions, pts, render.TopViewOptions{
+		Title: fmt.Sprintf("%d poses, %d map points (x right, z forward up)", len(positions), len(pts)),
+	})
+	if err != nil {
+		return err
+	}
+	return WritePNG(filepath.Join(w.opt.Dir, PreviewFile), img)
+}
+
+// fillRecord fills run.json's counts and timings from what was written so
+// far.
+func (w *Folder) fillRecord(rec *Record, start time.Time) {
+	st := w.m.Stats()
+	dev, host := w.m.PointFrames()
+	mc := w.m.Config()
+	rec.Map = Map{ConfThreshold: mc.Filter.ConfThreshold, VoxelSize: mc.VoxelSize, PixelStride: mc.Filter.Stride, PointsIn: st.PointsIn, Points: st.Voxels,
+		FramesDevice: dev, FramesHost: host}
+	rec.Depth = w.depth
+	rec.Frames.Results, rec.Frames.Scale, rec.Frames.Keyframes = w.frames.Results, w.frames.Scale, w.frames.Keyframes
+	rec.Frames.NonKeyframes, rec.Frames.Windows = w.frames.NonKeyframes, w.frames.Windows
+	rec.Outputs = map[string]string{"trajectory": mapio.TrajectoryFile, "map": mapio.MapFile, "preview": PreviewFile}
+	if w.opt.SaveDepth {
+		rec.Outputs["depth"] = "depth/"
+		rec.Outputs["depth_color"] = "depth_color/"
+		rec.Depth.ColorRanges = "depth_color/ranges.tsv"
+	}
+	if w.opt.SaveConf {
+		rec.Outputs["conf"] = "conf/"
+	}
+	rec.Finished = time.Now().UTC()
+	total := time.Since(start)
+	rec.Timings.TotalS = total.Seconds()
+	rec.Timings.OutputS = w.output.Seconds()
+	rec.Timings.PrepareS = w.prepare.Seconds()
+	rec.Timings.MsPerFrame, rec.Timings.FramesPerS, rec.Timings.OverallFramesPS, rec.Timings.ModelFramesPS = 0, 0, 0, 0
+	rec.Timings.Medians = w.stages.medians()
+	if n := w.frames.Results; n > 0 {
+		rec.Timings.MsPerFrame = rec.Timings.ModelS * 1000 / float64(n)
+		rec.Timings.OverallFramesPS = float64(n) / total.Seconds()
+		if !w.mapStart.IsZero() {
+			rec.Timings.MappingS = time.Since(w.mapStart).Seconds()
+			rec.Timings.FramesPerS = float64(n-w.resumedResults) / rec.Timings.MappingS
+		}
+		if rec.Timings.ModelS > 0 {
+			rec.Timings.ModelFramesPS = float64(n-w.resumedResults) / rec.Timings.ModelS
+		}
+	}
+}
+
+// WriteRecord fills run.json from what was written so far and replaces it
+// atomically.
+func (w *Folder) WriteRecord(rec *Record, start time.Time) error {
+	w.fillRecord(rec, start)
+	return WriteRecord(w.opt.Dir, rec)
+}
+
+// Finish writes the last checkpoint with the run's final status, the
+// preview included, and closes the trajectory.
+func (w *Folder) Finish(ctx context.Context, rec *Record, start time.Time) error {
+	// The hook runs even after a cancelled run: it gets a live context.
+	err := w.checkpoint(context.WithoutCancel(ctx), rec, start, true)
+	if w.tum != nil {
+		err = errors.Join(err, w.tum.Close())
+		w.tum = nil
+	}
+	return err
+}
+
+// State is where a Folder's counts stand, for a saved session's header.
+type State struct {
+	Frames Frames `json:"frames"`
+	Depth  Depth  `json:"depth"`
+	Window int    `json:"window"`
+}
+
+// State returns the counts.
+func (w *Folder) State() State { return State{Frames: w.frames, Depth: w.depth, Window: w.window} }
+
+// SaveState writes the depth ranges and the map, a saved session's body.
+func (w *Folder) SaveState(bw *binstate.Writer) error {
+	bw.Int(len(w.ranges))
+	for _, r := range w.ranges {
+		bw.I64(int64(r.seq))
+		bw.F64(r.r.Near)
+		bw.F64(r.r.Far)
+	}
+	return w.m.SaveState(bw)
+}
+
+// LoadState reads what SaveState wrote, with the counts st of the same
+// session, and continues from there (Restore).
+func (w *Folder) LoadState(br *binstate.Reader, st State) error {
+	var ranges []depthRange
+	n := br.Int("depth ranges", 0, max(st.Frames.Results, 0))
+	for i := 0; i < n && br.Err() == nil; i++ {
+		d := depthRange{seq: uint64(br.I64())}
+		d.r = render.DepthRange{Near: br.F64(), Far: br.F64()}
+		ranges = append(ranges, d)
+	}
+	if err := br.Err(); err != nil {
+		return err
+	}
+	if err := w.m.LoadState(br); err != nil {
+		return err
+	}
+	w.ranges = ranges
+	w.frames, w.depth, w.window = st.Frames, st.Depth, st.Window
+	return nil
+}

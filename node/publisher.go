@@ -1,0 +1,218 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/geometry_msgs"
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/nav_msgs"
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/tf2_msgs"
+
+	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/pipeline"
+	"github.com/lingbotmap/lingbotmap/msgs"
+)
+
+// publisher is the node's pipeline sink: every result comes with its input
+// message's header. Early publishes a result's pose, odometry and TF the
+// moment the model gave it; Post builds its cloud and depth messages on the
+// pipeline's workers; Add maps the result and publishes the rest in frame
+// order; Checkpoint saves the session (~save_session); Close publishes the
+// final map and path.
+type publisher struct {
+	n *Node
+	// staticSent: base → camera went out on /tf_static (latched, so once);
+	// only the pipeline's early goroutine touches it
+	staticSent bool
+	// saved is what the last Checkpoint wrote, for ~save_session's answer
+	saved string
+}
+
+var (
+	_ pipeline.Sink[std_msgs.Header]    = (*publisher)(nil)
+	_ pipeline.Poster[std_msgs.Header]  = (*publisher)(nil)
+	_ pipeline.Earlier[std_msgs.Header] = (*publisher)(nil)
+)
+
+// camFrame is the frame id of a result's camera: camera_frame when set,
+// else the input message's, else "camera".
+func (n *Node) camFrame(h std_msgs.Header) string {
+	if f := n.cfg.CameraFrame; f != "" {
+		return f
+	}
+	if h.FrameId == "" {
+		return "camera"
+	}
+	return h.FrameId
+}
+
+// early publishes a result's pose, odometry and TF the moment the model gave
+// it, in frame order, without waiting for the frame's clouds and images,
+// and returns when the pose was written (zero when the pose is no rigid
+// transform: post fails that result whole).
+func (p *publisher) Early(o pipeline.Output[std_msgs.Header]) any {
+	n, r := p.n, o.Result
+	t, q, err := geom.Decompose(r.CamToWorld)
+	if err != nil {
+		return time.Time{}
+	}
+	camFrame := n.camFrame(o.Meta)
+	mapHdr := std_msgs.Header{Seq: uint32(r.Seq), Stamp: r.Stamp, FrameId: n.cfg.MapFrame}
+	// Odometry and TF describe base_frame when it is set, else the camera.
+	child, ct, cq := camFrame, t, q
+	if n.baseToCam != nil {
+		child = n.cfg.BaseFrame
+		// both factors are rigid, so the product decomposes
+		ct, cq, _ = geom.Decompose(geom.Mul4(r.CamToWorld, geom.InvertRigid(*n.baseToCam)))
+	}
+	n.write(n.out.pose, &geometry_msgs.PoseStamped{Header: mapHdr, Pose: msgs.Pose(t, q)})
+	written := time.Now()
+	n.write(n.out.odom, &nav_msgs.Odometry{
+		Header:       mapHdr,
+		ChildFrameId: child,
+		Pose:         geometry_msgs.PoseWithCovariance{Pose: msgs.Pose(ct, cq)},
+	})
+	if n.cfg.PublishTF {
+		n.write(n.out.tf, &tf2_msgs.TFMessage{Transforms: []geometry_msgs.TransformStamped{{
+			Header:       mapHdr,
+			ChildFrameId: child,
+			Transform:    msgs.Transform(ct, cq),
+		}}})
+		if n.baseToCam != nil && !p.staticSent {
+			// the base→camera transform goes out once, with the first TF
+			p.staticSent = true
+			bt, bq, _ := geom.Decompose(*n.baseToCam)
+			n.write(n.out.tfStatic, &tf2_msgs.TFMessage{Transforms: []geometry_msgs.TransformStamped{{
+				Header:       std_msgs.Header{Stamp: r.Stamp, FrameId: n.cfg.BaseFrame},
+				ChildFrameId: camFrame,
+				Transform:    msgs.Transform(bt, bq),
+			}}})
+		}
+	}
+	return written
+}
+
+// built is what post made of one result for deliver.
+type built struct {
+	depth     *sensor_msgs.Image
+	cloud     *sensor_msgs.PointCloud2 // nil for non-keyframes
+	pts       []geom.Point             // the cloud's points, for the map
+	pointsErr error                    // depth that cannot be unprojected
+}
+
+// post does a result's per-pixel and per-message work on a pipeline worker.
+// A result whose pose is no rigid transform (NaN, zero quaternion) fails
+// whole; depth that cannot be unprojected leaves out the cloud only.
+func (p *publisher) Post(r *engine.Result, h std_msgs.Header) (any, error) {
+	n := p.n
+	if _, _, err := geom.Decompose(r.CamToWorld); err != nil {
+		return nil, fmt.Errorf("pose of frame %d: %w", r.Seq, err)
+	}
+	b := &built{}
+	seq := uint32(r.Seq)
+	mapHdr := std_msgs.Header{Seq: seq, Stamp: r.Stamp, FrameId: n.cfg.MapFrame}
+	// A keyframe's points go into the map and out as ~cloud.
+	if r.Kind != engine.NonKeyframe {
+		if b.pts, b.pointsErr = n.m.FramePoints(r.DepthFrame()); b.pointsErr == nil {
+			b.cloud = msgs.PointCloud2(mapHdr, cloudOf(b.pts))
+		}
+	}
+	b.depth = msgs.DepthImage(std_msgs.Header{Seq: seq, Stamp: r.Stamp, FrameId: n.camFrame(h)}, r.Width, r.Height, r.Depth)
+	return b, nil
+}
+
+// Add takes each frame's outcome in frame order: the pose and points into
+// the map, the messages out, the counters. Frames dropped for newer ones
+// or consumed without a result are the pipeline's to count.
+func (p *publisher) Add(o pipeline.Output[std_msgs.Header]) {
+	if o.Skipped() {
+		return
+	}
+	n := p.n
+	start := time.Now()
+	rep := FrameReport{Seq: o.Seq, Timing: o.Timing, Err: o.Err, Stage: o.Stage}
+	if o.Err != nil {
+		n.failed(o)
+	} else {
+		rep.Kind, rep.Window = o.Result.Kind, o.Result.Window
+		rep.PoseWritten, _ = o.Early.(time.Time)
+		n.publishResult(o.Result, o.Value.(*built))
+		n.countStep()
+	}
+	if n.observe != nil {
+		rep.Deliver = time.Since(start)
+		n.observe(rep)
+	}
+}
+
+// failed counts a frame that gave no result, by where it failed.
+func (n *Node) failed(o pipeline.Output[std_msgs.Header]) {
+	switch o.Stage {
+	case "decode":
+		var se *skipError
+		if errors.As(o.Err, &se) {
+			n.skip(se.kind, se.err)
+		} else {
+			n.skip(decodeKind(o.Err), o.Err)
+		}
+	case "post":
+		n.rejectResult(o.Seq, o.Err)
+	default:
+		n.stats.engineErrors.Add(1)
+		if errors.Is(o.Err, engine.ErrCacheFull) {
+			// every later frame fails the same way until ~reset: say it once
+			if n.stats.cacheFull.CompareAndSwap(false, true) {
+				n.log.Error("the KV cache is full: no more frames are mapped until ~reset; use windowed mode, a keyframe interval or flow keyframes for long runs", "seq", o.Seq, "err", o.Err)
+			}
+		} else {
+			n.log.Error("the engine failed on a frame; skipping it", "seq", o.Seq, "stage", o.Stage, "err", o.Err)
+		}
+	}
+}
+
+// publishResult maps the result and sends what post built (early sent the
+// pose). The stamps are the input image's.
+func (n *Node) publishResult(r *engine.Result, b *built) {
+	n.mu.Lock()
+	if err := n.m.AddPose(r.Seq, r.Stamp, r.CamToWorld); err != nil {
+		n.mu.Unlock()
+		n.rejectResult(r.Seq, err)
+		return
+	}
+	n.lastStamp = r.Stamp
+	n.pathDirty = true
+	if b.cloud != nil {
+		n.m.AddFramePoints(b.pts)
+		n.mapDirty = true
+	}
+	n.mu.Unlock()
+	if b.pointsErr != nil {
+		n.rejectResult(r.Seq, b.pointsErr)
+	}
+	n.stats.processed.Add(1)
+
+	if b.cloud != nil {
+		n.write(n.out.cloud, b.cloud)
+	}
+	n.write(n.out.depth, b.depth)
+}
+
+// Checkpoint saves the session (~save_session, session_save_every) with
+// the headers of the frames the engine holds.
+func (p *publisher) Checkpoint(_ context.Context, at pipeline.Cut[std_msgs.Header]) error {
+	msg, err := p.n.writeSession(at)
+	p.saved = msg
+	return err
+}
+
+// Close publishes the final map and path once the pipeline has closed.
+func (p *publisher) Close(context.Context) error {
+	p.n.publishMap(true)
+	p.n.publishPath(true)
+	return nil
+}
