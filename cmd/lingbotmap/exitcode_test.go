@@ -341,7 +341,7 @@ func TestRunDamagedMCAPIsPartial(t *testing.T) {
 	if len(tr) != n-1 {
 		t.Errorf("%d poses from the damaged bag, want %d", len(tr), n-1)
 	}
-	if rec := readRunJSON(t, o.out); rec.Status != statusPartialInput || rec.Frames.Results != n-1 {
+	if rec := readRunJSON(t, o.out); rec.Status != output.StatusPartialInput || rec.Frames.Results != n-1 {
 		t.Errorf("run.json: status %s, results %d", rec.Status, rec.Frames.Results)
 	}
 }
@@ -423,7 +423,7 @@ func TestRunImageSizeChangeKeepsTheRest(t *testing.T) {
 	if len(tr) != n-2 {
 		t.Errorf("%d poses, want %d", len(tr), n-2)
 	}
-	if rec := readRunJSON(t, out); rec.Status != statusPartialInput || rec.Frames.Results != n-2 || rec.Input.Skipped != 2 {
+	if rec := readRunJSON(t, out); rec.Status != output.StatusPartialInput || rec.Frames.Results != n-2 || rec.Input.Skipped != 2 {
 		t.Errorf("run.json: status %s, results %d, skipped %d", rec.Status, rec.Frames.Results, rec.Input.Skipped)
 	}
 }

@@ -324,7 +324,7 @@ type frameSize struct {
 // cannot take it, and it is skipped and counted (input.skipped_frames) as
 // a frame that does not decode, instead of ending the run. The node skips
 // such frames too.
-func (fs *frameSize) check(in pipeline.Input, imageWidth int) pipeline.Input {
+func (fs *frameSize) check(in pipeline.Input[struct{}], imageWidth int) pipeline.Input[struct{}] {
 	test := func(img image.Image) error {
 		w, h := img.Bounds().Dx(), img.Bounds().Dy()
 		mw, mh, err := engine.ModelInputSize(w, h, imageWidth)
@@ -344,7 +344,7 @@ func (fs *frameSize) check(in pipeline.Input, imageWidth int) pipeline.Input {
 	}
 	if in.Image != nil {
 		if err := test(in.Image); err != nil {
-			return pipeline.Input{Seq: in.Seq, Stamp: in.Stamp, Decode: func() (image.Image, error) { return nil, err }}
+			return pipeline.Input[struct{}]{Seq: in.Seq, Stamp: in.Stamp, Decode: func() (image.Image, error) { return nil, err }}
 		}
 		return in
 	}

@@ -503,7 +503,7 @@ func (p *Pipeline[M]) Stats() Stats {
 	s.Waiting = max(s.Submitted-s.Dropped-s.Delivered-s.Failed-s.NoResult, 0)
 	p.mu.Lock()
 	for _, it := range p.queue {
-		if it.ctl == nil {
+		if it.ctl == nil && !it.dropped { // a dropped frame holds only its place
 			s.Queued++
 		}
 	}
