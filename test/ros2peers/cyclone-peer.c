@@ -118,6 +118,18 @@ static int wait_writer_matched(dds_entity_t wr, int secs, int readers) {
   return 0;
 }
 
+// wait_acked waits until every reader matched with the reliable writer wr
+// has acknowledged all it was sent, and says so: a reliable sample still
+// in flight is lost if the writer goes first, however long a fixed wait
+// before going was (a loaded machine stretches the reader's discovery and
+// repair past it).
+static int wait_acked(dds_entity_t wr) {
+  dds_return_t rc = dds_wait_for_acks(wr, DDS_SECS(60));
+  printf("{\"event\":\"acked\",\"ok\":%s}\n", rc == 0 ? "true" : "false");
+  fflush(stdout);
+  return rc == 0;
+}
+
 // ---- publishing frames ----
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -241,7 +253,8 @@ static int cmd_pub_images(dds_entity_t pp, int argc, char **argv) {
     if (rc != 0) return 1;
     dds_sleepfor(DDS_MSECS(period_ms));
   }
-  // Reliable samples still in flight are lost if the writer goes now.
+  if (reliable) return wait_acked(wr) ? 0 : 1;
+  // Best effort: nothing to wait for but the last sample leaving.
   dds_sleepfor(DDS_MSECS(500));
   return 0;
 }
@@ -277,8 +290,7 @@ static int cmd_pub_bad(dds_entity_t pp, int argc, char **argv) {
   dds_return_t rc = dds_write(wr, &m);
   printf("{\"event\":\"published\",\"kind\":\"%s\",\"rc\":%d}\n", kind, (int)rc);
   fflush(stdout);
-  dds_sleepfor(DDS_MSECS(500));
-  return rc == 0 ? 0 : 1;
+  return rc == 0 && wait_acked(wr) ? 0 : 1;
 }
 
 static int cmd_pub_pose(dds_entity_t pp, int argc, char **argv) {
@@ -305,8 +317,7 @@ static int cmd_pub_pose(dds_entity_t pp, int argc, char **argv) {
     fflush(stdout);
     dds_sleepfor(DDS_MSECS(200));
   }
-  dds_sleepfor(DDS_MSECS(1000));
-  return 0;
+  return wait_acked(wr) ? 0 : 1;
 }
 
 static int cmd_pub_cloud(dds_entity_t pp, int argc, char **argv) {
@@ -337,8 +348,7 @@ static int cmd_pub_cloud(dds_entity_t pp, int argc, char **argv) {
   printf("{\"event\":\"published\",\"points\":%u,\"bytes\":%u,\"fnv1a\":\"%016" PRIx64 "\",\"rc\":%d}\n", n, m.data_._length,
          fnv1a(m.data_._buffer, m.data_._length), (int)rc);
   fflush(stdout);
-  dds_sleepfor(DDS_MSECS(2000));
-  return rc == 0 ? 0 : 1;
+  return rc == 0 && wait_acked(wr) ? 0 : 1;
 }
 
 // ---- listening ----

@@ -188,10 +188,14 @@ static int pub_corrupt(const std::string &topic, const std::string &kind) {
   bool ok = wr->write(&r);
   printf("{\"event\":\"published\",\"kind\":\"%s\",\"bytes\":%zu,\"ok\":%s}\n", kind.c_str(), r.b.size(), ok ? "true" : "false");
   fflush(stdout);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  // The sample is lost if the writer goes before the reader has it (a fixed
+  // wait is not enough on a loaded machine): wait for its acknowledgement.
+  bool acked = ok && wr->wait_for_acknowledgments(eprosima::fastrtps::Duration_t(60, 0)) == ReturnCode_t::RETCODE_OK;
+  printf("{\"event\":\"acked\",\"ok\":%s}\n", acked ? "true" : "false");
+  fflush(stdout);
   pp->delete_contained_entities();
   DomainParticipantFactory::get_instance()->delete_participant(pp);
-  return ok ? 0 : 1;
+  return acked ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
