@@ -28,10 +28,12 @@ func newBagPlayCmd() *cobra.Command { return newBagPlayCmdWith(runBagPlay) }
 func newBagPlayCmdWith(runF func(ctx context.Context, o *bagPlayOptions, out io.Writer) error) *cobra.Command {
 	o := &bagPlayOptions{play: bagplay.DefaultOptions()}
 	cmd := &cobra.Command{
-		Use:   "play FILE.mcap [flags] [--ros-args ...]",
-		Short: "Publish the camera topic of a ROS 2 bag (MCAP) over ROS 2",
+		Use:   "play BAG [flags] [--ros-args ...]",
+		Short: "Publish the camera topic of a ROS 2 bag (MCAP, .db3 or a bag directory) over ROS 2",
 		Long: `play publishes the image topic (sensor_msgs/msg/Image or CompressedImage) of a
-ROS 2 bag in MCAP over ROS 2 (DDS), with each message's recorded stamp, at its
+ROS 2 bag over ROS 2 (DDS): an .mcap or .db3 file, or a rosbag2 bag directory
+(metadata.yaml and its split files, mcap or sqlite3 storage, no, file or
+message zstd compression). Each message keeps its recorded stamp, at its
 recorded pace (--rate scales it), as ros2 bag play does, so a replay needs no
 ROS 2 installation. The publisher is reliable unless the bag recorded a
 best-effort one. ROS 2 arguments follow --ros-args (-r /camera/image_raw:=/cam,
@@ -101,7 +103,7 @@ func runBagPlay(ctx context.Context, o *bagPlayOptions, out io.Writer) error {
 	o.play.Log = log
 	start := time.Now()
 	res, err := bagplay.Play(ctx, o.file, t, o.play)
-	if err != nil {
+	if err != nil && res.Published == 0 {
 		return err
 	}
 	fmt.Fprintf(out, "published %d messages of %s in %.1f s", res.Published, res.Topic, time.Since(start).Seconds())
@@ -109,5 +111,5 @@ func runBagPlay(ctx context.Context, o *bagPlayOptions, out io.Writer) error {
 		fmt.Fprintf(out, "; skipped %d that did not decode (first: %v)", res.Skipped, res.FirstErr)
 	}
 	fmt.Fprintln(out)
-	return nil
+	return err // a bag read in part (exit 4) after what was published
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/source"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
+	"github.com/lingbotmap/lingbotmap/msgs/rosbag2"
 	"github.com/lingbotmap/lingbotmap/node"
 )
 
@@ -20,13 +21,14 @@ func exitCode(err error) int {
 		ec        *exitCodeError
 		mismatch  *weights.MismatchError
 		nonFinite *weights.NonFiniteError
+		bagPart   *rosbag2.PartialError
 	)
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.As(err, &ec):
 		return ec.code
-	case errors.Is(err, source.ErrPartial):
+	case errors.Is(err, source.ErrPartial), errors.As(err, &bagPart):
 		return exitPartial
 	case errors.As(err, &mismatch), errors.As(err, &nonFinite), errors.Is(err, traj.ErrDegenerate):
 		return exitBadInput

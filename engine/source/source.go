@@ -17,6 +17,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/preprocess"
+	"github.com/lingbotmap/lingbotmap/msgs/rosbag2"
 )
 
 // Source yields frames in order.
@@ -139,8 +140,10 @@ func (o Options) selected(n int) int {
 	return (n + o.Stride - 1) / o.Stride
 }
 
-// Open picks the source for path: a directory is an image folder, a .bag file
-// a ROS bag, a .mcap file a ROS 2 bag, anything else a video.
+// Open picks the source for path: a directory is a rosbag2 bag when it holds
+// a metadata.yaml or .mcap/.db3 files, else an image folder; a .bag file is a
+// ROS bag, a .mcap file a ROS 2 bag, a .db3 file a rosbag2 sqlite3 bag,
+// anything else a video.
 func Open(ctx context.Context, path string, opt Options) (Source, error) {
 	if err := opt.Validate(); err != nil {
 		return nil, err
@@ -150,6 +153,10 @@ func Open(ctx context.Context, path string, opt Options) (Source, error) {
 		return nil, fmt.Errorf("input: %w", err)
 	}
 	switch {
+	case st.IsDir() && rosbag2.IsBagDir(path),
+		strings.EqualFold(filepath.Ext(path), ".db3"),
+		filepath.Base(path) == rosbag2.MetadataFile:
+		return OpenROS2Bag(path, opt)
 	case st.IsDir():
 		return OpenFolder(path, opt)
 	case strings.EqualFold(filepath.Ext(path), ".bag"):

@@ -2,20 +2,27 @@
 // storage format since Iron: profile "ros2", one schema per message type
 // (encoding "ros2msg": the .msg text with its dependencies), one channel per
 // topic with message encoding "cdr" and the publisher's QoS in the channel
-// metadata "offered_qos_profiles", as rosbag2_storage_mcap writes them.
-// Messages are encoded and decoded by msgs/cdr.
+// metadata "offered_qos_profiles" with the type's REP 2011 hash in
+// "topic_type_hash", and the rosbag2 metadata record (the bag's metadata
+// YAML), as rosbag2_storage_mcap writes them, so that `ros2 bag info` shows
+// the topics, counts and type hashes of the file alone. Messages are encoded
+// and decoded by msgs/cdr.
 package mcapbag
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/foxglove/mcap/go/mcap"
 
 	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 	"github.com/lingbotmap/lingbotmap/msgs/cdr"
+	"github.com/lingbotmap/lingbotmap/msgs/rosbag2/metadata"
 )
 
 // Profile, SchemaEncoding and MessageEncoding are the MCAP identifiers of a
@@ -27,22 +34,24 @@ const (
 )
 
 // ReliableQoS is the offered_qos_profiles metadata of a reliable, volatile
-// keep-last publisher, in the YAML rosbag2 (Humble) writes; "infinite"
-// durations are its sec/nsec maxima.
-const ReliableQoS = `- history: 3
-  depth: 0
-  reliability: 1
-  durability: 2
+// keep-last publisher of depth 10, in the YAML of rosbag2's metadata version
+// 9 (Jazzy), which names the policies; "infinite" durations are
+// RMW_DURATION_INFINITE as sec and nsec. The rosbag2 metadata record says
+// version 9, so a profile set with SetQoS must use names too.
+const ReliableQoS = `- history: keep_last
+  depth: 10
+  reliability: reliable
+  durability: volatile
   deadline:
-    sec: 2147483647
-    nsec: 4294967295
+    sec: 9223372036
+    nsec: 854775807
   lifespan:
-    sec: 2147483647
-    nsec: 4294967295
-  liveliness: 1
+    sec: 9223372036
+    nsec: 854775807
+  liveliness: automatic
   liveliness_lease_duration:
-    sec: 2147483647
-    nsec: 4294967295
+    sec: 9223372036
+    nsec: 854775807
   avoid_ros_namespace_conventions: false
 `
 
@@ -56,14 +65,20 @@ type Writer struct {
 	schemas  map[string]uint16 // ROS 2 type name → schema id
 	channels map[string]*channel
 	closed   bool
+	// first and last log times (ns) of the messages written, for the
+	// rosbag2 metadata record
+	first, last uint64
+	count       uint64
 }
 
 type channel struct {
-	id   uint16
-	typ  string
-	seq  uint32
-	qos  string
-	used bool
+	topic string
+	id    uint16
+	typ   string
+	hash  string // REP 2011 type hash
+	seq   uint32
+	qos   string
+	used  bool
 }
 
 // Create starts the MCAP file and writes its header. The file is written
@@ -128,6 +143,11 @@ func (w *Writer) Write(topic string, t time.Time, msg any) error {
 		return fmt.Errorf("topic %s: log time %v is before 1970", topic, t)
 	}
 	ns := uint64(t.UnixNano())
+	if w.count == 0 || ns < w.first {
+		w.first = ns
+	}
+	w.last = max(w.last, ns)
+	w.count++
 	c.seq++
 	if err := w.w.WriteMessage(&mcap.Message{ChannelID: c.id, Sequence: c.seq, LogTime: ns, PublishTime: ns, Data: data}); err != nil {
 		return fmt.Errorf("writing a message on %s: %w", topic, err)
@@ -164,9 +184,9 @@ func (w *Writer) channel(topic string, ty cdr.Type) (*channel, error) {
 			used++
 		}
 	}
-	c.id, c.typ, c.used = uint16(used), ty.Name, true
+	c.topic, c.id, c.typ, c.hash, c.used = topic, uint16(used), ty.Name, ty.Hash, true
 	err := w.w.WriteChannel(&mcap.Channel{ID: c.id, SchemaID: sid, Topic: topic, MessageEncoding: MessageEncoding,
-		Metadata: map[string]string{"offered_qos_profiles": c.qos}})
+		Metadata: map[string]string{"offered_qos_profiles": c.qos, "topic_type_hash": c.hash}})
 	if err != nil {
 		return nil, fmt.Errorf("writing the channel of %s: %w", topic, err)
 	}
@@ -180,7 +200,10 @@ func (w *Writer) Close() error {
 		return nil
 	}
 	w.closed = true
-	err := w.w.Close()
+	err := w.writeBagMetadata()
+	if err == nil {
+		err = w.w.Close()
+	}
 	if ferr := w.buf.Flush(); err == nil {
 		err = ferr
 	}
@@ -191,6 +214,50 @@ func (w *Writer) Close() error {
 	}
 	if err != nil {
 		return fmt.Errorf("closing the MCAP bag: %w", err)
+	}
+	return nil
+}
+
+// writeBagMetadata writes the rosbag2 metadata record: the bag's metadata
+// as rosbag2 would put it in metadata.yaml (storage mcap, this one file,
+// each topic with its QoS, type hash and count), which rosbag2_storage_mcap
+// reads back when the file is opened without a bag directory.
+func (w *Writer) writeBagMetadata() error {
+	m := &metadata.Metadata{
+		Version:           metadata.Version,
+		StorageIdentifier: metadata.StorageMCAP,
+		MessageCount:      w.count,
+		RelativeFilePaths: []string{filepath.Base(w.path)},
+		ROSDistro:         "jazzy", // the layout written is Jazzy's (version 9)
+	}
+	if w.count > 0 {
+		m.StartingTime.NanosecondsSinceEpoch = int64(w.first)
+		m.Duration.Nanoseconds = int64(w.last - w.first)
+	} else {
+		m.StartingTime.NanosecondsSinceEpoch = math.MaxInt64 // rosbag2's start of an empty bag
+	}
+	counts := w.w.Statistics.ChannelMessageCounts
+	var chans []*channel
+	for _, c := range w.channels {
+		if c.used {
+			chans = append(chans, c)
+		}
+	}
+	slices.SortFunc(chans, func(a, b *channel) int { return int(a.id) - int(b.id) })
+	for _, c := range chans {
+		m.Topics = append(m.Topics, metadata.TopicInformation{
+			Topic: metadata.TopicMetadata{Name: c.topic, Type: c.typ, SerializationFormat: MessageEncoding,
+				OfferedQoSProfiles: metadata.QoSProfiles(c.qos), TypeDescriptionHash: c.hash},
+			MessageCount: counts[c.id],
+		})
+	}
+	m.Files = []metadata.FileInformation{{Path: m.RelativeFilePaths[0], StartingTime: m.StartingTime, Duration: m.Duration, MessageCount: m.MessageCount}}
+	yaml, err := m.Marshal()
+	if err != nil {
+		return err
+	}
+	if err := w.w.WriteMetadata(&mcap.Metadata{Name: "rosbag2", Metadata: map[string]string{"serialized_metadata": string(yaml)}}); err != nil {
+		return fmt.Errorf("writing the rosbag2 metadata record: %w", err)
 	}
 	return nil
 }

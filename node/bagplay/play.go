@@ -1,4 +1,5 @@
-// Package bagplay replays the camera topic of a ROS 2 bag (MCAP) through a
+// Package bagplay replays the camera topic of a ROS 2 bag (an MCAP or .db3
+// file, or a rosbag2 bag directory of split files) through a
 // node.Transport: each message is published with its recorded header stamp,
 // at the recorded pace (scaled by a rate factor), as `ros2 bag play` does, so
 // a replay needs no ROS 2 installation.
@@ -19,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/lingbotmap/lingbotmap/msgs/mcapbag"
+	"github.com/lingbotmap/lingbotmap/msgs/rosbag2"
 	"github.com/lingbotmap/lingbotmap/node"
 )
 
@@ -47,8 +49,8 @@ type Result struct {
 	FirstErr  error  // the first decode error
 }
 
-// Play publishes the image topic of the MCAP bag at path through t (already
-// connected), on t.Resolve(topic), until the bag ends or ctx is cancelled.
+// Play publishes the image topic of the ROS 2 bag at path (see rosbag2.Open)
+// through t (already connected), on t.Resolve(topic), until the bag ends or ctx is cancelled.
 // The publisher's QoS follows the bag's recorded offered QoS: best effort
 // when the recorder saw a best-effort publisher, reliable otherwise.
 func Play(ctx context.Context, path string, t node.Transport, o Options) (Result, error) {
@@ -67,6 +69,9 @@ func Play(ctx context.Context, path string, t node.Transport, o Options) (Result
 		return Result{}, err
 	}
 	defer r.Close()
+	for _, w := range r.Warnings() {
+		log.Warn("the bag's metadata disagrees with its files", "bag", path, "what", w)
+	}
 	res := Result{Topic: ch.Topic}
 	newMsg := func() any { return &sensor_msgs.Image{} }
 	if ch.Type == "sensor_msgs/msg/CompressedImage" {
@@ -134,7 +139,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // ErrROS1Bag marks a ROS 1 bag given to a player of ROS 2 bags.
-var ErrROS1Bag = errors.New("a ROS 1 bag, not a ROS 2 bag (MCAP)")
+var ErrROS1Bag = errors.New("a ROS 1 bag, not a ROS 2 bag (MCAP, .db3 or a rosbag2 bag directory)")
 
 // Check opens the bag at path and picks its topic as Play would, without a
 // transport: a command checks its input with it before joining the graph.
@@ -146,9 +151,9 @@ func Check(path string, o Options) error {
 	return r.Close()
 }
 
-// open opens the MCAP bag at path and picks the topic to play. A ROS 1 bag
-// is refused with ErrROS1Bag and the way to play it.
-func open(path, topic string) (*mcapbag.Reader, *mcapbag.Channel, error) {
+// open opens the ROS 2 bag at path (see rosbag2.Open) and picks the topic
+// to play. A ROS 1 bag is refused with ErrROS1Bag and the way to play it.
+func open(path, topic string) (*rosbag2.Bag, *mcapbag.Channel, error) {
 	if f, err := os.Open(path); err == nil {
 		head := make([]byte, len(ros1Magic))
 		_, err := io.ReadFull(f, head)
@@ -157,7 +162,7 @@ func open(path, topic string) (*mcapbag.Reader, *mcapbag.Channel, error) {
 			return nil, nil, fmt.Errorf("%s is %w: play it with rosbag play on a ROS 1 master, or map it offline with lingbotmap run %s", path, ErrROS1Bag, path)
 		}
 	}
-	r, err := mcapbag.Open(path)
+	r, err := rosbag2.Open(path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -172,7 +177,7 @@ func open(path, topic string) (*mcapbag.Reader, *mcapbag.Channel, error) {
 // ros1Magic starts every ROS 1 bag (format 2.0, the only one rosbag writes).
 const ros1Magic = "#ROSBAG V2.0\n"
 
-func pickTopic(r *mcapbag.Reader, topic, path string) (*mcapbag.Channel, error) {
+func pickTopic(r *rosbag2.Bag, topic, path string) (*mcapbag.Channel, error) {
 	var images []*mcapbag.Channel
 	for _, c := range r.Channels() {
 		if c.Type == "sensor_msgs/msg/Image" || c.Type == "sensor_msgs/msg/CompressedImage" {
