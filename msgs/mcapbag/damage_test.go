@@ -188,7 +188,18 @@ func TestReadDamagedCompressed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b[200] ^= 0x01
+	// A byte in the middle of the chunk's compressed records, found through
+	// the chunk index (the rosbag2 metadata record comes before the chunk).
+	mr, err := mcap.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := mr.Info()
+	if err != nil || len(info.ChunkIndexes) != 1 {
+		t.Fatalf("chunk index: %v, %+v", err, info)
+	}
+	ci := info.ChunkIndexes[0]
+	b[ci.ChunkStartOffset+ci.ChunkLength-ci.CompressedSize/2] ^= 0x01
 	r, got, err := readDamaged(t, b)
 	var de *DamageError
 	if r == nil || !errors.As(err, &de) || len(got) != 0 || de.SkippedChunks != 1 {
