@@ -109,7 +109,7 @@ func TestBagPlayChecksTheFileFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, msg := runCLI(t, "bag", "play", ros1)
-	if code != exitUsage || !strings.Contains(msg, "is a ROS 1 bag, not a ROS 2 bag (MCAP): play it with rosbag play") {
+	if code != exitUsage || !strings.Contains(msg, "is a ROS 1 bag, not a ROS 2 bag (MCAP, .db3 or a rosbag2 bag directory): play it with rosbag play") {
 		t.Errorf("a ROS 1 bag: exit %d, stderr %q", code, msg)
 	}
 	junk := filepath.Join(dir, "junk.mcap")

@@ -320,7 +320,15 @@ func (b *Bag) openSplit(s *split, want string) error {
 	case bytes.HasPrefix(head, magicSQLite):
 		s.storage = StorageSQLite3
 	default:
-		return fmt.Errorf("%s is neither an MCAP nor an SQLite file", s.name)
+		// Neither format's magic: the reader the name or the metadata
+		// says gives its own error.
+		if s.storage = storageOf(s.name); s.storage == "" {
+			s.storage = want
+		}
+		if s.storage == "" {
+			return fmt.Errorf("%s is neither an MCAP nor an SQLite file", s.name)
+		}
+		want = ""
 	}
 	if want != "" && want != s.storage {
 		return &storageError{fmt.Errorf("rosbag2 bag %s: %s says storage_identifier %q, but %s is %s",
