@@ -148,30 +148,15 @@ func (s *stream) Warmup() WarmupStats {
 	return st
 }
 
-// canStartEarly says whether the settings let live windows start early: it
-// needs fixed-interval windows (a flow window's end is known only when it
-// comes) whose overlap holds the next window's scale frames and at least one
-// frame after them, over which its phase 1 spreads.
-func (c Config) canStartEarly() bool {
-	return c.Windowed && c.WindowMode == WindowLive && c.FlowThreshold == 0 && c.OverlapSize >= c.ScaleFrames+1
-}
-
-// early says whether live windows start early.
-func (s *stream) early() bool { return s.cfg.canStartEarly() && !s.serialWindows }
-
-// warm runs after the current window has taken in (the newest of
-// s.recent): once the frames the next window re-runs have begun, the
-// warm-up takes those that arrived and advances by its share of the work
-// left.
-func (s *stream) warm(ctx context.Context, in input) error {
-	w := s.win
-	wf, sf := s.windowFrames(w), s.cfg.ScaleFrames
-	pos := w.n + w.gap - 1          // in's position in this window
-	start := max(wf-s.overlap(), 0) // the next window's first scale frame's
-	if w.n == 0 || pos < start {
+// warmUp runs after the current window has taken in: the schedule says
+// whether a warm-up of the next window starts (on a second model state) or
+// takes in, and the warm-up advances by its share of the work left.
+func (s *stream) warmUp(ctx context.Context, in input) error {
+	ws, ok := s.warm(in, s.next != nil)
+	if !ok {
 		return nil
 	}
-	if s.next == nil {
+	if ws.start != nil {
 		m := s.spare
 		if m == nil {
 			var err error
@@ -181,29 +166,18 @@ func (s *stream) warm(ctx context.Context, in input) error {
 		}
 		s.spare = nil
 		m.Reset()
-		nx := &warmup{win: s.newWindow(w.index + 1), m: m}
-		nx.win.rerun, nx.win.gap = sf, s.overlap()-sf
-		// the scale frames so far: in, and earlier ones when the warm-up
-		// starts late (a resumed stream, or a window that took over after
-		// they came)
-		for i, r := range s.recent {
-			if p := pos - (len(s.recent) - 1 - i); p >= start && p < start+sf {
-				nx.p1 = append(nx.p1, r)
-			}
-		}
-		s.next = nx
-	} else if pos < start+sf {
-		s.next.p1 = append(s.next.p1, in)
+		s.next = &warmup{win: ws.start, m: m}
 	}
+	s.next.p1 = append(s.next.p1, ws.take...)
 	// Until the last scale frame is in, the work ready is their encodings,
 	// run as they come. Then the steps left are split over the frames left
 	// in this window, this one included, with the least largest share, so
 	// that the warm-up is done when the window ends. Costs are estimates,
 	// not timings: on a GPU a step returns as soon as its work is queued.
 	budget := math.MaxInt
-	if left := wf - pos; left > 1 {
+	if ws.left > 1 {
 		if steps, ok := s.warmupSteps(); ok {
-			budget = minShare(steps, left)
+			budget = minShare(steps, ws.left)
 		}
 	}
 	steps, cost, err := s.advance(ctx, budget)
@@ -278,7 +252,7 @@ func (s *stream) advance(ctx context.Context, budget int) (steps, cost int, err 
 		case len(nx.encs) == nx.win.rerun:
 			encs := nx.encs
 			nx.encs = nil
-			if nx.call, err = s.startCall(ctx, nx.win, nx.m, nx.p1, encs, true); err != nil {
+			if nx.call, err = s.startCall(ctx, s.phase1(nx.win, nx.p1), nx.m, encs, true); err != nil {
 				return steps, cost, err
 			}
 			nx.p1 = nil
@@ -340,25 +314,28 @@ func (s *stream) switchWindow(ctx context.Context) ([]Result, error) {
 		return nil, fmt.Errorf("engine: window %d has not run its %d scale frames at the change", nx.win.index, nx.win.rerun)
 	}
 	s.next = nil
-	raw := nx.raw
+	raw, ahead := nx.raw, false
+	var a alignment
 	if nx.aligned != nil {
-		a := <-nx.aligned
-		if a.err != nil {
+		if a = <-nx.aligned; a.err != nil {
 			return nil, fmt.Errorf("engine: aligning window %d: %w", nx.win.index, a.err)
 		}
 		// the re-runs served the alignment only: nothing to emit
-		nx.win.sim, nx.win.aligned = a.sim, true
 		s.sims = append(s.sims, a.sim)
 		s.bg.AlignedAhead = true
-		raw = nil
+		raw, ahead = nil, true
 	}
 	old := s.m
 	old.Reset()
 	s.m, s.spare = nx.m, old
-	s.win = nx.win
+	s.takeOver(nx.win)
+	s.begin(nx.win.index)
+	if ahead {
+		s.sim, s.aligned = a.sim, true
+	}
 	s.trace(TraceEvent{Event: "reset", Frames: nx.win.n})
 	s.log.Info("new window", "window", s.win.index, "rerun_frames", nx.win.n, "gap_frames", nx.win.gap, "switch_steps", steps)
-	return s.emitLive(raw)
+	return s.emitLive(s.win, raw)
 }
 
 // dropWarmup abandons a warm-up (reset, end of input, a saved state that
