@@ -14,6 +14,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"github.com/lingbotmap/lingbotmap/engine/output"
 )
 
 // Config is the whole configuration schema: the engine's settings (with the
@@ -56,6 +57,9 @@ type Config struct {
 	CloudStride int `mapstructure:"cloud_stride"`
 	// MapVoxel is the voxel edge of the accumulated map in metres.
 	MapVoxel float64 `mapstructure:"map_voxel"`
+	// Output is what `lingbotmap run` writes besides the trajectory and the
+	// map; the node ignores it.
+	Output output.Settings `mapstructure:",squash"`
 	// MapRate is the most map messages per second.
 	MapRate float64 `mapstructure:"map_rate"`
 	// MaxPathLength caps the poses kept in ~path and saved by ~save_map
@@ -103,6 +107,7 @@ func DefaultConfig() Config {
 		ConfThreshold:       1.5,
 		CloudStride:         1,
 		MapVoxel:            0.05,
+		Output:              output.DefaultSettings(),
 		MapRate:             1,
 		MaxPathLength:       18000,
 		DiagnosticsRate:     1,

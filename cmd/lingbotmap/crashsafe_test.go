@@ -198,8 +198,8 @@ func TestRunRejectsNonFiniteFlags(t *testing.T) {
 		{"--flow-threshold=Inf", "flow_threshold"},
 		{"--conf-threshold=NaN", "conf_threshold"},
 		{"--map-voxel=-Inf", "map_voxel"},
-		{"--depth-scale=NaN", "depth-scale"},
-		{"--checkpoint-every=-1", "checkpoint-every"},
+		{"--depth-scale=NaN", "depth_scale"},
+		{"--checkpoint-every=-1", "checkpoint_every"},
 	} {
 		out := filepath.Join(t.TempDir(), "out")
 		code, msg := runCLI(t, "run", dir, "--out", out, "--model-size=tiny", "--image-width=70", "--first-k=2", c.flag)

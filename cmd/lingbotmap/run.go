@@ -21,7 +21,6 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/engine/pipeline"
-	"github.com/lingbotmap/lingbotmap/engine/render"
 	"github.com/lingbotmap/lingbotmap/engine/source"
 	"github.com/lingbotmap/lingbotmap/node"
 )
@@ -78,10 +77,11 @@ func defaultRunOptions() *runOptions {
 		confThreshold:   runDefaults().ConfThreshold,
 		voxel:           runDefaults().MapVoxel,
 		pixelStride:     runDefaults().CloudStride,
-		saveDepth:       true,
-		depthScale:      render.DepthScale,
-		confScale:       100,
-		checkpointEvery: 20,
+		saveDepth:       runDefaults().Output.SaveDepth,
+		saveConf:        runDefaults().Output.SaveConf,
+		depthScale:      runDefaults().Output.DepthScale,
+		confScale:       runDefaults().Output.ConfScale,
+		checkpointEvery: runDefaults().Output.CheckpointEvery,
 		version:         versionString(),
 		newStream:       newEngineStream,
 		openSource:      source.Open,
@@ -185,6 +185,8 @@ its saved settings, and ends with the trajectory an uninterrupted run gives.`,
 			}
 			o.cfg, o.sources = all.Engine, src
 			o.confThreshold, o.voxel, o.pixelStride = all.ConfThreshold, all.MapVoxel, all.CloudStride
+			out := all.Output
+			o.saveDepth, o.saveConf, o.depthScale, o.confScale, o.checkpointEvery = out.SaveDepth, out.SaveConf, out.DepthScale, out.ConfScale, out.CheckpointEvery
 			// The reference's default: one keyframe in ⌈N/320⌉ for long
 			// streaming runs, unless the user chose.
 			autoKF := !src.Given("keyframe_interval") && !src.Given("flow_threshold") && !o.cfg.Windowed
@@ -201,11 +203,6 @@ its saved settings, and ends with the trajectory an uninterrupted run gives.`,
 	f.Float64Var(&o.src.SampleFPS, "fps", o.src.SampleFPS, "videos: sample one frame in round(video fps / fps) before --first-k and --stride, as the reference (0 = every frame)")
 	f.Float64Var(&o.src.FrameRate, "frame-rate", o.src.FrameRate, "frame rate for the stamps of inputs without times (numbered images)")
 
-	f.BoolVar(&o.saveDepth, "save-depth", o.saveDepth, "write per-frame depth PNGs (depth/, 16-bit) and their colour previews (depth_color/)")
-	f.BoolVar(&o.saveConf, "save-conf", false, "write per-frame confidence PNGs")
-	f.Float64Var(&o.depthScale, "depth-scale", o.depthScale, "depth PNG units per model unit (1000 = millimetres)")
-	f.Float64Var(&o.confScale, "conf-scale", o.confScale, "confidence PNG units per confidence unit")
-	f.IntVar(&o.checkpointEvery, "checkpoint-every", o.checkpointEvery, "write map.ply and run.json (and the session, with --session) every N frames (0 = only at the end); trajectory rows and depth images are written as frames finish")
 	f.BoolVar(&o.saveSessions, "session", false, "save the whole session into OUT/session/ at every checkpoint, so that --resume can continue the run")
 	f.StringVar(&o.session.resume, "resume", "", "continue the run whose output folder DIR holds a saved session (its settings are used)")
 	f.BoolVar(&o.force, "force", false, "reuse an output folder that holds a previous run: remove its outputs first")
@@ -230,13 +227,13 @@ func (o *runOptions) validate() error {
 		errs = append(errs, fmt.Errorf("'cloud_stride' must be ≥ 1, not %d", o.pixelStride))
 	}
 	if !(o.depthScale > 0) || math.IsInf(o.depthScale, 0) {
-		errs = append(errs, fmt.Errorf("'depth-scale' must be positive, not %g", o.depthScale))
+		errs = append(errs, fmt.Errorf("'depth_scale' must be positive, not %g", o.depthScale))
 	}
 	if !(o.confScale > 0) || math.IsInf(o.confScale, 0) {
-		errs = append(errs, fmt.Errorf("'conf-scale' must be positive, not %g", o.confScale))
+		errs = append(errs, fmt.Errorf("'conf_scale' must be positive, not %g", o.confScale))
 	}
 	if o.checkpointEvery < 0 {
-		errs = append(errs, fmt.Errorf("'checkpoint-every' must be ≥ 0, not %d", o.checkpointEvery))
+		errs = append(errs, fmt.Errorf("'checkpoint_every' must be ≥ 0, not %d", o.checkpointEvery))
 	}
 	return errors.Join(errs...)
 }

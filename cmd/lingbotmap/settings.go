@@ -8,6 +8,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/node"
 )
 
@@ -15,10 +16,12 @@ import (
 // takes flags for the settings it uses; `node` uses them all. A --config file
 // may hold any key of the schema, so one file serves every command.
 
-// runSettings are the settings of `lingbotmap run`: all of the engine's, and
-// those of the map it writes (confidence threshold, pixel stride, voxel).
+// runSettings are the settings of `lingbotmap run`: all of the engine's,
+// those of the map it writes (confidence threshold, pixel stride, voxel)
+// and those of its output folder.
 func runSettings() []string {
-	return append(config.Keys(&engine.Config{}), "conf_threshold", "cloud_stride", "map_voxel")
+	keys := append(config.Keys(&engine.Config{}), "conf_threshold", "cloud_stride", "map_voxel")
+	return append(keys, config.Keys(&output.Settings{})...)
 }
 
 // benchSettings are the settings of `lingbotmap bench`: the model, its cache

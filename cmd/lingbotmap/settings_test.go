@@ -39,6 +39,8 @@ func settingsCommands() []settingsCommand {
 			return newRunCmdWith(func(_ context.Context, o *runOptions, _ bool) error {
 				*got = config.Values(&o.cfg)
 				(*got)["conf_threshold"], (*got)["map_voxel"], (*got)["cloud_stride"] = o.confThreshold, o.voxel, o.pixelStride
+				(*got)["save_depth"], (*got)["save_conf"], (*got)["depth_scale"] = o.saveDepth, o.saveConf, o.depthScale
+				(*got)["conf_scale"], (*got)["checkpoint_every"] = o.confScale, o.checkpointEvery
 				return nil
 			})
 		}},
