@@ -79,14 +79,20 @@ func (b *Bag) pickTopic(r *bag.Reader) error {
 // decode decodes message i of the topic and notes, once per kind, the
 // precision its decoding drops.
 func (b *Bag) decode(m *bag.Message, i int) (*image.RGBA, time.Time, error) {
-	img, stamp, loss, err := decodeBagImage(m)
+	img, stamp, loss, err := decodeImageMessage(m.Type, m.Decode, typeImage, typeCompressed)
+	return b.decodedOf(b.topic, img, stampOr(stamp, m.Time), loss, i, err)
+}
+
+// decodedOf ends the decoding of message i of topic, in either format: it notes, once
+// per kind, the precision the decoding dropped.
+func (n *noticeSet) decodedOf(topic string, img *image.RGBA, stamp time.Time, loss string, i int, err error) (*image.RGBA, time.Time, error) {
 	if err != nil {
 		return nil, time.Time{}, err
 	}
 	if loss != "" {
-		b.note(loss, fmt.Sprintf("%s (first on message %d of %s)", loss, i, b.topic))
+		n.note(loss, fmt.Sprintf("%s (first on message %d of %s)", loss, i, topic))
 	}
-	return img, stampOr(stamp, m.Time), nil
+	return img, stamp, nil
 }
 
 // readErr marks a bag cut short or corrupt as ErrPartial, saying how many
@@ -98,27 +104,30 @@ func (b *Bag) readErr(err error) error {
 	return fmt.Errorf("bag %s: %w", b.path, err)
 }
 
-// decodeBagImage decodes an Image or CompressedImage message and returns
-// its header stamp and the precision the decoding drops ("" when none).
-func decodeBagImage(m *bag.Message) (*image.RGBA, time.Time, string, error) {
-	switch m.Type {
-	case typeImage:
+// decodeImageMessage decodes an Image or CompressedImage message of either
+// bag format (typ is the message's type, raw and compressed the format's
+// names of the two, decode fills a message value from its bytes) and
+// returns its header stamp and the precision the decoding drops ("" when
+// none).
+func decodeImageMessage(typ string, decode func(any) error, raw, compressed string) (*image.RGBA, time.Time, string, error) {
+	switch typ {
+	case raw:
 		var im sensor_msgs.Image
-		if err := m.Decode(&im); err != nil {
+		if err := decode(&im); err != nil {
 			return nil, time.Time{}, "", err
 		}
 		img, err := msgs.DecodeImage(&im)
 		loss, _ := msgs.PrecisionLoss(im.Encoding)
 		return img, im.Header.Stamp, loss, err
-	case typeCompressed:
+	case compressed:
 		var cm sensor_msgs.CompressedImage
-		if err := m.Decode(&cm); err != nil {
+		if err := decode(&cm); err != nil {
 			return nil, time.Time{}, "", err
 		}
 		img, err := msgs.DecodeCompressed(&cm)
 		return img, cm.Header.Stamp, compressedLoss(cm.Data), err
 	}
-	return nil, time.Time{}, "", fmt.Errorf("message type %s is not an image", m.Type)
+	return nil, time.Time{}, "", fmt.Errorf("message type %s is not an image", typ)
 }
 
 // compressedLoss says whether a compressed image is a 16-bit PNG, which

@@ -6,9 +6,6 @@ import (
 	"image"
 	"time"
 
-	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
-
-	"github.com/lingbotmap/lingbotmap/msgs"
 	"github.com/lingbotmap/lingbotmap/msgs/mcapbag"
 )
 
@@ -86,35 +83,6 @@ func mcapErr(err error, frames int) error {
 // header has no stamp, and notes, once per kind, the precision its decoding
 // drops (16-bit images, as in ROS 1 bags).
 func (m *MCAP) decodeFrame(msg *mcapbag.Message, i int) (*image.RGBA, time.Time, error) {
-	img, stamp, loss, err := decodeMCAPImage(msg)
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	if loss != "" {
-		m.note(loss, fmt.Sprintf("%s (first on message %d of %s)", loss, i, m.topic))
-	}
-	return img, stampOr(stamp, msg.LogTime), nil
-}
-
-// decodeMCAPImage decodes an Image or CompressedImage CDR message and returns
-// its header stamp and the precision the decoding drops ("" when none).
-func decodeMCAPImage(m *mcapbag.Message) (*image.RGBA, time.Time, string, error) {
-	switch m.Type {
-	case typeImage2:
-		var im sensor_msgs.Image
-		if err := m.Decode(&im); err != nil {
-			return nil, time.Time{}, "", err
-		}
-		img, err := msgs.DecodeImage(&im)
-		loss, _ := msgs.PrecisionLoss(im.Encoding)
-		return img, im.Header.Stamp, loss, err
-	case typeCompressed2:
-		var cm sensor_msgs.CompressedImage
-		if err := m.Decode(&cm); err != nil {
-			return nil, time.Time{}, "", err
-		}
-		img, err := msgs.DecodeCompressed(&cm)
-		return img, cm.Header.Stamp, compressedLoss(cm.Data), err
-	}
-	return nil, time.Time{}, "", fmt.Errorf("message type %s is not an image", m.Type)
+	img, stamp, loss, err := decodeImageMessage(msg.Type, msg.Decode, typeImage2, typeCompressed2)
+	return m.decodedOf(m.topic, img, stampOr(stamp, msg.LogTime), loss, i, err)
 }

@@ -65,15 +65,10 @@ func OpenROS2Bag(path string, opt Options) (Source, error) {
 	return s, nil
 }
 
+// decodeFrame decodes message i as an MCAP source does.
 func (s *ROS2Bag) decodeFrame(msg *mcapbag.Message, i int) (*image.RGBA, time.Time, error) {
-	img, stamp, loss, err := decodeMCAPImage(msg)
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	if loss != "" {
-		s.note(loss, fmt.Sprintf("%s (first on message %d of %s)", loss, i, s.topic))
-	}
-	return img, stampOr(stamp, msg.LogTime), nil
+	img, stamp, loss, err := decodeImageMessage(msg.Type, msg.Decode, typeImage2, typeCompressed2)
+	return s.decodedOf(s.topic, img, stampOr(stamp, msg.LogTime), loss, i, err)
 }
 
 // readErr marks a bag read in part as ErrPartial, saying how many frames
