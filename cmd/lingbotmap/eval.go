@@ -21,6 +21,7 @@ type evalOptions struct {
 	align    string
 	jsonOut  string
 	plotOut  string
+	topic    string // the pose topic of a ROS 2 bag
 }
 
 func newEvalCmd() *cobra.Command {
@@ -29,7 +30,11 @@ func newEvalCmd() *cobra.Command {
 		Use:   "eval EST REF",
 		Short: "Compare an estimated trajectory with a reference: ATE and RPE",
 		Long: `eval compares two TUM trajectories ("timestamp tx ty tz qx qy qz qw" per line),
-as the TUM RGB-D benchmark and evo do. Poses are associated by timestamp
+as the TUM RGB-D benchmark and evo do. Either may instead be a ROS 2 bag (a
+rosbag2 bag directory, as ros2 bag record writes it, or an .mcap or .db3
+file): its geometry_msgs/msg/PoseStamped topic (or nav_msgs/msg/Odometry;
+--topic picks one) is the trajectory, stamped with the message headers, so a
+recording of the node's ~/pose is compared directly. Poses are associated by timestamp
 (closest first, one-to-one, within --max-diff seconds after adding --offset to
 the estimate's stamps), the estimate is aligned to the reference by Umeyama's
 closed form (--align sim3 for monocular estimates, se3, or none), then it reports:
@@ -58,6 +63,7 @@ cannot fix a rotation (fewer than 3 pairs, or all on one line; exit code 5).
 	f.StringVar(&o.align, "align", string(o.opt.Align), "alignment: sim3 (rotation, translation, scale), se3 or none")
 	f.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
 	f.StringVar(&o.plotOut, "plot", "", "draw both trajectories after alignment and the error over time to this PNG")
+	f.StringVar(&o.topic, "topic", "", "pose topic (PoseStamped or Odometry) of a ROS 2 bag given as EST or REF (default: its only one)")
 	return cmd
 }
 
@@ -83,11 +89,11 @@ func runEval(o *evalOptions, stdout io.Writer) error {
 	case o.opt.Delta < 1:
 		return &exitCodeError{code: exitUsage, err: fmt.Errorf("--delta must be at least 1 pose, not %d", o.opt.Delta)}
 	}
-	est, err := traj.ReadTUMFile(o.est)
+	est, err := readTrajectory(o.est, o.topic)
 	if err != nil {
 		return fmt.Errorf("estimate: %w", err)
 	}
-	ref, err := traj.ReadTUMFile(o.ref)
+	ref, err := readTrajectory(o.ref, o.topic)
 	if err != nil {
 		return fmt.Errorf("reference: %w", err)
 	}
