@@ -16,6 +16,10 @@ type driver struct {
 	flows map[uint64]float64
 	nx    *window // a live window warming up
 	p1    []input // its scale frames so far
+	// calls are the model calls the plan makes, as the stream's trace
+	// names them (Config.Trace)
+	calls []string
+	bg    bool // the calls are the warm-up's
 }
 
 func seqsOf(ins []input) []uint64 {
@@ -43,9 +47,11 @@ func (d *driver) push(seq uint64) string {
 			}
 			d.p.takeOver(d.nx)
 			d.nx, d.p1 = nil, nil
+			d.calls = append(d.calls, "reset")
 			ev = append(ev, e+" warmed")
 		} else {
 			d.p.startWindow(c)
+			d.calls = append(d.calls, "reset")
 			ev = append(ev, e)
 			for _, r := range c.retained[:c.rerun] {
 				ev = append(ev, d.run(d.p.take(r))...)
@@ -65,7 +71,9 @@ func (d *driver) push(seq uint64) string {
 				ev = append(ev, fmt.Sprintf("+%v", seqsOf(ws.take)))
 			}
 			if d.nx.n == 0 && len(d.p1) == d.nx.rerun {
+				d.bg = true
 				d.run(d.p.phase1(d.nx, d.p1))
+				d.bg = false
 				ev = append(ev, fmt.Sprintf("bg p1 %v", seqsOf(d.p1)))
 			}
 			ev = append(ev, fmt.Sprintf("left %d", ws.left))
@@ -80,20 +88,37 @@ func (d *driver) run(st step) []string {
 	case opBuffer:
 		return nil
 	case opPhase1:
+		d.call(fmt.Sprintf("call %d", len(st.ins)))
 		last := st.ins[len(st.ins)-1].seq
 		d.p.done(st, [9]float32{float32(last)})
 		return []string{fmt.Sprintf("p1 %v", seqsOf(st.ins))}
 	case opFlow:
 		seq := st.ins[0].seq
 		kind := NonKeyframe
+		d.call("call 1")
 		if d.p.decide(st, d.flows[seq], [9]float32{float32(seq)}) {
 			kind = Keyframe
+			d.call("commit")
+		} else {
+			d.call("rollback")
 		}
 		d.p.done(st, [9]float32{float32(seq)})
 		return []string{fmt.Sprintf("%s %d", short(kind), seq)}
 	}
+	if st.kind == NonKeyframe {
+		d.call("call 1 skip")
+	} else {
+		d.call("call 1")
+	}
 	d.p.done(st, [9]float32{float32(st.ins[0].seq)})
 	return []string{fmt.Sprintf("%s %d", short(st.kind), st.ins[0].seq)}
+}
+
+func (d *driver) call(c string) {
+	if d.bg {
+		c = "bg " + c
+	}
+	d.calls = append(d.calls, c)
 }
 
 func short(k FrameKind) string {
