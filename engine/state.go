@@ -13,6 +13,8 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"runtime"
+	"sync"
 
 	"github.com/lingbotmap/lingbotmap/engine/binstate"
 	"github.com/lingbotmap/lingbotmap/engine/model"
@@ -24,7 +26,9 @@ import (
 //
 //	magic      8 bytes "LBMSTATE"
 //	version    uint32 (StateVersion)
-//	header     uint32 length, then JSON: the Fingerprint
+//	header     uint32 length, then JSON: the Fingerprint, then a uint32
+//	           CRC-32C of the magic, version, length and JSON, checked
+//	           before the fingerprint is trusted
 //	model      the model's caches (model.SaveState): resolution, RoPE
 //	           counter, KV page bookkeeping, K and V of the pages in use,
 //	           camera head caches
@@ -37,7 +41,9 @@ import (
 // All numbers are little-endian; lengths are int64, −1 for nil.
 
 // StateVersion is the state file format this build writes and reads.
-const StateVersion = 3
+// Version 4 added the header's checksum; older files are refused, since
+// their header cannot be proven.
+const StateVersion = 4
 
 var stateMagic = [8]byte{'L', 'B', 'M', 'S', 'T', 'A', 'T', 'E'}
 
@@ -63,8 +69,8 @@ type Fingerprint struct {
 	Precision string      `json:"precision"`
 	Sizes     model.Sizes `json:"sizes"`
 	// Weights is a SHA-256 over the checkpoint's key, dtype and shape table
-	// and a sample of every tensor's bytes (its first and last 64), or over
-	// the table and the seed of a random model.
+	// and the SHA-256 of every byte of every tensor, or over the table and
+	// the seed of a random model.
 	Weights string `json:"weights"`
 	// Settings are the configuration values that change results, by key.
 	Settings map[string]string `json:"settings"`
@@ -95,26 +101,51 @@ func resultSettings(c Config) map[string]string {
 	}
 }
 
-// weightsFingerprint hashes a store's table and a sample of its bytes.
+// weightsFingerprint hashes a store's table and every byte of its tensors:
+// one SHA-256 per tensor, computed on all cores in one pass over the
+// (mapped) bytes, then one over the table and those digests, so that a
+// session is resumed only with the very weights it was saved with.
 func weightsFingerprint(cfg Config, s weights.Store) (string, error) {
+	keys := s.Keys()
+	raw, _ := s.(weights.RawReader)
+	digests := make([][sha256.Size]byte, len(keys))
+	if raw != nil && cfg.Weights != "" {
+		errs := make([]error, len(keys))
+		next := make(chan int)
+		var wg sync.WaitGroup
+		for range min(runtime.GOMAXPROCS(0), len(keys)) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range next {
+					b, err := raw.RawBytes(keys[i])
+					if err != nil {
+						errs[i] = fmt.Errorf("engine: fingerprinting %s: %w", keys[i], err)
+						continue
+					}
+					digests[i] = sha256.Sum256(b)
+				}
+			}()
+		}
+		for i := range keys {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return "", err
+		}
+	}
 	h := sha256.New()
 	if cfg.Weights == "" {
 		fmt.Fprintf(h, "random %s seed %d\n", cfg.ModelSize, cfg.Seed)
 	}
-	raw, _ := s.(weights.RawReader)
-	for _, k := range s.Keys() {
+	for i, k := range keys {
 		inf, _ := s.Info(k)
 		fmt.Fprintf(h, "%s %s %v\n", k, inf.DType, inf.Shape)
-		if raw == nil || cfg.Weights == "" {
-			continue
+		if raw != nil && cfg.Weights != "" {
+			h.Write(digests[i][:])
 		}
-		b, err := raw.RawBytes(k)
-		if err != nil {
-			return "", fmt.Errorf("engine: fingerprinting %s: %w", k, err)
-		}
-		n := min(len(b), 64)
-		h.Write(b[:n])
-		h.Write(b[len(b)-n:])
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
@@ -165,6 +196,7 @@ func (s *stream) SaveState(w io.Writer) error {
 	binary.Write(&pre, binary.LittleEndian, uint32(StateVersion))
 	binary.Write(&pre, binary.LittleEndian, uint32(len(hdr)))
 	pre.Write(hdr)
+	binary.Write(&pre, binary.LittleEndian, crc32.Checksum(pre.Bytes(), crc32.MakeTable(crc32.Castagnoli)))
 	if _, err := w.Write(pre.Bytes()); err != nil {
 		return fmt.Errorf("engine: writing state: %w", err)
 	}
@@ -195,17 +227,25 @@ func ReadStateHeader(r io.Reader) (Fingerprint, error) {
 	if !bytes.Equal(pre[:8], stateMagic[:]) {
 		return Fingerprint{}, fmt.Errorf("engine: not a session state file (magic %q)", pre[:8])
 	}
-	if v := binary.LittleEndian.Uint32(pre[8:12]); v != StateVersion {
+	switch v := binary.LittleEndian.Uint32(pre[8:12]); {
+	case v < StateVersion:
+		return Fingerprint{}, fmt.Errorf("%w: %w (state format version %d, this build reads version %d); start a new run", ErrStateMismatch, binstate.ErrUnproven, v, StateVersion)
+	case v != StateVersion:
 		return Fingerprint{}, fmt.Errorf("%w: state format version %d, this build reads version %d", ErrStateMismatch, v, StateVersion)
 	}
 	n := binary.LittleEndian.Uint32(pre[12:16])
 	if n > maxHeader {
-		return Fingerprint{}, fmt.Errorf("engine: state header of %d bytes is over the %d-byte limit", n, maxHeader)
+		return Fingerprint{}, fmt.Errorf("engine: %w: state header of %d bytes is over the %d-byte limit", binstate.ErrCorrupt, n, maxHeader)
 	}
-	hdr := make([]byte, n)
+	hdr := make([]byte, n+4)
 	if _, err := io.ReadFull(r, hdr); err != nil {
-		return Fingerprint{}, fmt.Errorf("engine: state header truncated: %w", err)
+		return Fingerprint{}, fmt.Errorf("engine: %w: state header truncated: %w", binstate.ErrCorrupt, err)
 	}
+	table := crc32.MakeTable(crc32.Castagnoli)
+	if got, want := binary.LittleEndian.Uint32(hdr[n:]), crc32.Update(crc32.Checksum(pre[:], table), table, hdr[:n]); got != want {
+		return Fingerprint{}, fmt.Errorf("engine: %w: state header checksum %08x, its content gives %08x", binstate.ErrCorrupt, got, want)
+	}
+	hdr = hdr[:n]
 	var f Fingerprint
 	dec := json.NewDecoder(bytes.NewReader(hdr))
 	dec.DisallowUnknownFields()

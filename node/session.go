@@ -24,7 +24,7 @@ import (
 // (Options.Resume) starts from DIR/session/node.state and maps on as if the
 // node had never stopped.
 //
-// node.state is an output.Session: magic "LBMNODE\x01", the JSON
+// node.state is an output.Session: magic "LBMNODE\x02", the JSON
 // sessionMeta, the map state, then the engine's state.
 
 const (
@@ -36,7 +36,8 @@ const (
 
 // nodeSession is node.state's frame around meta.
 func nodeSession(meta *sessionMeta) output.Session {
-	return output.Session{Magic: [8]byte{'L', 'B', 'M', 'N', 'O', 'D', 'E', 1}, Header: meta, MaxHeader: 1 << 24}
+	return output.Session{Magic: [8]byte{'L', 'B', 'M', 'N', 'O', 'D', 'E', 2}, Header: meta, MaxHeader: 1 << 24,
+		Older: [][8]byte{{'L', 'B', 'M', 'N', 'O', 'D', 'E', 1}}} // before the header checksum
 }
 
 // ResumeFactory builds the engine from a saved engine state (engine.Resume).

@@ -24,7 +24,7 @@ import (
 // the saved settings; the trajectory it ends with equals the one an
 // uninterrupted run gives.
 //
-// run.state is an output.Session: magic "LBMRUN\x00\x01", the JSON
+// run.state is an output.Session: magic "LBMRUN\x00\x02", the JSON
 // sessionMeta, the output folder's state (the depth ranges and the map),
 // then the engine's state.
 
@@ -32,7 +32,8 @@ const sessionFileName = "run.state"
 
 // runSession is run.state's frame around meta.
 func runSession(meta *sessionMeta) output.Session {
-	return output.Session{Magic: [8]byte{'L', 'B', 'M', 'R', 'U', 'N', 0, 1}, Header: meta, MaxHeader: 1 << 20}
+	return output.Session{Magic: [8]byte{'L', 'B', 'M', 'R', 'U', 'N', 0, 2}, Header: meta, MaxHeader: 1 << 20,
+		Older: [][8]byte{{'L', 'B', 'M', 'R', 'U', 'N', 0, 1}}} // before the header checksum
 }
 
 // sessionOptions are run's flags for sessions and what a resume restored.

@@ -195,3 +195,40 @@ func TestRunResumeWithNothingLeft(t *testing.T) {
 		t.Fatalf("the trajectory changed on a resume with nothing left (%d bytes before, %d after)", len(before), len(after))
 	}
 }
+
+// Every byte of a session's header is proven before a resume uses it: a
+// flipped digit of the position (frames_read, which would parse and resume
+// at the wrong frame) is refused as damage, and a session of the version
+// before the header checksum is refused as unprovable, both with exit 5.
+func TestRunResumeProvesHeader(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	args := append(goldenRunArgs(t, out), "--checkpoint-every", "5", "--session", "--first-k", "6")
+	if code, msg := runCLI(t, args...); code != exitOK {
+		t.Fatalf("a short run with a session: exit %d: %s", code, msg)
+	}
+	state := filepath.Join(out, "session", "run.state")
+	good, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := bytes.Index(good, []byte(`"frames_read":5`))
+	if at < 0 || at > 1<<20 {
+		t.Fatalf("no frames_read 5 in the header: %q", good[:min(len(good), 400)])
+	}
+	flipped := bytes.Clone(good)
+	flipped[at+len(`"frames_read":`)] = '4'
+	if err := os.WriteFile(state, flipped, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, msg := runCLI(t, "run", "--resume", out); code != exitBadInput || !strings.Contains(msg, "session header checksum") {
+		t.Errorf("a flipped digit in the header: exit %d, stderr %q", code, msg)
+	}
+	older := bytes.Clone(good)
+	older[7] = 1 // "LBMRUN\x00\x01": the version before the checksum
+	if err := os.WriteFile(state, older, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, msg := runCLI(t, "run", "--resume", out); code != exitBadInput || !strings.Contains(msg, "older version of lingbotmap") || !strings.Contains(msg, "cannot be proven") {
+		t.Errorf("a session of the previous version: exit %d, stderr %q", code, msg)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 )
 
@@ -41,5 +42,50 @@ func TestSummed(t *testing.T) {
 	}
 	if _, err := read(body[:len(body)-2]); !errors.Is(err, ErrCorrupt) || !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("cut checksum: %v, want ErrCorrupt and io.ErrUnexpectedEOF", err)
+	}
+}
+
+// A summed header comes back only whole: every flipped bit of it (magic
+// aside, which names the file) is found, a cut one too, and the header of
+// an older format, which had no checksum, is ErrUnproven, not read.
+func TestHeaderSummed(t *testing.T) {
+	magic := [8]byte{'T', 'E', 'S', 'T', 0, 0, 0, 2}
+	old := [8]byte{'T', 'E', 'S', 'T', 0, 0, 0, 1}
+	js := []byte(`{"input":"/data/cam.bag","frames_read":40,"engine":{"image_width":518}}`)
+	var buf bytes.Buffer
+	if err := WriteHeaderSummed(&buf, magic, js); err != nil {
+		t.Fatal(err)
+	}
+	buf.WriteString("body")
+	file := buf.Bytes()
+	r := bytes.NewReader(file)
+	got, err := ReadHeaderSummed(r, magic, 1<<10, old)
+	if err != nil || !bytes.Equal(got, js) {
+		t.Fatalf("read back %q, %v", got, err)
+	}
+	if rest, _ := io.ReadAll(r); string(rest) != "body" {
+		t.Fatalf("the body after the header: %q", rest)
+	}
+	for i := 8; i < 12+len(js)+4; i++ {
+		for bit := range 8 {
+			bad := bytes.Clone(file)
+			bad[i] ^= 1 << bit
+			if _, err := ReadHeaderSummed(bytes.NewReader(bad), magic, 1<<10, old); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("bit %d of byte %d flipped: %v, want ErrCorrupt", bit, i, err)
+			}
+		}
+	}
+	if _, err := ReadHeaderSummed(bytes.NewReader(file[:20]), magic, 1<<10, old); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("cut header: %v", err)
+	}
+	var prev bytes.Buffer
+	if err := WriteHeader(&prev, old, js); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadHeaderSummed(bytes.NewReader(prev.Bytes()), magic, 1<<10, old); !errors.Is(err, ErrUnproven) || !strings.Contains(err.Error(), "older version") {
+		t.Errorf("an older header: %v, want ErrUnproven", err)
+	}
+	if _, err := ReadHeaderSummed(bytes.NewReader([]byte("LBMSTATE\x03\x00\x00\x00....")), magic, 1<<10, old); err == nil || errors.Is(err, ErrCorrupt) {
+		t.Errorf("another kind of file: %v", err)
 	}
 }

@@ -2,7 +2,6 @@ package output
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,10 +17,15 @@ import (
 // Saved sessions. A session file holds everything a run or a node needs to
 // go on as if it had never stopped, written atomically:
 //
-//	magic      8 bytes naming the owner and its version ("LBMRUN\x00\x01",
-//	           "LBMNODE\x01")
+//	magic      8 bytes naming the owner and its version ("LBMRUN\x00\x02",
+//	           "LBMNODE\x02")
 //	length     uint32, little-endian: the JSON header's size
-//	header     JSON: the owner's settings and counters
+//	header     JSON: the owner's settings and counters (the input, the
+//	           position in it)
+//	checksum   uint32 CRC-32C of the magic, length and header
+//	           (binstate.WriteHeaderSummed), checked before the header is
+//	           used; the versions before it (Older) are refused as
+//	           unprovable
 //	body       the owner's own state (the map, the depth ranges) with a
 //	           CRC-32C (binstate.WriteSummed)
 //	engine     the engine's state file (engine.Snapshotter), which carries
@@ -38,6 +42,9 @@ var ErrNotSession = errors.New("not a lingbotmap session file of this kind (or a
 // Session is what a session file holds.
 type Session struct {
 	Magic [8]byte
+	// Older are the magics of the owner's versions whose header had no
+	// checksum: such a file is refused with binstate.ErrUnproven.
+	Older [][8]byte
 	// Header is marshalled to JSON (on reading, decoded into, strictly).
 	Header any
 	// MaxHeader bounds the JSON header a file may declare.
@@ -55,7 +62,7 @@ func (s Session) Write(path string, body func(*binstate.Writer) error, eng engin
 		return fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
 	}
 	return atomicfile.WriteFile(path, func(f io.Writer) error {
-		if err := binstate.WriteHeader(f, s.Magic, js); err != nil {
+		if err := binstate.WriteHeaderSummed(f, s.Magic, js); err != nil {
 			return err
 		}
 		if err := binstate.WriteSummed(f, body); err != nil {
@@ -65,21 +72,19 @@ func (s Session) Write(path string, body func(*binstate.Writer) error, eng engin
 	})
 }
 
-// ReadHeader reads the magic and the JSON header from r into s.Header and
-// leaves r at the body: ErrNotSession for another file, binstate.ErrCorrupt
-// for a damaged header.
+// ReadHeader reads the magic and the JSON header from r into s.Header,
+// once the header's checksum proves it, and leaves r at the body:
+// ErrNotSession for another file, binstate.ErrUnproven for an older
+// version's, binstate.ErrCorrupt for a damaged header.
 func (s Session) ReadHeader(r io.Reader) error {
-	var hdr [12]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil || !bytes.Equal(hdr[:8], s.Magic[:]) {
+	js, err := binstate.ReadHeaderSummed(r, s.Magic, int(s.MaxHeader), s.Older...)
+	switch {
+	case errors.Is(err, binstate.ErrUnproven):
+		return fmt.Errorf("%w; start a new session", err)
+	case errors.Is(err, binstate.ErrCorrupt):
+		return err
+	case err != nil:
 		return ErrNotSession
-	}
-	n := binary.LittleEndian.Uint32(hdr[8:])
-	if n > s.MaxHeader {
-		return fmt.Errorf("%w: session header of %d bytes", binstate.ErrCorrupt, n)
-	}
-	js := make([]byte, n)
-	if _, err := io.ReadFull(r, js); err != nil {
-		return fmt.Errorf("%w: the session ends in its header: %w", binstate.ErrCorrupt, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.DisallowUnknownFields()
