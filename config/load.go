@@ -50,6 +50,13 @@ func Bind(fs *pflag.FlagSet, defaults any, keys []string) (*Binding, error) {
 			usage = "see config/lingbotmap.yaml"
 		}
 		name := FlagName(s.Key)
+		if r, ok := RenamedFlags[s.Key]; ok && s.Value.Kind() == reflect.Int {
+			// the old spelling: hidden, and warned about when used
+			fs.Int64(r.Old, s.Value.Int(), usage)
+			if err := fs.MarkDeprecated(r.Old, "use --"+r.Flag); err != nil {
+				return nil, err
+			}
+		}
 		switch s.Value.Kind() {
 		case reflect.Bool:
 			fs.Bool(name, s.Value.Bool(), usage)
@@ -124,7 +131,13 @@ func (b *Binding) Load(dst any) (Sources, error) {
 		if os.Getenv(EnvName(s.Key)) != "" {
 			src.From[s.Key] = "env"
 		}
-		if f := b.fs.Lookup(FlagName(s.Key)); f != nil {
+		f := b.fs.Lookup(FlagName(s.Key))
+		if r, ok := RenamedFlags[s.Key]; ok && f != nil && !f.Changed {
+			if old := b.fs.Lookup(r.Old); old != nil && old.Changed {
+				f = old
+			}
+		}
+		if f != nil {
 			if err := v.BindPFlag(s.Key, f); err != nil {
 				return Sources{}, fmt.Errorf("binding flag --%s: %w", f.Name, err)
 			}

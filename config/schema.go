@@ -22,9 +22,27 @@ import (
 // EnvPrefix starts every environment variable of a setting.
 const EnvPrefix = "LINGBOTMAP"
 
-// FlagName is the command-line flag of key, without the leading dashes.
+// FlagName is the command-line flag of key, without the leading dashes:
+// the key's spelling, or its entry in RenamedFlags.
 func FlagName(key string) string {
-	return strings.NewReplacer(".", "-", "_", "-").Replace(key)
+	if r, ok := RenamedFlags[key]; ok {
+		return r.Flag
+	}
+	return spelling(key)
+}
+
+func spelling(key string) string { return strings.NewReplacer(".", "-", "_", "-").Replace(key) }
+
+// A RenamedFlag is the flag of a setting whose key's spelling was taken for
+// another setting's. Old, the key's spelling, still works with a warning.
+type RenamedFlag struct{ Flag, Old string }
+
+// RenamedFlags are the exceptions to the one rule: --sliding-window (live
+// keyframes in the KV cache) and --window-size (slots per window of
+// windowed mode) stood side by side in bench and were taken for one another.
+var RenamedFlags = map[string]RenamedFlag{
+	"sliding_window": {Flag: "cache-keyframes", Old: "sliding-window"},
+	"window_size":    {Flag: "window-slots", Old: "window-size"},
 }
 
 // EnvName is the environment variable of key.
@@ -40,7 +58,7 @@ func ParamName(key string) string { return "~" + strings.ReplaceAll(key, ".", "/
 // --queue-policy. It is a pflag normalisation function, so the old spellings
 // are accepted without being listed in --help.
 func NormalizeFlag(_ *pflag.FlagSet, name string) pflag.NormalizedName {
-	return pflag.NormalizedName(FlagName(strings.TrimPrefix(name, "engine.")))
+	return pflag.NormalizedName(spelling(strings.TrimPrefix(name, "engine.")))
 }
 
 // Setting is one leaf of a configuration struct.

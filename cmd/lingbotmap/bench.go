@@ -73,7 +73,7 @@ phase 1 began (after --warmup's reset).
 The steady state counts only frames that ran with a full cache (scale pages
 plus a full sliding window), where attention costs the most; the frames
 before that are reported apart as the fill. Give --frames more than
---sliding-window to get a steady state.
+--cache-keyframes (the sliding window) to get a steady state.
 
 Settings (config/lingbotmap.yaml) come from the built-in defaults, the --config
 file, LINGBOTMAP_* environment variables and the flags, in that order. Unless

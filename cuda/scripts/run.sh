@@ -187,7 +187,7 @@ stage_pipeline() { # the node's frame path on encoded camera frames, beside the 
   pipe paced30-640x480-jpeg --frames "$f" --warmup "$w" --mem-every 100 --rate 30
   # 640×468 gives the 518×378 model input bench's figures are quoted at
   [ "${PIPE_378:-1}" = 0 ] || pipe paced30-640x468-jpeg --frames "$f" --warmup "$w" --mem-every 100 --rate 30 --pipeline-size 640x468
-  # other live-window settings, paced: PIPE_ALT="--window-size 48 --overlap-size 24;..."
+  # other live-window settings, paced: PIPE_ALT="--window-slots 48 --overlap-size 24;..."
   IFS=';' read -ra alts <<<"${PIPE_ALT:-}"
   for alt in "${alts[@]}"; do
     i=$((i + 1))
@@ -206,7 +206,7 @@ stage_pipeline() { # the node's frame path on encoded camera frames, beside the 
 
 stage_smallgpu() { # the memory of cuda/README.md's settings for 8 and 16 GB cards, with a full cache
   local args i=0
-  for args in "--cache-headroom 2" "--cache-headroom 2 --sliding-window 16" "--cache-headroom 2 --sliding-window 32 --width 392 --height 280"; do
+  for args in "--cache-headroom 2" "--cache-headroom 2 --cache-keyframes 16" "--cache-headroom 2 --cache-keyframes 32 --width 392 --height 280"; do
     i=$((i + 1))
     # shellcheck disable=SC2086
     timeout 200 /tmp/lingbotmap bench --device cuda --frames 164 --warmup 80 $args >"$OUT/smallgpu-$i.log" 2>&1
