@@ -75,6 +75,14 @@ type Config struct {
 	// MasterCheckInterval is how often (seconds) the node checks that the
 	// ROS master still knows it, to re-register after a master restart.
 	MasterCheckInterval float64 `mapstructure:"master_check_interval"`
+	// CloudReliability is the ROS 2 reliability of ~cloud and ~map:
+	// "reliable" or "best_effort" (multi-megabyte clouds over a lossy link
+	// or with small socket buffers; readers must then ask for best effort).
+	CloudReliability string `mapstructure:"cloud_reliability"`
+	// ROS2GidSize is the size of rmw_dds_common/msg/Gid in the
+	// ros_discovery_info the ROS 2 node writes: 16 (Iron and later), 24
+	// (Humble) or 0 to follow ROS_DISTRO.
+	ROS2GidSize int `mapstructure:"ros2_gid_size"`
 	// Replay, for tests and demos, replays a golden case's reference outputs
 	// (a directory with outputs.safetensors) instead of running the model.
 	Replay string `mapstructure:"replay"`
@@ -113,6 +121,7 @@ func DefaultConfig() Config {
 		DiagnosticsRate:     1,
 		SaveDir:             "lingbotmap_map",
 		MasterCheckInterval: 1,
+		CloudReliability:    "reliable",
 	}
 }
 
@@ -180,6 +189,16 @@ func (c Config) Validate() error {
 	}
 	if !(c.MasterCheckInterval > 0) || math.IsInf(c.MasterCheckInterval, 0) {
 		bad("master_check_interval", "must be > 0 seconds, not %g", c.MasterCheckInterval)
+	}
+	switch c.CloudReliability {
+	case "reliable", "best_effort":
+	default:
+		bad("cloud_reliability", "must be reliable or best_effort, not %q", c.CloudReliability)
+	}
+	switch c.ROS2GidSize {
+	case 0, 16, 24:
+	default:
+		bad("ros2_gid_size", "must be 0 (follow ROS_DISTRO), 16 (Iron and later) or 24 (Humble), not %d", c.ROS2GidSize)
 	}
 	return errors.Join(errs...)
 }

@@ -229,6 +229,8 @@ func otherValue(t *testing.T, key string, v reflect.Value) (string, any) {
 		"max_frames":        {"2000", 2000},
 		"cuda.arch":         {"sm_80", "sm_80"},
 		"window_mode":       {"reference", "reference"},
+		"cloud_reliability": {"best_effort", "best_effort"},
+		"ros2_gid_size":     {"24", 24},
 	}
 	if s, ok := special[key]; ok {
 		return s.text, s.val

@@ -85,6 +85,7 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 		return diagnostic_msgs.KeyValue{Key: k, Value: fmt.Sprint(v)}
 	}
 	ps := n.pipe.Stats()
+	ts := n.tr.Stats()
 	dropped := ps.Dropped
 	vals := []diagnostic_msgs.KeyValue{
 		kv("frames_received", c.received.Load()),
@@ -108,7 +109,9 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 		kv("engine_errors", c.engineErrors.Load()),
 		kv("results_rejected", c.rejectedResults.Load()),
 		kv("cache_full", c.cacheFull.Load()),
-		kv("master_reconnects", n.tr.Stats().Reconnects),
+		kv("master_reconnects", ts.Reconnects),
+		kv("ros2_gid_mismatched_peers", ts.GidMismatchedPeers),
+		kv("ros2_graph_unreadable", ts.GraphUnreadable),
 		kv("publish_errors", c.publishErrors.Load()),
 	}
 	c.mu.Lock()

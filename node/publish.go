@@ -40,7 +40,9 @@ func (n *Node) advertise() error {
 		{&n.out.diag, "/diagnostics", &diagnostic_msgs.DiagnosticArray{}, RoleOutput},
 	} {
 		name := n.tr.Resolve(p.name)
-		pub, err := n.tr.Advertise(TopicSpec{Name: name, Type: p.msg, Role: p.role})
+		// Clouds can be megabytes: best effort where the user chose it.
+		bestEffort := (p.dst == &n.out.cloud || p.dst == &n.out.mapPub) && n.cfg.CloudReliability == "best_effort"
+		pub, err := n.tr.Advertise(TopicSpec{Name: name, Type: p.msg, Role: p.role, BestEffort: bestEffort})
 		if err != nil {
 			return fmt.Errorf("node: advertising %s: %w", name, err)
 		}

@@ -75,6 +75,10 @@ type TopicSpec struct {
 	// &geometry_msgs.PoseStamped{}.
 	Type any
 	Role Role
+	// BestEffort asks ROS 2 for best-effort reliability instead of the
+	// role's reliable (the cloud_reliability setting); ROS 1 has no such
+	// choice.
+	BestEffort bool
 }
 
 // Publisher writes messages of its topic's type.
@@ -87,4 +91,9 @@ type Publisher interface {
 type TransportStats struct {
 	// Reconnects counts re-registrations after the ROS 1 master restarted.
 	Reconnects int64
+	// GidMismatchedPeers counts ROS 2 participants whose ros_discovery_info
+	// has the other Gid size (Humble's 24 bytes against Iron's 16).
+	GidMismatchedPeers int64
+	// GraphUnreadable counts ros_discovery_info samples neither layout reads.
+	GraphUnreadable int64
 }

@@ -4,8 +4,9 @@
 # roslaunch) with the Python message classes of every type the node speaks,
 # rviz under Xvfb for the screenshot test, ImageMagick for screenshots, ffmpeg
 # for video input, Cyclone DDS (the ROS 2 transport links it) and, for the
-# independent ROS 2 peers (test/ros2peers), Fast DDS, libpng and g++, and the
-# network namespace tools (iproute2, util-linux). Go itself is expected at
+# independent ROS 2 peers (test/ros2peers), Fast DDS, libpng and g++, colcon
+# and CMake (the package's colcon build), and the network namespace tools
+# (iproute2, util-linux). Go itself is expected at
 # /usr/local/go or on PATH; Node.js >= 18 with npm (the machine image has
 # Node.js 20) is checked, not installed: Debian's is older. A running apt (a
 # fresh machine's automatic updates) is waited for (test/apt.sh).
@@ -20,7 +21,7 @@ for mod in rospy rosbag sensor_msgs.msg nav_msgs.msg tf2_msgs.msg diagnostic_msg
   /usr/bin/python3 -c "import $mod" >/dev/null 2>&1 || need=1
 done
 need2=0
-for cmd in idlc gcc g++ ip unshare; do
+for cmd in idlc gcc g++ ip unshare colcon cmake make; do
   command -v "$cmd" >/dev/null 2>&1 || need2=1
 done
 for header in dds/dds.h fastdds/dds/domain/DomainParticipant.hpp png.h; do
@@ -46,6 +47,13 @@ if [ "$need2" = 1 ]; then
   # iproute2 and util-linux for the private network namespaces of DDS tests
   apt_get install -y --no-install-recommends \
     cyclonedds-dev cyclonedds-tools libfastrtps-dev libpng-dev gcc g++ iproute2 util-linux
+  # colcon with what a build of the ament_cmake package (package.xml,
+  # CMakeLists.txt) needs, as the ROS 2 Jazzy of ../shared was built with
+  apt_get install -y --no-install-recommends \
+    colcon python3-colcon-core python3-colcon-cmake python3-colcon-ros python3-colcon-bash \
+    python3-colcon-package-selection python3-colcon-parallel-executor python3-colcon-recursive-crawl \
+    python3-colcon-library-path python3-colcon-output python3-colcon-defaults python3-colcon-metadata \
+    cmake make
 fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   echo "install-deps: the ROS 2 peers need Node.js >= 18 with npm (install Node.js 20, as on the CI image)" >&2

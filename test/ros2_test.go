@@ -285,7 +285,10 @@ func TestROS2NodeEndToEnd(t *testing.T) {
 		"-p", "map_rate:=20.0",
 		"-p", "base_frame:=base_link",
 		"-p", "base_to_camera:=0 0 0 -0.5 0.5 -0.5 0.5",
-		"-p", "save_dir:="+saveDir)...)
+		"-p", "save_dir:="+saveDir,
+		// The Cyclone peer's idlc types read Humble's 24-byte Gid
+		// (ros2peers/ros2msgs.idl); the real Jazzy checks the 16-byte one.
+		"-p", "ros2_gid_size:=24")...)
 	var poseWriter peerEndpoint
 	for _, topic := range []string{"/mapper/pose", "/mapper/cloud", "/mapper/depth", "/diagnostics"} {
 		m := l.waitFor(t, "the node's writer of "+topic, 1, 30*time.Second, func(e peerEvent) bool {

@@ -83,6 +83,9 @@ func TestProtectROSArgs(t *testing.T) {
 		{[]string{"node", "--ros", "2"}, []string{"node", "--ros", "2"}},
 		{[]string{"node", "--queue-policy=all", "--ros-args", "-p", "a:=1"}, []string{"node", "--queue-policy=all", "--", "--ros-args", "-p", "a:=1"}},
 		{[]string{"node", "--", "x", "--ros-args"}, []string{"node", "--", "x", "--ros-args"}},
+		// ros2 run lingbotmap lingbotmap --ros-args …: the ROS 2 node
+		{[]string{"--ros-args", "-r", "__node:=m"}, []string{"node", "--ros=2", "--", "--ros-args", "-r", "__node:=m"}},
+		{[]string{"--ros-args"}, []string{"node", "--ros=2", "--", "--ros-args"}},
 	} {
 		if got := protectROSArgs(c.in); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("protectROSArgs(%q) = %q, want %q", c.in, got, c.want)

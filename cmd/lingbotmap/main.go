@@ -53,8 +53,12 @@ func run(ctx context.Context, args []string) int {
 // protectROSArgs puts "--" before a ROS 2 argument block (--ros-args …),
 // which ros2 launch appends after a program's own arguments, so that the flag
 // parser hands it on untouched as arguments (to node and bag play) instead
-// of rejecting -r and -p as unknown flags.
+// of rejecting -r and -p as unknown flags. A block with no command in front
+// (`ros2 run lingbotmap lingbotmap --ros-args …`) starts the ROS 2 node.
 func protectROSArgs(args []string) []string {
+	if len(args) > 0 && args[0] == "--ros-args" {
+		return append([]string{"node", "--ros=2", "--"}, args...)
+	}
 	for i, a := range args {
 		switch a {
 		case "--":

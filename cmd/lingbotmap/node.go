@@ -131,6 +131,7 @@ func newTransport(version string, args []string, cfg node.Config, log *slog.Logg
 			}
 			return nil, fmt.Errorf("unexpected arguments %s (settings are flags like --queue-policy=all; ROS 2 arguments follow --ros-args)", strings.Join(rest, " "))
 		}
+		a.GidSize = cfg.ROS2GidSize
 		return ros2.New(a, log)
 	}
 	return nil, fmt.Errorf("--ros %q: want 2 (ROS 2) or 1 (ROS 1)", version)

@@ -230,7 +230,7 @@ func TestMalformed(t *testing.T) {
 	var p ParticipantEntitiesInfo
 	long := make([]byte, 0, 400)
 	long = append(long, 0, 1, 0, 0)
-	long = append(long, make([]byte, GidSize)...)
+	long = append(long, make([]byte, GidSizeIron)...)
 	long = binary.LittleEndian.AppendUint32(long, 1)
 	long = binary.LittleEndian.AppendUint32(long, 300)
 	long = append(long, bytes.Repeat([]byte{'n'}, 299)...)
@@ -257,5 +257,82 @@ func TestMarshalErrors(t *testing.T) {
 	}
 	if err := Unmarshal([]byte{0, 1, 0, 0}, geometry_msgs.PoseStamped{}); err == nil {
 		t.Error("Unmarshal into a non-pointer succeeded")
+	}
+}
+
+// ros_discovery_info in both Gid layouts: each decodes to the same message
+// with its own size, whatever the reader prefers; the bytes of each layout
+// are checked by hand; a sample neither layout reads is an error that names
+// both attempts.
+func TestDiscoveryGidSizes(t *testing.T) {
+	var g, w Gid
+	for i := range g.Data {
+		g.Data[i], w.Data[i] = uint8(0x10+i), uint8(0x80+i)
+	}
+	for _, info := range []*ParticipantEntitiesInfo{
+		{Gid: g},
+		{Gid: g, NodeEntitiesInfoSeq: []NodeEntitiesInfo{{NodeNamespace: "/", NodeName: "lingbotmap", ReaderGidSeq: []Gid{w}, WriterGidSeq: []Gid{w, g}}}},
+		{Gid: g, NodeEntitiesInfoSeq: []NodeEntitiesInfo{{NodeNamespace: "/a", NodeName: "b"}, {NodeNamespace: "/", NodeName: "cc", WriterGidSeq: []Gid{w}}}},
+	} {
+		for _, size := range []int{GidSizeIron, GidSizeHumble} {
+			data, err := MarshalDiscovery(info, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The participant's Gid: the GUID, then zeros up to the size.
+			if !bytes.Equal(data[4:20], g.Data[:]) || !bytes.Equal(data[20:4+size], make([]byte, size-16)) {
+				t.Fatalf("%d-byte layout starts % x", size, data[:4+size])
+			}
+			if n := binary.LittleEndian.Uint32(data[4+size:]); int(n) != len(info.NodeEntitiesInfoSeq) {
+				t.Fatalf("%d-byte layout: node count %d at byte %d", size, n, 4+size)
+			}
+			if size == GidSizeIron {
+				generic, err := Marshal(info)
+				if err != nil || !bytes.Equal(generic, data) {
+					t.Fatalf("Marshal and MarshalDiscovery(16) differ: % x vs % x (%v)", generic, data, err)
+				}
+			}
+			// Cyclone and Fast DDS pad a sample to 4 bytes.
+			padded := append(append([]byte{}, data...), make([]byte, (4-len(data)%4)%4)...)
+			for _, prefer := range []int{GidSizeIron, GidSizeHumble} {
+				for _, in := range [][]byte{data, padded} {
+					got, gotSize, err := UnmarshalDiscovery(in, prefer)
+					if err != nil {
+						t.Fatalf("%d-byte layout (prefer %d): %v", size, prefer, err)
+					}
+					if gotSize != size {
+						t.Fatalf("%d-byte layout read as %d-byte (prefer %d)", size, gotSize, prefer)
+					}
+					want := *info
+					if len(want.NodeEntitiesInfoSeq) == 0 {
+						want.NodeEntitiesInfoSeq = nil
+					}
+					for i := range want.NodeEntitiesInfoSeq {
+						n := &want.NodeEntitiesInfoSeq[i]
+						if n.ReaderGidSeq == nil {
+							n.ReaderGidSeq = []Gid{}
+						}
+						if n.WriterGidSeq == nil {
+							n.WriterGidSeq = []Gid{}
+						}
+					}
+					if !reflect.DeepEqual(got, &want) {
+						t.Fatalf("%d-byte layout decoded\n%+v\nwant\n%+v", size, got, &want)
+					}
+				}
+			}
+		}
+	}
+	if _, err := MarshalDiscovery(&ParticipantEntitiesInfo{}, 20); err == nil {
+		t.Fatal("a 20-byte Gid accepted")
+	}
+	// Truncated and padded-out samples fit neither layout.
+	data, _ := MarshalDiscovery(&ParticipantEntitiesInfo{Gid: g, NodeEntitiesInfoSeq: []NodeEntitiesInfo{{NodeNamespace: "/", NodeName: "n"}}}, GidSizeHumble)
+	for _, bad := range [][]byte{data[:len(data)-5], append(append([]byte{}, data...), make([]byte, 12)...), {0, 1, 0, 0}, {9, 9, 0, 0, 1}} {
+		_, _, err := UnmarshalDiscovery(bad, GidSizeIron)
+		requireCDRError(t, err, "16-byte Gids")
+		if !strings.Contains(err.Error(), "24-byte Gids") {
+			t.Fatalf("error names one attempt only: %v", err)
+		}
 	}
 }

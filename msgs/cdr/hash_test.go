@@ -108,13 +108,23 @@ func TestDiscoveryHashesIron(t *testing.T) {
 			t.Errorf("%s: hash %s, want %s", c.d.name, got, c.want)
 		}
 	}
-	// The Humble layout this package encodes differs, so must its hash.
+	// Marshal's layout is Iron's, and so is its hash; DiscoveryType gives
+	// Humble's layout no hash (Humble predates them).
 	ty, err := TypeOf(&ParticipantEntitiesInfo{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ty.Hash == participant.hash() || !strings.HasPrefix(ty.Hash, "RIHS01_") || len(ty.Hash) != 7+64 {
-		t.Fatalf("Humble ParticipantEntitiesInfo hash %q", ty.Hash)
+	if ty.Hash != "RIHS01_91a0593bacdcc50ea9bdcf849a938b128412cc1ea821245c663bcd26f83c295e" {
+		t.Fatalf("ParticipantEntitiesInfo hash %q", ty.Hash)
+	}
+	for size, want := range map[int]string{GidSizeIron: ty.Hash, GidSizeHumble: ""} {
+		dt, err := DiscoveryType(size)
+		if err != nil || dt.Hash != want || dt.DDSName != "rmw_dds_common::msg::dds_::ParticipantEntitiesInfo_" {
+			t.Fatalf("DiscoveryType(%d) = %+v, %v", size, dt, err)
+		}
+	}
+	if _, err := DiscoveryType(20); err == nil {
+		t.Fatal("DiscoveryType(20) accepted")
 	}
 }
 

@@ -24,15 +24,12 @@ type TriggerResponse struct {
 	Message string
 }
 
-// GidSize is the length of rmw_dds_common/msg/Gid's data in ROS 2 Humble
-// (char[24]), whose RMW is the Cyclone DDS 0.10 the node links against.
-// Iron and later use 16 bytes; the two layouts cannot be read one as the
-// other, since a fixed array carries no length on the wire.
-const GidSize = 24
-
-// Gid is rmw_dds_common/msg/Gid: a DDS entity's GUID (16 bytes), zero padded.
+// Gid is rmw_dds_common/msg/Gid: a DDS entity's GUID. On the wire its data
+// is char[16] from Iron on and char[24] (the GUID, zero padded) in Humble;
+// Marshal and Unmarshal use Iron's layout, MarshalDiscovery and
+// UnmarshalDiscovery either (discovery.go).
 type Gid struct {
-	Data [GidSize]uint8
+	Data [GidSizeIron]uint8
 }
 
 // NodeEntitiesInfo is rmw_dds_common/msg/NodeEntitiesInfo: one node of a
@@ -157,7 +154,7 @@ func newCatalog() *catalog {
 		prim("success", tBool), prim("message", tString)}})
 	c.trigger = serviceDesc(c, "std_srvs/srv/Trigger", req, resp, tm)
 
-	gid, node, participant := discoveryDescs(GidSize)
+	gid, node, participant := discoveryDescs(GidSizeIron)
 	add(Gid{}, gid)
 	add(NodeEntitiesInfo{}, node)
 	add(ParticipantEntitiesInfo{}, participant)

@@ -26,6 +26,12 @@ type Args struct {
 	Discovery DiscoveryRange
 	// StaticPeers are ROS_STATIC_PEERS, separated by ';'.
 	StaticPeers []string
+	// Distro is ROS_DISTRO ("jazzy"); it picks the Gid size of
+	// ros_discovery_info unless GidSize is set.
+	Distro string
+	// GidSize, when not 0, is the Gid size (16 or 24 bytes) the node writes
+	// ros_discovery_info with (the ros2_gid_size setting).
+	GidSize int
 }
 
 // Remap is one -r rule; Node restricts it to one node ("node:from:=to").
@@ -181,6 +187,7 @@ const (
 )
 
 func (a *Args) readEnv(getenv func(string) string) error {
+	a.Distro = strings.TrimSpace(getenv("ROS_DISTRO"))
 	if v := strings.TrimSpace(getenv("ROS_DOMAIN_ID")); v != "" {
 		d, err := strconv.ParseUint(v, 10, 32)
 		// 232 is the largest id whose ports fit in 16 bits with Cyclone's defaults.

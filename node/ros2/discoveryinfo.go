@@ -15,7 +15,8 @@ const discoveryTopic = "ros_discovery_info"
 
 func newDiscoveryInfo() *cdr.ParticipantEntitiesInfo { return &cdr.ParticipantEntitiesInfo{} }
 
-// gidOf is rmw's gid of an entity: its GUID, zero padded to cdr.GidSize.
+// gidOf is rmw's gid of an entity: its GUID (MarshalDiscovery pads it to
+// Humble's size where that is the one written).
 func gidOf(g dds.GUID) cdr.Gid {
 	var out cdr.Gid
 	copy(out.Data[:], g[:])
@@ -44,7 +45,7 @@ func (t *Transport) publishInfoLocked(present bool) error {
 			WriterGidSeq:  sortedGids(t.writers),
 		}}
 	}
-	b, err := marshal(info)
+	b, err := cdr.MarshalDiscovery(info, t.gid)
 	if err != nil {
 		return fmt.Errorf("ros2: encoding ros_discovery_info: %w", err)
 	}

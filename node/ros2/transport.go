@@ -30,6 +30,7 @@ import (
 	"reflect"
 	"sync"
 
+	"github.com/lingbotmap/lingbotmap/msgs/cdr"
 	"github.com/lingbotmap/lingbotmap/node"
 	"github.com/lingbotmap/lingbotmap/node/ros2/dds"
 )
@@ -46,9 +47,11 @@ type Transport struct {
 	mu      sync.Mutex
 	pp      *dds.Participant
 	info    *dds.Writer // ros_discovery_info
+	graph   *graphWatch // reads the peers' ros_discovery_info
 	readers map[dds.GUID]struct{}
 	writers map[dds.GUID]struct{}
 	closed  bool
+	gid     int // the Gid size of the ros_discovery_info we write
 }
 
 var _ node.Transport = (*Transport)(nil)
@@ -88,30 +91,40 @@ func (t *Transport) Connect(ctx context.Context) error {
 		XML:      cycloneConfig(t.args.Discovery, t.args.StaticPeers, os.Getpid(), os.Getenv("CYCLONEDDS_URI")),
 		UserData: "enclave=/;",
 	}
+	gidSize, gidFrom, err := t.gidSize()
+	if err != nil {
+		return err
+	}
 	pp, err := dds.NewParticipant(cfg)
 	if err != nil {
 		return fmt.Errorf("ros2: joining DDS domain %d: %w", t.args.Domain, err)
 	}
-	dt, err := typeOf(newDiscoveryInfo())
+	dt, err := cdr.DiscoveryType(gidSize)
 	if err != nil {
 		pp.Close()
 		return fmt.Errorf("ros2: ros_discovery_info: %w", err)
 	}
-	info, err := pp.NewWriter(discoveryTopic, dt.DDSName, dds.QoS{
-		Reliable: true, TransientLocal: true, Depth: 1, UserData: typeHashUserData(dt.Hash),
-	})
+	qos := dds.QoS{Reliable: true, TransientLocal: true, Depth: 1, UserData: typeHashUserData(dt.Hash)}
+	info, err := pp.NewWriter(discoveryTopic, dt.DDSName, qos)
 	if err != nil {
 		pp.Close()
 		return fmt.Errorf("ros2: opening ros_discovery_info: %w", err)
 	}
-	t.pp, t.info = pp, info
+	t.pp, t.info, t.gid = pp, info, gidSize
 	if err := t.publishInfoLocked(true); err != nil {
 		pp.Close()
 		t.pp, t.info = nil, nil
 		return err
 	}
+	g, err := watchGraph(pp, dt.DDSName, qos, gidSize, pp.GUID(), t.log)
+	if err != nil {
+		pp.Close()
+		t.pp, t.info = nil, nil
+		return err
+	}
+	t.graph = g
 	t.log.Info("joined the ROS 2 graph", "node", t.FullName(), "domain", t.args.Domain,
-		"participant", pp.GUID().String())
+		"participant", pp.GUID().String(), "gid_bytes", gidSize, "gid_from", gidFrom)
 	return nil
 }
 
@@ -127,8 +140,17 @@ func (t *Transport) Params() node.ParamSource { return t.args.Params }
 // Shutdown is never closed: ROS 2 has no request to stop a node.
 func (t *Transport) Shutdown() <-chan struct{} { return nil }
 
-// Stats has nothing to count: DDS has no master to reconnect to.
-func (t *Transport) Stats() node.TransportStats { return node.TransportStats{} }
+// Stats counts the peers whose ros_discovery_info the node cannot share
+// (the other Gid size, or undecodable); DDS has no master to reconnect to.
+func (t *Transport) Stats() node.TransportStats {
+	t.mu.Lock()
+	g := t.graph
+	t.mu.Unlock()
+	if g == nil {
+		return node.TransportStats{}
+	}
+	return g.stats()
+}
 
 // qosOf maps a topic's role to the QoS ROS 2 users expect.
 func qosOf(r node.Role) (dds.QoS, error) {
@@ -170,6 +192,9 @@ func (t *Transport) endpoint(spec node.TopicSpec) (*dds.Participant, msgType, dd
 	q, err := qosOf(spec.Role)
 	if err != nil {
 		return nil, msgType{}, dds.QoS{}, err
+	}
+	if spec.BestEffort {
+		q.Reliable = false
 	}
 	q.UserData = typeHashUserData(mt.Hash)
 	return pp, mt, q, nil

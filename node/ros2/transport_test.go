@@ -334,7 +334,8 @@ func TestTypeHashAndLeave(t *testing.T) {
 // node with its readers and writers.
 func TestDiscoveryInfo(t *testing.T) {
 	pe := peers(t)
-	tr := connected(t, "-r", "__node:=mapper", "-r", "__ns:=/robot")
+	// The C client's idlc types have Humble's 24-byte Gid.
+	tr := connectedEnv(t, map[string]string{"ROS_DISTRO": "humble"}, "-r", "__node:=mapper", "-r", "__ns:=/robot")
 	if _, err := tr.Advertise(node.TopicSpec{Name: tr.Resolve("~/pose"), Type: &geometry_msgs.PoseStamped{}, Role: node.RoleOutput}); err != nil {
 		t.Fatal(err)
 	}
