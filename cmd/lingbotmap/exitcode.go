@@ -8,6 +8,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/source"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
 	"github.com/lingbotmap/lingbotmap/engine/weights"
+	"github.com/lingbotmap/lingbotmap/msgs/mcapbag"
 	"github.com/lingbotmap/lingbotmap/msgs/rosbag2"
 	"github.com/lingbotmap/lingbotmap/node"
 )
@@ -22,13 +23,14 @@ func exitCode(err error) int {
 		mismatch  *weights.MismatchError
 		nonFinite *weights.NonFiniteError
 		bagPart   *rosbag2.PartialError
+		mcapPart  *mcapbag.DamageError
 	)
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.As(err, &ec):
 		return ec.code
-	case errors.Is(err, source.ErrPartial), errors.As(err, &bagPart):
+	case errors.Is(err, source.ErrPartial), errors.As(err, &bagPart), errors.As(err, &mcapPart):
 		return exitPartial
 	case errors.As(err, &mismatch), errors.As(err, &nonFinite), errors.Is(err, traj.ErrDegenerate):
 		return exitBadInput

@@ -427,3 +427,12 @@ func TestRunImageSizeChangeKeepsTheRest(t *testing.T) {
 		t.Errorf("run.json: status %s, results %d, skipped %d", rec.Status, rec.Frames.Results, rec.Input.Skipped)
 	}
 }
+
+// A damaged MCAP file is partial input (exit 4) wherever it ends a command
+// (bag play, eval), not only through run's source.
+func TestMCAPDamageExitsPartial(t *testing.T) {
+	err := fmt.Errorf("bag play: %w", &mcapbag.DamageError{Messages: 3, Size: 100, SkippedChunks: 1, Err: errors.New("CRC")})
+	if code := exitCode(err); code != exitPartial {
+		t.Errorf("exit %d for %v, want %d", code, err, exitPartial)
+	}
+}
