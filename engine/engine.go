@@ -3,6 +3,11 @@
 // (interval and optical flow), windowed mode with similarity stitching, and the
 // schedule (phase 1 on the scale frames together, then one frame at a time).
 // It never sees ROS; the node and the offline tools drive it through Stream.
+//
+// The schedule (schedule.go) decides from the frames' order alone what the
+// model runs; the stream executes it: stream.go is the loop, call.go the
+// model calls, stitch.go the window changes and their alignment, warmup.go
+// the live windows' early start, state*.go the session state files.
 package engine
 
 import (
