@@ -67,7 +67,8 @@ start + i/rate (header and record time alike).
 --format bag (the default) writes a ROS 1 bag (format 2.0) for rosbag play,
 with header seq i. --format mcap writes a ROS 2 bag in MCAP, rosbag2's default
 storage (profile ros2, CDR messages sensor_msgs/msg/Image or CompressedImage,
-ros2msg schemas, reliable QoS in the channel metadata), for ros2 bag play;
+ros2msg schemas, reliable QoS and the REP 2011 type hash in the channel
+metadata, and the rosbag2 metadata record ros2 bag info reads), for ros2 bag play;
 the default output name is then frames.mcap.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -153,9 +153,11 @@ file, LINGBOTMAP_* environment variables and the flags, in that order. Unless
 keyframe_interval, flow_threshold or windowed is set, an input longer than 320
 frames takes one keyframe in ⌈N/320⌉ frames, as the reference does.
 
-INPUT is a folder of .png/.jpg/.JPG images (sorted by name), a ROS 1 .bag file
-or a ROS 2 .mcap bag (--topic, Image or CompressedImage) or a video (decoded
-by ffmpeg).
+INPUT is a folder of .png/.jpg/.JPG images (sorted by name), a ROS 1 .bag file,
+a ROS 2 bag (--topic, Image or CompressedImage): an .mcap or .db3 file or a
+rosbag2 bag directory as ros2 bag record writes it (a folder with
+metadata.yaml or .mcap/.db3 files is a bag, not an image folder), or a video
+(decoded by ffmpeg).
 Outputs are written as the run goes: a trajectory row as each frame finishes,
 map.ply and run.json every --checkpoint-every frames, each file whole or not at
 all, so a crash or a kill leaves readable files; run.json's "status" says
