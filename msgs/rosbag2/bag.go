@@ -120,13 +120,7 @@ func Open(path string) (*Bag, error) {
 			b.Close()
 			return nil, fmt.Errorf("rosbag2 bag %s: %w", path, err)
 		}
-		if d, ok := s.f.(*db3); ok && d.meta != "" {
-			// A .db3 alone keeps its metadata in its metadata table; the
-			// compression mode matters for reading it.
-			if m, err := metadata.Parse([]byte(d.meta)); err == nil {
-				b.mode, _ = m.Compression()
-			}
-		}
+		b.db3Compression(s)
 		if err := b.finish(); err != nil {
 			b.Close()
 			return nil, err
@@ -169,6 +163,15 @@ func (b *Bag) openListed(dir string) error {
 	usable := 0
 	for _, name := range m.RelativeFilePaths {
 		s := &split{name: name, path: filepath.Join(dir, name)}
+		if _, err := os.Stat(s.path); errors.Is(err, os.ErrNotExist) {
+			// Early rosbag2 listed paths under the bag directory's own
+			// name; the file beside metadata.yaml is the one meant.
+			if p := filepath.Join(dir, filepath.Base(name)); p != s.path {
+				if _, err := os.Stat(p); err == nil {
+					s.path = p
+				}
+			}
+		}
 		b.splits = append(b.splits, s)
 		err := b.openSplit(s, m.StorageIdentifier)
 		var se *storageError
@@ -210,8 +213,19 @@ func (b *Bag) openFound(dir string) error {
 		if err := b.openSplit(s, ""); err != nil {
 			return fmt.Errorf("rosbag2 bag %s: %s: %w", dir, name, err)
 		}
+		b.db3Compression(s)
 	}
 	return nil
+}
+
+// db3Compression takes the compression mode of a bag without metadata.yaml
+// from a .db3 file's own metadata table (Iron and later keep one).
+func (b *Bag) db3Compression(s *split) {
+	if d, ok := s.f.(*db3); ok && d.meta != "" && b.mode == CompressionNone {
+		if m, err := metadata.Parse([]byte(d.meta)); err == nil {
+			b.mode, _ = m.Compression()
+		}
+	}
 }
 
 // StorageFiles lists the .mcap and .db3 files of dir (zstd-compressed ones

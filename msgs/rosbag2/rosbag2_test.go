@@ -606,3 +606,51 @@ func TestWrittenMCAPHasRosbag2Metadata(t *testing.T) {
 		t.Fatalf("%+v\n%s", m, rec.Metadata["serialized_metadata"])
 	}
 }
+
+// A .db3 with message compression, alone or in a directory without
+// metadata.yaml, takes its compression from its own metadata table; a
+// relative_file_paths entry under the bag directory's name (early rosbag2)
+// finds the file beside metadata.yaml.
+func TestDB3OwnMetadataAndOldPaths(t *testing.T) {
+	dir := bagDir(t, StorageSQLite3, CompressionMessage, [][2]int{{0, 4}}, nil)
+	p := filepath.Join(dir, "bag_0.db3")
+	db, err := sql.Open("sqlite", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.Exec(`INSERT INTO metadata(metadata_version, metadata) VALUES (9, ?)`,
+		"version: 9\nstorage_identifier: sqlite3\ncompression_format: zstd\ncompression_mode: MESSAGE\nrelative_file_paths:\n  - bag_0.db3\n")
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := t.TempDir()
+	if err := os.Rename(p, filepath.Join(bare, "bag_0.db3")); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{filepath.Join(bare, "bag_0.db3"), bare} {
+		b, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := readCam(t, b)
+		if err != nil || !equal(got, seq(0, 4)) || b.CompressionMode() != CompressionMessage {
+			t.Fatalf("%s: got %v, %v, mode %q", path, got, err, b.CompressionMode())
+		}
+		b.Close()
+	}
+
+	dir = bagDir(t, StorageMCAP, CompressionNone, [][2]int{{0, 2}, {2, 3}}, func(m *metadata.Metadata) {
+		for i, f := range m.RelativeFilePaths {
+			m.RelativeFilePaths[i] = "bag/" + f
+		}
+	})
+	b, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if got, err := readCam(t, b); err != nil || !equal(got, seq(0, 3)) {
+		t.Fatalf("got %v, %v", got, err)
+	}
+}
