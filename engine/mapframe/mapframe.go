@@ -1,0 +1,195 @@
+// Package mapframe is the map frame of REP 103 and REP 105 over the
+// engine's world. The engine's world is the first camera's optical frame
+// (x right, y down, z forward) in model units; the map frame is z-up and
+// x-forward at the start: the robot's base at the first frame is the map's
+// origin, map_T_base(t0) = identity, so map_T_world = base_T_cam(t0). With
+// no base frame known, base_T_cam is the fixed optical-to-body rotation
+// (body x = optical z, body y = −optical x, body z = −optical y).
+//
+// A metric scale (metres per model unit; 1 and unknown until set) applies
+// to translations and points:
+//
+//	map_T_cam(t) = base_T_cam(t0) · S_s(world_T_cam(t))
+//
+// where S_s multiplies the translation by s. The node and `run` keep their
+// trajectory and voxel map in the engine's world and convert at every
+// output (poses, path, odometry, clouds, the map, saved files), so that a
+// scale found later applies to everything published or saved from then on.
+// The metric scale estimators (engine/scale, wired by the node and run)
+// call SetScale.
+package mapframe
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/lingbotmap/lingbotmap/engine/geom"
+)
+
+// OpticalToBody is base_T_cam for a camera whose optical axis looks along
+// the body's x axis (REP 103): the optical frame's axes in body
+// coordinates. Its quaternion (x, y, z, w) is (−½, ½, −½, ½).
+func OpticalToBody() geom.Mat4 {
+	return geom.Rigid(geom.Mat3{
+		{0, 0, 1},
+		{-1, 0, 0},
+		{0, -1, 0},
+	}, [3]float64{})
+}
+
+// ErrBadScale is a scale that is not a finite number > 0.
+var ErrBadScale = errors.New("mapframe: scale must be a finite number > 0")
+
+// Frame is one map's frame: map_T_world and the metric scale. It is safe
+// for concurrent use.
+type Frame struct {
+	mu         sync.Mutex
+	fixed      bool
+	mapToWorld geom.Mat4 // map_T_world = base_T_cam(t0)
+	scale      float64
+	scaleKnown bool
+}
+
+// New is a frame not yet fixed: until Fix, it converts with the optical
+// to-body rotation, scale 1 (unknown).
+func New() *Frame {
+	return &Frame{mapToWorld: OpticalToBody(), scale: 1}
+}
+
+// Fix sets map_T_world = baseToCam, the camera's pose in the base frame at
+// the map's first frame. Only the first call after New or Reset counts:
+// later ones return false and change nothing. A transform that is not
+// rigid and finite is refused.
+func (f *Frame) Fix(baseToCam geom.Mat4) (bool, error) {
+	if _, _, err := geom.Decompose(baseToCam); err != nil {
+		return false, fmt.Errorf("mapframe: base → camera transform: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fixed {
+		return false, nil
+	}
+	f.fixed, f.mapToWorld = true, baseToCam
+	return true, nil
+}
+
+// Fixed says whether Fix has set the frame.
+func (f *Frame) Fixed() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fixed
+}
+
+// MapToWorld is map_T_world (the base → camera transform at the first frame).
+func (f *Frame) MapToWorld() geom.Mat4 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mapToWorld
+}
+
+// SetScale sets the metric scale, metres per model unit. Everything
+// converted from then on is in metres.
+func (f *Frame) SetScale(s float64) error {
+	if !(s > 0) || math.IsInf(s, 0) {
+		return fmt.Errorf("%w, not %g", ErrBadScale, s)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.scale, f.scaleKnown = s, true
+	return nil
+}
+
+// Scale is the metric scale and whether it is known (1, false until
+// SetScale).
+func (f *Frame) Scale() (s float64, known bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.scale, f.scaleKnown
+}
+
+// Reset forgets the frame and the scale: a new map (~reset) starts from a
+// new first camera, and the model's units with it.
+func (f *Frame) Reset() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fixed, f.mapToWorld, f.scale, f.scaleKnown = false, OpticalToBody(), 1, false
+}
+
+// get is a consistent copy of the transform and scale.
+func (f *Frame) get() (geom.Mat4, float64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mapToWorld, f.scale
+}
+
+// scaled is S_s(m): m with its translation multiplied by s.
+func scaled(m geom.Mat4, s float64) geom.Mat4 {
+	for i := range 3 {
+		m[i][3] *= s
+	}
+	return m
+}
+
+// CamPose is map_T_cam for the engine's camToWorld (world_T_cam).
+func (f *Frame) CamPose(camToWorld geom.Mat4) geom.Mat4 {
+	m, s := f.get()
+	return geom.Mul4(m, scaled(camToWorld, s))
+}
+
+// BasePose is map_T_base for the engine's camToWorld and the camera's pose
+// in the base frame now (camToBase, base_T_cam; metres).
+func (f *Frame) BasePose(camToWorld, camToBase geom.Mat4) geom.Mat4 {
+	return geom.Mul4(f.CamPose(camToWorld), geom.InvertRigid(camToBase))
+}
+
+// Point is a world point in the map frame.
+func (f *Frame) Point(p [3]float64) [3]float64 {
+	m, s := f.get()
+	return geom.Apply(m, [3]float64{s * p[0], s * p[1], s * p[2]})
+}
+
+// Points converts world points into the map frame: dst (grown as needed)
+// gets src's points; dst may be src itself (in place). Colours are kept.
+func (f *Frame) Points(dst, src []geom.Point) []geom.Point {
+	m, s := f.get()
+	if cap(dst) < len(src) {
+		dst = make([]geom.Point, len(src))
+	}
+	dst = dst[:len(src)]
+	for i, p := range src {
+		q := geom.Apply(m, [3]float64{s * float64(p.X), s * float64(p.Y), s * float64(p.Z)})
+		dst[i] = geom.Point{X: float32(q[0]), Y: float32(q[1]), Z: float32(q[2]), R: p.R, G: p.G, B: p.B}
+	}
+	return dst
+}
+
+// State is a frame as a saved session keeps it (JSON).
+type State struct {
+	Fixed      bool      `json:"fixed"`
+	MapToWorld geom.Mat4 `json:"map_T_world"`
+	Scale      float64   `json:"scale"`
+	ScaleKnown bool      `json:"scale_known"`
+}
+
+// State is the frame's state, for a saved session.
+func (f *Frame) State() State {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return State{Fixed: f.fixed, MapToWorld: f.mapToWorld, Scale: f.scale, ScaleKnown: f.scaleKnown}
+}
+
+// Restore sets the frame from a saved state, checking it.
+func (f *Frame) Restore(st State) error {
+	if _, _, err := geom.Decompose(st.MapToWorld); err != nil {
+		return fmt.Errorf("mapframe: saved map_T_world: %w", err)
+	}
+	if !(st.Scale > 0) || math.IsInf(st.Scale, 0) {
+		return fmt.Errorf("mapframe: saved scale: %w, not %g", ErrBadScale, st.Scale)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fixed, f.mapToWorld, f.scale, f.scaleKnown = st.Fixed, st.MapToWorld, st.Scale, st.ScaleKnown
+	return nil
+}
