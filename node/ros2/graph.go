@@ -1,6 +1,7 @@
 package ros2
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -53,11 +54,16 @@ type graphWatch struct {
 	self dds.GUID
 	r    *dds.Reader
 
-	mu        sync.Mutex
-	other     map[cdr.Gid]int // participants seen with the other size
-	badLogged bool
-	bad       int64
+	mu         sync.Mutex
+	other      map[cdr.Gid]int // participants seen with the other size
+	mismatched int64           // how many (other stops growing at maxGraphPeers)
+	badLogged  bool
+	bad        int64
 }
+
+// maxGraphPeers bounds the participants remembered so that each is counted
+// once; beyond it a peer that republishes is counted again.
+const maxGraphPeers = 4096
 
 func watchGraph(pp *dds.Participant, ddsName string, q dds.QoS, own int, self dds.GUID, log *slog.Logger) (*graphWatch, error) {
 	g := &graphWatch{log: log, own: own, self: self, other: map[cdr.Gid]int{}}
@@ -88,12 +94,21 @@ func (g *graphWatch) sample(s dds.Sample) {
 	if _, seen := g.other[info.Gid]; seen {
 		return
 	}
-	g.other[info.Gid] = size
+	if len(g.other) < maxGraphPeers {
+		g.other[info.Gid] = size
+	}
+	g.mismatched++
 	var names []string
 	for _, n := range info.NodeEntitiesInfoSeq {
 		names = append(names, (&Args{Namespace: n.NodeNamespace, Name: n.NodeName}).FullName())
 	}
-	g.log.Warn("a peer writes ros_discovery_info with other Gids than this node: its ros2 node list cannot show this node (set ros2_gid_size or ROS_DISTRO to match; counted in /diagnostics as ros2_gid_mismatched_peers)",
+	// Every run of a ros2 command is a participant of its own: the first
+	// such peer is a warning, the others go to debug and the count.
+	level := slog.LevelWarn
+	if g.mismatched > 1 {
+		level = slog.LevelDebug
+	}
+	g.log.Log(context.Background(), level, "a peer writes ros_discovery_info with other Gids than this node: its ros2 node list cannot show this node (set ros2_gid_size or ROS_DISTRO to match; further peers counted in /diagnostics as ros2_gid_mismatched_peers)",
 		"peer_gid_bytes", size, "peer_distro", distroOfGid(size), "own_gid_bytes", g.own, "peer_nodes", names)
 }
 
@@ -107,5 +122,5 @@ func distroOfGid(size int) string {
 func (g *graphWatch) stats() node.TransportStats {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return node.TransportStats{GidMismatchedPeers: int64(len(g.other)), GraphUnreadable: g.bad}
+	return node.TransportStats{GidMismatchedPeers: g.mismatched, GraphUnreadable: g.bad}
 }

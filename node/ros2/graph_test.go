@@ -134,7 +134,7 @@ func TestGidSizeMismatchedPeers(t *testing.T) {
 			t.Errorf("no log line names the Gid size %d:\n%s", c.own, logged)
 		}
 		other := map[int]string{16: "24", 24: "16"}[c.own]
-		if !strings.Contains(logged, "peer_gid_bytes="+other) || strings.Count(logged, "other Gids than this node") != 1 {
+		if !strings.Contains(logged, "peer_gid_bytes="+other) || strings.Count(logged, "other Gids than this node") != 1 || !strings.Contains(logged, "level=WARN") {
 			t.Errorf("the %d-byte node did not log the %s-byte peer once:\n%s", c.own, other, logged)
 		}
 	}
