@@ -8,12 +8,9 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"strings"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
@@ -310,7 +307,7 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		Status:  output.StatusInProgress,
 		Started: start.UTC(),
 		Input:   output.Input{Path: o.input, Description: src.Describe(), Options: o.src},
-		Engine:  engineRecord(o.cfg),
+		Engine:  output.EngineSettings(o.cfg),
 		Config:  o.sources,
 		Frames:  output.Frames{Read: skipped},
 	}
@@ -389,23 +386,7 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	}
 	stats := stream.Stats()
 	rec.Cache = &stats
-	rec.Interrupted = interrupted
-	switch {
-	case interrupted:
-		rec.Status = output.StatusInterrupted
-	case runErr != nil && errors.Is(runErr, source.ErrPartial):
-		rec.Status = output.StatusPartialInput
-	case runErr != nil:
-		rec.Status = output.StatusFailed
-	case skippedFrames > 0:
-		rec.Status = output.StatusPartialInput
-		runErr = fmt.Errorf("%w: %d frames were used; %d did not decode and were skipped, the first %w", source.ErrPartial, w.Frames().Results, skippedFrames, skipErr)
-	default:
-		rec.Status = output.StatusCompleted
-	}
-	if runErr != nil && !interrupted {
-		rec.Error = runErr.Error()
-	}
+	runErr = rec.Conclude(interrupted, runErr, skipErr, w.Frames().Results)
 	rec.Timings.DecodeS = fr.read.Seconds()
 	rec.Timings.ModelS = m.st.model.Seconds()
 
@@ -422,101 +403,3 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	}
 	return nil
 }
-
-// engineRecord lists the engine settings that ran under their keys: the
-// arithmetic actually used as the precision (fp32 on the CPU), and the cuda
-// section only on the GPU.
-func engineRecord(c engine.Config) map[string]any {
-	out := config.Values(&c)
-	out["precision"] = c.ComputePrecision()
-	if c.Device != "cuda" {
-		for k := range out {
-			if strings.HasPrefix(k, "cuda.") {
-				delete(out, k)
-			}
-		}
-	}
-	return out
-}
-
-// progress reports frames done: a bar on a terminal, log lines otherwise.
-type progress interface {
-	add(n int)
-	finish()
-}
-
-func newProgress(o *runOptions, total int, log *slog.Logger) progress {
-	if f, ok := o.stderr.(*os.File); ok && !o.noProgress && !o.quiet && term.IsTerminal(int(f.Fd())) {
-		bar := progressbar.NewOptions(total,
-			progressbar.OptionSetWriter(f),
-			progressbar.OptionSetDescription("mapping"),
-			progressbar.OptionShowCount(),
-			progressbar.OptionShowIts(),
-			progressbar.OptionSetItsString("frames"),
-			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionThrottle(200*time.Millisecond),
-			progressbar.OptionSetWidth(30),
-		)
-		return barProgress{bar, f}
-	}
-	return &logProgress{log: log, total: total, start: time.Now(), last: time.Now(), every: 5 * time.Second}
-}
-
-type barProgress struct {
-	bar *progressbar.ProgressBar
-	w   io.Writer
-}
-
-func (b barProgress) add(n int) { _ = b.bar.Add(n) }
-func (b barProgress) finish() {
-	_ = b.bar.Finish()
-	fmt.Fprintln(b.w)
-}
-
-// logProgress writes a progress line every few seconds.
-type logProgress struct {
-	log         *slog.Logger
-	total, done int
-	start, last time.Time
-	every       time.Duration
-}
-
-func (p *logProgress) add(n int) {
-	p.done += n
-	if time.Since(p.last) < p.every {
-		return
-	}
-	p.last = time.Now()
-	el := time.Since(p.start).Seconds()
-	fps := float64(p.done) / el
-	args := []any{"frames", p.done, "frames_per_s", fmt.Sprintf("%.2f", fps)}
-	if p.total > 0 {
-		args = append(args, "of", p.total)
-		if fps > 0 {
-			eta := time.Duration(float64(p.total-p.done) / fps * float64(time.Second))
-			args = append(args, "eta", eta.Round(time.Second).String())
-		}
-	}
-	p.log.Info("progress", args...)
-}
-
-func (p *logProgress) finish() {}
-
-// skipReporter is a frame source that counts the frames it skipped because
-// they did not decode (a bag's corrupt messages), with the first reason.
-type skipReporter interface {
-	Skipped() (int, error)
-}
-
-// noticer is a frame source that reports, once each, lossy conversions of
-// its input (16-bit images reduced to 8 bits).
-type noticer interface {
-	Notices() []string
-}
-
-var (
-	_ skipReporter = (*source.Bag)(nil)
-	_ skipReporter = (*source.Folder)(nil)
-	_ noticer      = (*source.Bag)(nil)
-	_ noticer      = (*source.Folder)(nil)
-)

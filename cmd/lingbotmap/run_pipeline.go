@@ -401,3 +401,22 @@ func (m *runSink) waitDo() error {
 	}
 	return err
 }
+
+// skipReporter is a frame source that counts the frames it skipped because
+// they did not decode (a bag's corrupt messages), with the first reason.
+type skipReporter interface {
+	Skipped() (int, error)
+}
+
+// noticer is a frame source that reports, once each, lossy conversions of
+// its input (16-bit images reduced to 8 bits).
+type noticer interface {
+	Notices() []string
+}
+
+var (
+	_ skipReporter = (*source.Bag)(nil)
+	_ skipReporter = (*source.Folder)(nil)
+	_ noticer      = (*source.Bag)(nil)
+	_ noticer      = (*source.Folder)(nil)
+)

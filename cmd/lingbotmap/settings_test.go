@@ -19,6 +19,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/node"
 )
 
@@ -289,7 +290,7 @@ func TestRunRecordsWhatRan(t *testing.T) {
 	if err := cmd.ExecuteContext(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	rec := engineRecord(got.cfg)
+	rec := output.EngineSettings(got.cfg)
 	if rec["precision"] != "fp32" || rec["device"] != "cpu" || rec["scale_frames"] != 3 || rec["sliding_window"] != 5 || rec["max_frames"] != 1024 {
 		t.Errorf("engine record %v: want fp32 on the CPU, scale_frames 3, sliding_window 5 and max_frames 1024", rec)
 	}
@@ -303,7 +304,7 @@ func TestRunRecordsWhatRan(t *testing.T) {
 		t.Errorf("sources %+v, want %s and %v", got.sources, file, want)
 	}
 	got.cfg.Device = "cuda"
-	if rec := engineRecord(got.cfg); rec["precision"] != "bf16" || rec["cuda.pdl"] != false || rec["cuda.paged_kernel"] != "auto" {
+	if rec := output.EngineSettings(got.cfg); rec["precision"] != "bf16" || rec["cuda.pdl"] != false || rec["cuda.paged_kernel"] != "auto" {
 		t.Errorf("engine record on the GPU %v: want bf16 and the cuda section", rec)
 	}
 }

@@ -2,9 +2,12 @@ package output
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/config"
@@ -165,4 +168,47 @@ func median(v []float32) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return float64(s[(len(s)+1)/2-1])
+}
+
+// EngineSettings lists, for run.json, the engine settings that ran under their keys: the
+// arithmetic actually used as the precision (fp32 on the CPU), and the cuda
+// section only on the GPU.
+func EngineSettings(c engine.Config) map[string]any {
+	out := config.Values(&c)
+	out["precision"] = c.ComputePrecision()
+	if c.Device != "cuda" {
+		for k := range out {
+			if strings.HasPrefix(k, "cuda.") {
+				delete(out, k)
+			}
+		}
+	}
+	return out
+}
+
+// Conclude sets the record's final status from how the run ended:
+// interrupted by a signal, ended by runErr (a source read in part counts as
+// partial input), or with skipErr, the first of the frames that did not
+// decode (skipped and counted in Input.Skipped), which makes a run without
+// another error partial too. It returns the run's error, which then says
+// how many of the frames were used.
+func (r *Record) Conclude(interrupted bool, runErr, skipErr error, results int) error {
+	r.Interrupted = interrupted
+	switch {
+	case interrupted:
+		r.Status = StatusInterrupted
+	case runErr != nil && errors.Is(runErr, source.ErrPartial):
+		r.Status = StatusPartialInput
+	case runErr != nil:
+		r.Status = StatusFailed
+	case r.Input.Skipped > 0:
+		r.Status = StatusPartialInput
+		runErr = fmt.Errorf("%w: %d frames were used; %d did not decode and were skipped, the first %w", source.ErrPartial, results, r.Input.Skipped, skipErr)
+	default:
+		r.Status = StatusCompleted
+	}
+	if runErr != nil && !interrupted {
+		r.Error = runErr.Error()
+	}
+	return runErr
 }
