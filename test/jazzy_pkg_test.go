@@ -18,7 +18,8 @@ import (
 // a link to this checkout; Go's build cache makes it quick), then brings the
 // node up the two ways a ROS 2 user does: `ros2 run lingbotmap lingbotmap
 // --ros-args …` and `ros2 launch lingbotmap mapping.launch.xml`, each seen
-// by `ros2 node list` under its new name.
+// by `ros2 node list` under its new name, with the CLI on rmw_cyclonedds_cpp
+// and on rmw_fastrtps_cpp.
 func TestJazzyPackage(t *testing.T) {
 	if !inNetns(t) {
 		return
@@ -73,9 +74,12 @@ func TestJazzyPackage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The CLI on Jazzy's default RMW too.
+	fastOverlay := &jazzy{t: t, env: append(append([]string{}, overlay.env...), "RMW_IMPLEMENTATION="+rmwFastDDS), dir: j.dir}
 	run := overlay.start("ros2", "run", "lingbotmap", "lingbotmap", "--ros-args", "-r", "__node:=pkg_run",
 		"-p", "weights:="+weights, "-p", "image_width:=154")
 	overlay.ros2Until(60*time.Second, "/pkg_run", "node", "list", "--no-daemon")
+	fastOverlay.ros2Until(60*time.Second, "/pkg_run", "node", "list", "--no-daemon")
 	if err := run.stop(20 * time.Second); err != nil {
 		t.Fatalf("ros2 run: %v\n%s", err, run.out.String())
 	}
@@ -83,6 +87,7 @@ func TestJazzyPackage(t *testing.T) {
 	launch := overlay.start("ros2", "launch", "lingbotmap", "mapping.launch.xml", "node_name:=pkg_launch",
 		"image:=/cam/image_raw", "save_dir:="+filepath.Join(j.dir, "map"))
 	overlay.ros2Until(60*time.Second, "/pkg_launch", "node", "list", "--no-daemon")
+	fastOverlay.ros2Until(60*time.Second, "/pkg_launch", "node", "list", "--no-daemon")
 	overlay.ros2Until(30*time.Second, "/cam/image_raw [sensor_msgs/msg/Image]", "topic", "list", "-t", "--no-daemon")
 	if err := launch.stop(20 * time.Second); err != nil {
 		t.Fatalf("ros2 launch: %v\n%s", err, launch.out.String())
