@@ -20,6 +20,7 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 	"github.com/spf13/cobra"
 
+	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 	"github.com/lingbotmap/lingbotmap/msgs/bag"
 	"github.com/lingbotmap/lingbotmap/msgs/mcapbag"
 )
@@ -156,6 +157,12 @@ func runBag(ctx context.Context, o *bagOptions, out io.Writer) (err error) {
 	files, err := imageFiles(o.images, o.firstK, o.stride)
 	if err != nil {
 		return err
+	}
+	// a killed bag run's unfinished file for the same path
+	if gone, err := atomicfile.RemoveStaleOf(o.out); err != nil {
+		return err
+	} else if len(gone) > 0 {
+		fmt.Fprintf(out, "removed %d unfinished temporary file(s) a stopped bag run left: %s\n", len(gone), strings.Join(gone, ", "))
 	}
 	w, err := createBag(o.format, o.out)
 	if err != nil {

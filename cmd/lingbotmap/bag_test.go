@@ -211,3 +211,29 @@ func bagTestPNG(t *testing.T, path string) image.Image {
 	}
 	return img
 }
+
+// TestBagRemovesStaleTemporary: the unfinished file a killed `bag` left
+// for its --out (unlocked once its writer died) is removed by the next bag
+// run to that path; another file's temporary stays.
+func TestBagRemovesStaleTemporary(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "frames.bag")
+	stale, other := filepath.Join(dir, ".frames.bag.1618033"), filepath.Join(dir, ".other.bag.1618033")
+	for _, p := range []string{stale, other} {
+		if err := os.WriteFile(p, []byte("#ROSBAG V2.0\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, msg := runCLI(t, "bag", "--images", courthouseDir(t), "--out", out, "--first-k", "2"); code != exitOK {
+		t.Fatalf("bag: exit %d: %s", code, msg)
+	}
+	if _, err := os.Stat(stale); err == nil {
+		t.Error("the killed bag run's temporary is still there")
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Error("another path's temporary was removed")
+	}
+	if _, err := os.Stat(out); err != nil {
+		t.Error(err)
+	}
+}

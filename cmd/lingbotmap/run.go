@@ -88,7 +88,16 @@ func defaultRunOptions() *runOptions {
 
 // newRunWriter starts run's output folder (engine/output) from the options.
 func newRunWriter(o *runOptions) (*output.Folder, error) {
-	return output.New(output.Options{
+	w, err := planRunWriter(o)
+	if err == nil {
+		err = w.Create()
+	}
+	return w, err
+}
+
+// planRunWriter is newRunWriter with nothing written yet (output.Plan).
+func planRunWriter(o *runOptions) (*output.Folder, error) {
+	return output.Plan(output.Options{
 		Dir:     o.out,
 		Version: o.version,
 		Map: mapio.MapConfig{
@@ -260,6 +269,20 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		return &exitCodeError{code: exitUsage, err: err}
 	}
 	start := time.Now()
+	// One run owns its folder; the temporary files a killed run left are
+	// removed under the lock, so never a live run's.
+	lock, err := output.Lock(o.out)
+	if err != nil {
+		var busy *output.InUseError
+		if errors.As(err, &busy) {
+			return &exitCodeError{code: exitUsage, err: err}
+		}
+		return err
+	}
+	defer lock.Close()
+	if err := output.RemoveStale(o.out, log); err != nil {
+		return err
+	}
 	src, err := o.openSource(ctx, o.input, o.src)
 	if err != nil {
 		return err
@@ -297,7 +320,10 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 			return fmt.Errorf("frame %d (%d×%d): %w", first.Seq, b.Dx(), b.Dy(), err)
 		}
 	}
-	w, err := newRunWriter(o)
+	// Nothing is written until the engine has started (and a resumed
+	// session has proved itself): a run that fails to start, or a refused
+	// resume, leaves the folder as it was.
+	w, err := planRunWriter(o)
 	if err != nil {
 		return err
 	}
@@ -311,19 +337,23 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		Config:  o.sources,
 		Frames:  output.Frames{Read: skipped},
 	}
-	if err := w.WriteRecord(rec, start); err != nil {
-		return err
-	}
 	log.Info("run", "input", src.Describe(), "out", o.out, "device", o.cfg.Device)
 
 	t0 := time.Now()
 	stream, err := o.session.startStream(ctx, o, w, log)
 	if err != nil {
-		rec.Status, rec.Error = output.StatusFailed, err.Error()
 		if ctx.Err() != nil {
-			rec.Status, rec.Interrupted = output.StatusInterrupted, true
+			return fmt.Errorf("interrupted while starting the engine (nothing was written): %w", err)
 		}
-		return errors.Join(fmt.Errorf("start the engine: %w", err), w.WriteRecord(rec, start))
+		return fmt.Errorf("start the engine: %w", err)
+	}
+	if err := w.Create(); err != nil {
+		stream.Close()
+		return err
+	}
+	if err := w.WriteRecord(rec, start); err != nil {
+		stream.Close()
+		return err
 	}
 	defer stream.Close()
 	rec.Timings.LoadS = time.Since(t0).Seconds()
@@ -397,9 +427,18 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		"frames_per_s", fmt.Sprintf("%.2f", rec.Timings.FramesPerS), "overall_frames_per_s", fmt.Sprintf("%.2f", rec.Timings.OverallFramesPS))
 	switch {
 	case interrupted:
-		return fmt.Errorf("interrupted after %d frames; the results so far are in %s: %w", w.Frames().Results, o.out, context.Cause(ctx))
+		return fmt.Errorf("interrupted after %d frames; the results so far are in %s; %s: %w", w.Frames().Results, o.out, resumeHint(o), context.Cause(ctx))
 	case runErr != nil:
 		return fmt.Errorf("%w (the results so far are in %s)", runErr, o.out)
 	}
 	return nil
+}
+
+// resumeHint says how an interrupted run goes on: --resume where it saved
+// its session, else how to make the next run resumable.
+func resumeHint(o *runOptions) string {
+	if o.saveSessions || o.session.resume != "" {
+		return fmt.Sprintf("continue it with: lingbotmap run --resume %s", o.out)
+	}
+	return "this run saved no session, so it cannot be resumed: a run with --session can be continued with --resume OUT"
 }

@@ -137,7 +137,7 @@ func outputFiles(t *testing.T, dir string) []string {
 	t.Helper()
 	var out []string
 	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Name() == "run.json" {
+		if err != nil || d.IsDir() || d.Name() == "run.json" || d.Name() == output.LockFile {
 			return err
 		}
 		rel, err := filepath.Rel(dir, path)

@@ -32,8 +32,9 @@ const sessionFileName = "run.state"
 
 // runSession is run.state's frame around meta.
 func runSession(meta *sessionMeta) output.Session {
-	return output.Session{Magic: [8]byte{'L', 'B', 'M', 'R', 'U', 'N', 0, 2}, Header: meta, MaxHeader: 1 << 20,
-		Older: [][8]byte{{'L', 'B', 'M', 'R', 'U', 'N', 0, 1}}} // before the header checksum
+	return output.Session{Magic: [8]byte{'L', 'B', 'M', 'R', 'U', 'N', 0, 3}, Header: meta, MaxHeader: 1 << 20,
+		// before the header checksum (1) and the outputs' checksums (2)
+		Older: [][8]byte{{'L', 'B', 'M', 'R', 'U', 'N', 0, 1}, {'L', 'B', 'M', 'R', 'U', 'N', 0, 2}}}
 }
 
 // sessionOptions are run's flags for sessions and what a resume restored.
@@ -88,7 +89,7 @@ func (s *sessionOptions) load(o *runOptions) error {
 	path := filepath.Join(s.resume, output.SessionDir, sessionFileName)
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return &exitCodeError{code: exitUsage, err: fmt.Errorf("--resume: no saved session (run with --checkpoint-every N saves one): %w", err)}
+		return &exitCodeError{code: exitUsage, err: fmt.Errorf("--resume: no saved session (a run with --session saves one at every checkpoint, each --checkpoint-every N frames and at the end): %w", err)}
 	}
 	meta, rest, err := parseSessionHeader(data)
 	if err != nil {
@@ -131,8 +132,12 @@ func (s *sessionOptions) startStream(ctx context.Context, o *runOptions, w *outp
 	if err := output.ReadBody(r, func(br *binstate.Reader) error { return w.LoadState(br, counts) }); err != nil {
 		return nil, &exitCodeError{code: exitBadInput, err: fmt.Errorf("--resume: the session's map: %w", err)}
 	}
-	// The trajectory file may hold rows past the session; it is rewritten
-	// from the restored map, then grows again from there.
+	// Every image the session wrote must be in the folder as written.
+	if err := w.CheckFiles(); err != nil {
+		return nil, &exitCodeError{code: exitBadInput, err: fmt.Errorf("--resume: %w", err)}
+	}
+	// The trajectory file may hold rows past the session; Create rewrites
+	// it from the restored map, then it grows again from there.
 	if err := w.Restore(w.Map(), w.Frames()); err != nil {
 		return nil, fmt.Errorf("--resume: %w", err)
 	}

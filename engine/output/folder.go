@@ -35,6 +35,9 @@ type Folder struct {
 	frames Frames
 	depth  Depth
 	ranges []depthRange
+	// files are the per-frame images written, with their sizes and
+	// checksums, which a resumed session checks before it goes on.
+	files  []FileSum
 	window int
 	// lastCheckpoint is frames.Results at the last checkpoint.
 	lastCheckpoint int
@@ -74,15 +77,39 @@ type Options struct {
 	OnCheckpoint func(ctx context.Context, cp Checkpoint) error
 }
 
-// New starts a Folder: the output folder and the subfolders it writes,
-// and an empty trajectory file.
+// New starts a Folder: Plan, then Create.
 func New(opt Options) (*Folder, error) {
+	w, err := Plan(opt)
+	if err == nil {
+		err = w.Create()
+	}
+	return w, err
+}
+
+// Plan starts a Folder in memory only: nothing is written until Create,
+// so that a run that fails to start (or a resume that is refused) leaves
+// the folder as it was.
+func Plan(opt Options) (*Folder, error) {
 	m, err := mapio.NewMap(opt.Map)
 	if err != nil {
 		return nil, err
 	}
+	return &Folder{
+		opt: opt,
+		m:   m,
+		depth: Depth{Saved: opt.SaveDepth, Scale: opt.DepthScale, Unit: fmt.Sprintf("1/%g of a model depth unit (metres for metric models)", opt.DepthScale),
+			ConfSaved: opt.SaveConf, ConfScale: opt.ConfScale},
+		window: -1,
+	}, nil
+}
+
+// Create makes the output folder, the subfolders it writes and the
+// trajectory file, which holds the rows restored so far (Restore,
+// LoadState) and grows from there.
+func (w *Folder) Create() error {
+	opt := w.opt
 	if err := os.MkdirAll(opt.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("output folder: %w", err)
+		return fmt.Errorf("output folder: %w", err)
 	}
 	for _, d := range []struct {
 		on   bool
@@ -90,22 +117,19 @@ func New(opt Options) (*Folder, error) {
 	}{{opt.SaveDepth, "depth"}, {opt.SaveDepth, "depth_color"}, {opt.SaveConf, "conf"}} {
 		if d.on {
 			if err := os.MkdirAll(filepath.Join(opt.Dir, d.name), 0o755); err != nil {
-				return nil, fmt.Errorf("output folder: %w", err)
+				return fmt.Errorf("output folder: %w", err)
 			}
 		}
 	}
 	tum, err := mapio.CreateTUM(filepath.Join(opt.Dir, mapio.TrajectoryFile))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return &Folder{
-		opt: opt,
-		m:   m,
-		tum: tum,
-		depth: Depth{Saved: opt.SaveDepth, Scale: opt.DepthScale, Unit: fmt.Sprintf("1/%g of a model depth unit (metres for metric models)", opt.DepthScale),
-			ConfSaved: opt.SaveConf, ConfScale: opt.ConfScale},
-		window: -1,
-	}, nil
+	w.tum = tum
+	if tr := w.m.Trajectory(); len(tr) > 0 {
+		return w.tum.Append(tr...)
+	}
+	return nil
 }
 
 // Map is the trajectory and voxel map so far.
@@ -124,11 +148,14 @@ func (w *Folder) AddTiming(t pipeline.Timing) {
 }
 
 // Restore makes the writer continue a resumed session: the restored map
-// and counts replace the empty ones, and the trajectory file, which New
-// started empty, gets the map's poses again, so that it holds every row
-// once.
+// and counts replace the empty ones, and the trajectory file, if Create
+// has started it empty, gets the map's poses again, so that it holds every
+// row once (Create writes them otherwise).
 func (w *Folder) Restore(m *mapio.Map, frames Frames) error {
 	w.m, w.frames, w.lastCheckpoint, w.resumedResults = m, frames, frames.Results, frames.Results
+	if w.tum == nil {
+		return nil
+	}
 	return w.tum.Append(m.Trajectory()...)
 }
 
@@ -160,6 +187,7 @@ type Posted struct {
 	points               []geom.Point
 	clipped, confClipped int64
 	depthRange           *render.DepthRange // with --save-depth
+	files                []FileSum
 	took                 time.Duration
 }
 
@@ -175,28 +203,30 @@ func (w *Folder) Post(r *engine.Result) (Posted, error) {
 		return v, fmt.Errorf("frame %d: the engine returned %d depth, %d confidence and %d colour values for a %d×%d image",
 			r.Seq, len(r.Depth), len(r.Conf), len(r.RGB), r.Width, r.Height)
 	}
-	name := fmt.Sprintf("%06d.png", r.Seq)
 	if w.opt.SaveDepth {
-		c, err := writeGray16File(filepath.Join(w.opt.Dir, "depth", name), r.Depth, r.Width, r.Height, w.opt.DepthScale)
+		c, sum, err := writeGray16File(w.opt.Dir, FileSum{Kind: DepthImage, Seq: r.Seq}, r.Depth, r.Width, r.Height, w.opt.DepthScale)
 		if err != nil {
 			return v, err
 		}
 		v.clipped = int64(c)
+		v.files = append(v.files, sum)
 		img, dr, err := render.DepthPreview(r.Depth, r.Width, r.Height)
 		if err == nil {
-			err = atomicfile.WriteFileNoSync(filepath.Join(w.opt.Dir, "depth_color", name), func(f io.Writer) error { return render.EncodePNG(f, img) })
+			sum, err = writeSummed(w.opt.Dir, FileSum{Kind: DepthColorImage, Seq: r.Seq}, func(f io.Writer) error { return render.EncodePNG(f, img) })
 		}
 		if err != nil {
 			return v, err
 		}
+		v.files = append(v.files, sum)
 		v.depthRange = &dr
 	}
 	if w.opt.SaveConf && r.Conf != nil {
-		c, err := writeGray16File(filepath.Join(w.opt.Dir, "conf", name), r.Conf, r.Width, r.Height, w.opt.ConfScale)
+		c, sum, err := writeGray16File(w.opt.Dir, FileSum{Kind: ConfImage, Seq: r.Seq}, r.Conf, r.Width, r.Height, w.opt.ConfScale)
 		if err != nil {
 			return v, err
 		}
 		v.confClipped = int64(c)
+		v.files = append(v.files, sum)
 	}
 	pts, err := w.m.FramePoints(r.DepthFrame())
 	if err != nil {
@@ -237,6 +267,7 @@ func (w *Folder) Add(r *engine.Result, v Posted) error {
 	if v.depthRange != nil {
 		w.ranges = append(w.ranges, depthRange{r.Seq, *v.depthRange})
 	}
+	w.files = append(w.files, v.files...)
 	w.m.AddFramePoints(v.points)
 	return nil
 }
@@ -456,6 +487,13 @@ func (w *Folder) SaveState(bw *binstate.Writer) error {
 		bw.F64(r.r.Near)
 		bw.F64(r.r.Far)
 	}
+	bw.Int(len(w.files))
+	for _, f := range w.files {
+		bw.Int(int(f.Kind))
+		bw.I64(int64(f.Seq))
+		bw.I64(f.Size)
+		bw.U32(f.CRC)
+	}
 	return w.m.SaveState(bw)
 }
 
@@ -469,13 +507,20 @@ func (w *Folder) LoadState(br *binstate.Reader, st State) error {
 		d.r = render.DepthRange{Near: br.F64(), Far: br.F64()}
 		ranges = append(ranges, d)
 	}
+	var files []FileSum
+	n = br.Int("output files", 0, 3*max(st.Frames.Results, 0))
+	for i := 0; i < n && br.Err() == nil; i++ {
+		f := FileSum{Kind: FileKind(br.Int("output file kind", 0, int(ConfImage)))}
+		f.Seq, f.Size, f.CRC = uint64(br.I64()), br.I64(), br.U32()
+		files = append(files, f)
+	}
 	if err := br.Err(); err != nil {
 		return err
 	}
 	if err := w.m.LoadState(br); err != nil {
 		return err
 	}
-	w.ranges = ranges
+	w.ranges, w.files = ranges, files
 	w.frames, w.depth, w.window = st.Frames, st.Depth, st.Window
 	return nil
 }

@@ -3,6 +3,10 @@
 // it once complete, so a reader, a crash or a full disk never leaves a torn
 // file at the path. It imports nothing of the project, so every layer
 // (message codecs, checkpoints, maps) can use the one mechanism.
+//
+// A temporary file is flock'ed by its writer until it is renamed or
+// removed, so the kernel tells a live writer's temporary file from one a
+// killed process left behind: RemoveStale removes only the latter.
 package atomicfile
 
 import (
@@ -12,6 +16,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -33,6 +38,13 @@ func Create(path string) (*File, error) {
 		f.Close()
 		os.Remove(f.Name())
 		return nil, err
+	}
+	// held until the rename or the removal (Close releases it): a live
+	// writer's file is never taken for a stale one
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		os.Remove(f.Name())
+		f.Close()
+		return nil, fmt.Errorf("atomicfile: locking %s: %w", f.Name(), err)
 	}
 	return &File{File: f, path: path}, nil
 }
@@ -60,14 +72,17 @@ func (f *File) commit(durable bool) error {
 	if durable {
 		err = f.Sync()
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	// renamed while still open (and locked), so RemoveStale never sees it
+	// unlocked under its temporary name
 	if err == nil {
 		err = os.Rename(f.Name(), f.path)
 	}
 	if err != nil {
 		os.Remove(f.Name())
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
 		return err
 	}
 	if durable {
@@ -83,7 +98,98 @@ func (f *File) Abort() error {
 		return nil
 	}
 	f.done = true
-	return errors.Join(f.Close(), os.Remove(f.Name()))
+	rerr := os.Remove(f.Name())
+	return errors.Join(f.Close(), rerr)
+}
+
+// IsTemp reports whether name (a base name) is of the form of a temporary
+// file of this package: ".NAME.DIGITS".
+func IsTemp(name string) bool {
+	if len(name) < 4 || name[0] != '.' {
+		return false
+	}
+	i := strings.LastIndexByte(name, '.')
+	if i <= 1 || i == len(name)-1 {
+		return false
+	}
+	for _, c := range name[i+1:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// RemoveStale removes the temporary files in dir (not below it) that no
+// live writer holds: those a killed or crashed process left. It returns
+// the names removed. A dir that does not exist holds none.
+func RemoveStale(dir string) ([]string, error) {
+	return removeStale(dir, func(string) bool { return true })
+}
+
+// RemoveStaleOf removes the temporary files of path alone (".NAME.*")
+// that no live writer holds.
+func RemoveStaleOf(path string) ([]string, error) {
+	prefix := "." + filepath.Base(path) + "."
+	return removeStale(filepath.Dir(path), func(name string) bool { return strings.HasPrefix(name, prefix) })
+}
+
+func removeStale(dir string, match func(string) bool) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !IsTemp(e.Name()) || !match(e.Name()) {
+			continue
+		}
+		ok, err := removeIfStale(filepath.Join(dir, e.Name()))
+		if err != nil {
+			errs = append(errs, err)
+		} else if ok {
+			removed = append(removed, e.Name())
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// removeIfStale removes path if no one holds its lock, and it is still the
+// file that was locked (not renamed away meanwhile).
+func removeIfStale(path string) (bool, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return false, nil // a live writer's
+		}
+		return false, fmt.Errorf("atomicfile: locking %s: %w", path, err)
+	}
+	held, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	now, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) || (err == nil && !os.SameFile(held, now)) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, err
+	}
+	return true, nil
 }
 
 // SyncDir makes the renames in dir durable. A file system that cannot sync
