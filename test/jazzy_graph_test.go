@@ -176,7 +176,7 @@ func TestJazzyTopics(t *testing.T) {
 	}
 	var echoes []echo
 	var subs []*jazzyProc
-	var hz *jazzyProc
+	hz := map[string]*jazzyProc{}
 	for _, rmw := range []string{rmwCyclone, rmwFastDDS} {
 		j := jazzyEnv(t, rmw)
 		// About 25 participants at once, Cyclone's and Fast DDS's sharing
@@ -190,9 +190,7 @@ func TestJazzyTopics(t *testing.T) {
 			echoes = append(echoes, echo{rmw, o.topic, o.field, j.start("ros2", append(args, o.topic, o.typ)...)})
 		}
 		subs = append(subs, j.start(j.Python(), script, "/lingbotmap/pose", strconv.Itoa(n)))
-		if rmw == rmwCyclone {
-			hz = j.start("ros2", "topic", "hz", "--window", "5", "/lingbotmap/pose")
-		}
+		hz[rmw] = j.start("ros2", "topic", "hz", "--window", "5", "/lingbotmap/pose")
 	}
 	for _, s := range subs {
 		s.waitOutput(t, `"event": "ready"`, 90*time.Second)
@@ -219,19 +217,21 @@ func TestJazzyTopics(t *testing.T) {
 			checkPose(t, "rclpy ("+[]string{rmwCyclone, rmwFastDDS}[i]+")", e, want[k])
 		}
 	}
-	if err := hz.stop(10 * time.Second); err != nil {
-		t.Logf("ros2 topic hz after SIGINT: %v", err) // its output is what counts
-	}
-	rates := regexp.MustCompile(`average rate: ([0-9.]+)`).FindAllStringSubmatch(hz.out.String(), -1)
-	if len(rates) == 0 {
-		t.Errorf("ros2 topic hz printed no rate while the bag played:\n%s", hz.out.String())
-	}
-	for _, r := range rates {
-		if v, err := strconv.ParseFloat(r[1], 64); err != nil || !(v > 0) {
-			t.Errorf("ros2 topic hz: rate %q", r[1])
+	for rmw, p := range hz {
+		if err := p.stop(10 * time.Second); err != nil {
+			t.Logf("%s: ros2 topic hz after SIGINT: %v", rmw, err) // its output is what counts
 		}
+		rates := regexp.MustCompile(`average rate: ([0-9.]+)`).FindAllStringSubmatch(p.out.String(), -1)
+		if len(rates) == 0 {
+			t.Errorf("%s: ros2 topic hz printed no rate while the bag played:\n%s", rmw, p.out.String())
+		}
+		for _, r := range rates {
+			if v, err := strconv.ParseFloat(r[1], 64); err != nil || !(v > 0) {
+				t.Errorf("%s: ros2 topic hz: rate %q", rmw, r[1])
+			}
+		}
+		t.Logf("%s: ros2 topic hz of the pose while the bag played at 3 frames/s: %q", rmw, rates)
 	}
-	t.Logf("ros2 topic hz of the pose while the bag played at 3 frames/s: %q", rates)
 	for _, e := range echoes {
 		select {
 		case err := <-e.p.done:
