@@ -523,7 +523,7 @@ func TestCoreParamsAndConnect(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitDiag(t, tr, map[string]string{"queue_policy": "all", "queue_capacity": "7", "master_reconnects": "3", "frames_processed": "4"})
+	waitDiag(t, tr, map[string]string{"queue_policy": "all", "queue_capacity": "7", "master_reconnects": "3", "frames_processed": "4", "map_points_outside": "0"})
 	st := tr.Messages("/tf_static")
 	if len(st) != 1 {
 		t.Fatalf("%d /tf_static messages, want 1", len(st))

@@ -159,6 +159,12 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 	// keyframe clouds made on the GPU (engine.PointMaker) and on the host
 	kept, host := n.m.PointFrames()
 	vals = append(vals, kv("points_device_frames", kept), kv("points_host_frames", host))
+	// confident points left out of the map for lying beyond the voxel
+	// index range (map_voxel too small for the scene)
+	n.mu.Lock()
+	outside := n.m.Stats().Outside
+	n.mu.Unlock()
+	vals = append(vals, kv("map_points_outside", outside))
 
 	problems := skippedTotal + dropped
 	level, message := diagnostic_msgs.DiagnosticStatus_OK, "mapping"

@@ -234,3 +234,71 @@ func TestRunFailedStartLeavesNothing(t *testing.T) {
 		t.Fatalf("the corrected run: exit %d: %s", code, msg)
 	}
 }
+
+// TestRunResumeRefusesOtherSettings: settings given beside --resume that
+// differ from the session's are refused (exit 2, each named with both
+// values) and change nothing; the same values, a new checkpoint cadence
+// and an environment variable (reported, the session's value used) resume.
+func TestRunResumeRefusesOtherSettings(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	shortSession(t, out)
+	before := folderBytes(t, out)
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--map-voxel", "0.5"}, []string{"--map-voxel 0.5 (the session's: 0.02)"}},
+		{[]string{"--stride", "2", "--scale-frames", "4"}, []string{"--stride 2 (the session's: 1)", "--scale-frames 4 (the session's: 3)"}},
+		{[]string{"--out", filepath.Join(out, "elsewhere")}, []string{"--out " + filepath.Join(out, "elsewhere")}},
+	} {
+		code, msg := runCLI(t, append([]string{"run", "--resume", out, "--quiet"}, c.args...)...)
+		if code != exitUsage {
+			t.Fatalf("%v beside --resume: exit %d, want %d: %s", c.args, code, exitUsage, msg)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%v beside --resume: the message does not say %q: %s", c.args, w, msg)
+			}
+		}
+		sameFolder(t, strings.Join(c.args, " "), out, before)
+	}
+	t.Setenv("LINGBOTMAP_THREADS", "1")
+	code, msg := runCLI(t, "run", "--resume", out, "--image-width", "70", "--checkpoint-every", "2", "--no-progress")
+	if code != exitOK {
+		t.Fatalf("the same image width and a new cadence beside --resume: exit %d: %s", code, msg)
+	}
+	if !strings.Contains(msg, "--resume uses the session's setting") || !strings.Contains(msg, "key=threads") {
+		t.Errorf("the environment's other thread count was not reported: %s", msg)
+	}
+}
+
+// TestRunRandomModelWarns: a run without --weights says, in a warning block
+// even with --quiet and in run.json, that it mapped with the random test
+// model; a run with weights names them as meaningful.
+func TestRunRandomModelWarns(t *testing.T) {
+	base := t.TempDir()
+	random := filepath.Join(base, "random")
+	args := []string{"run", courthouseDir(t), "--out", random, "--image-width", "70", "--scale-frames", "2", "--first-k", "3",
+		"--model-size", "tiny", "--threads", "2", "--quiet"}
+	code, msg := runCLI(t, args...)
+	if code != exitOK {
+		t.Fatalf("run without weights: exit %d: %s", code, msg)
+	}
+	if !strings.Contains(msg, "WARNING") || !strings.Contains(msg, "RANDOM TEST MODEL") || !strings.Contains(msg, "noise, not a map") {
+		t.Errorf("no warning on the terminal: %s", msg)
+	}
+	if rec := readRunJSON(t, random); rec.Weights != output.RandomWeights || rec.Meaningful {
+		t.Errorf("run.json says weights %q, meaningful %v", rec.Weights, rec.Meaningful)
+	}
+	real := filepath.Join(base, "real")
+	code, msg = runCLI(t, append(goldenRunArgs(t, real), "--first-k", "3")...)
+	if code != exitOK {
+		t.Fatalf("run with weights: exit %d: %s", code, msg)
+	}
+	if strings.Contains(msg, "RANDOM TEST MODEL") {
+		t.Errorf("a run with weights warned of the random model: %s", msg)
+	}
+	if rec := readRunJSON(t, real); !rec.Meaningful || !strings.HasSuffix(rec.Weights, "weights.safetensors") {
+		t.Errorf("run.json of a run with weights says weights %q, meaningful %v", rec.Weights, rec.Meaningful)
+	}
+}

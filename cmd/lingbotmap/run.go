@@ -198,6 +198,9 @@ its saved settings, and ends with the trajectory an uninterrupted run gives.`,
 			// The reference's default: one keyframe in ⌈N/320⌉ for long
 			// streaming runs, unless the user chose.
 			autoKF := !src.Given("keyframe_interval") && !src.Given("flow_threshold") && !o.cfg.Windowed
+			if o.session.resume != "" {
+				o.session.given = givenBesideResume(cmd, all, o)
+			}
 			return runF(cmd.Context(), o, autoKF)
 		},
 	}
@@ -256,7 +259,7 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	}
 	log := slog.New(slog.NewTextHandler(o.stderr, &slog.HandlerOptions{Level: level}))
 	if o.session.resume != "" {
-		if err := o.session.load(o); err != nil {
+		if err := o.session.load(o, log); err != nil {
 			return err
 		}
 		autoKF = false // the saved settings already hold the chosen interval
@@ -336,6 +339,11 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		Engine:  output.EngineSettings(o.cfg),
 		Config:  o.sources,
 		Frames:  output.Frames{Read: skipped},
+	}
+	rec.Weights, rec.Meaningful = o.cfg.Weights, o.cfg.Weights != ""
+	if !rec.Meaningful {
+		rec.Weights = output.RandomWeights
+		randomModelWarning(o.stderr, o.cfg.ModelSize)
 	}
 	log.Info("run", "input", src.Describe(), "out", o.out, "device", o.cfg.Device)
 
@@ -423,6 +431,9 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	if werr := w.Finish(ctx, rec, start); werr != nil {
 		return errors.Join(runErr, werr)
 	}
+	if !rec.Meaningful {
+		log.Warn("these outputs come from the random test model (no --weights): noise, not a map of the input", "out", o.out)
+	}
 	log.Info("done", "out", o.out, "status", rec.Status, "poses", w.Map().Stats().Poses, "points", rec.Map.Points,
 		"frames_per_s", fmt.Sprintf("%.2f", rec.Timings.FramesPerS), "overall_frames_per_s", fmt.Sprintf("%.2f", rec.Timings.OverallFramesPS))
 	switch {
@@ -432,6 +443,20 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		return fmt.Errorf("%w (the results so far are in %s)", runErr, o.out)
 	}
 	return nil
+}
+
+// randomModelWarning tells, loudly and whatever --quiet says, that a run
+// without --weights maps with the random test model.
+func randomModelWarning(w io.Writer, size string) {
+	fmt.Fprintf(w, `
+WARNING ==============================================================
+  No --weights given: mapping with the RANDOM TEST MODEL (%s).
+  Its depths, poses and map are noise, not a map of your input; it
+  is there to test the pipeline. For a real map pass
+  --weights lingbot-map.pt (the released checkpoint, see README.md).
+======================================================================
+
+`, size)
 }
 
 // resumeHint says how an interrupted run goes on: --resume where it saved

@@ -9,6 +9,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lingbotmap/lingbotmap/config"
+	"github.com/lingbotmap/lingbotmap/node"
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/binstate"
@@ -43,6 +50,10 @@ type sessionOptions struct {
 	resume string // --resume: the output folder of the run to continue
 	// resumeStream starts the engine from a saved state (tests replace it).
 	resumeStream func(ctx context.Context, cfg engine.Config, state io.Reader, log *slog.Logger) (engine.Stream, error)
+
+	// given are the settings given beside --resume, to be checked against
+	// the session's.
+	given *givenSettings
 
 	saved     *sessionMeta // the session being resumed
 	rest      []byte       // its map and engine state, read with it
@@ -85,7 +96,7 @@ type sessionRun struct {
 // settings into o: the input, the source options, the engine settings and
 // run's output settings all come from the session; an INPUT given on the
 // command line must be the saved one.
-func (s *sessionOptions) load(o *runOptions) error {
+func (s *sessionOptions) load(o *runOptions, log *slog.Logger) error {
 	path := filepath.Join(s.resume, output.SessionDir, sessionFileName)
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -98,12 +109,17 @@ func (s *sessionOptions) load(o *runOptions) error {
 	if o.input != "" && o.input != meta.Input {
 		return &exitCodeError{code: exitUsage, err: fmt.Errorf("--resume: the session in %s maps %s, not %s", s.resume, meta.Input, o.input)}
 	}
+	if err := s.given.check(meta, s.resume, log); err != nil {
+		return &exitCodeError{code: exitUsage, err: err}
+	}
 	o.input, o.src, o.cfg, o.out = meta.Input, meta.Source, meta.Engine, s.resume
 	r := meta.Run
 	o.confThreshold, o.voxel, o.pixelStride = r.ConfThreshold, r.Voxel, r.PixelStride
 	o.saveDepth, o.saveConf, o.depthScale, o.confScale = r.SaveDepth, r.SaveConf, r.DepthScale, r.ConfScale
-	if s.every == 0 {
-		s.every = r.Every
+	// the cadence of the checkpoints is the one setting a resume may
+	// change: it shapes no output
+	if s.given == nil || !s.given.sources.Given("checkpoint_every") {
+		o.checkpointEvery = r.Every
 	}
 	s.saved, s.rest, s.lastSaved = meta, rest, meta.FramesRead
 	return nil
@@ -200,4 +216,98 @@ func saveSession(o *runOptions, stream engine.Stream, w *output.Folder, read int
 			Every: o.session.every},
 	}
 	return runSession(meta).Write(filepath.Join(o.out, output.SessionDir, sessionFileName), w.SaveState, snap)
+}
+
+// givenSettings are the settings and input flags given beside --resume.
+type givenSettings struct {
+	values  map[string]any // every setting as loaded
+	sources config.Sources
+	src     source.Options
+	flags   []string // the input flags given
+	out     string   // --out, if given
+}
+
+// givenBesideResume takes what the command line (and the --config file
+// and environment) gave beside --resume.
+func givenBesideResume(cmd *cobra.Command, all node.Config, o *runOptions) *givenSettings {
+	g := &givenSettings{values: config.Values(&all), sources: o.sources, src: o.src}
+	for _, name := range sourceFlags {
+		if cmd.Flags().Changed(name) {
+			g.flags = append(g.flags, name)
+		}
+	}
+	if cmd.Flags().Changed("out") {
+		g.out = o.out
+	}
+	return g
+}
+
+// sourceFlags are run's flags that choose the input's frames, with their
+// values in source.Options.
+var sourceFlags = []string{"topic", "rotate-cw90", "first-k", "stride", "fps", "frame-rate"}
+
+func sourceFlagValue(o source.Options, flag string) any {
+	switch flag {
+	case "topic":
+		return o.Topic
+	case "rotate-cw90":
+		return o.RotateCW90
+	case "first-k":
+		return o.FirstK
+	case "stride":
+		return o.Stride
+	case "fps":
+		return o.SampleFPS
+	case "frame-rate":
+		return o.FrameRate
+	}
+	return nil
+}
+
+// savedSettings are the session's settings under the schema's keys.
+func savedSettings(meta *sessionMeta) map[string]any {
+	all := runDefaults()
+	all.Engine = meta.Engine
+	r := meta.Run
+	all.ConfThreshold, all.MapVoxel, all.CloudStride = r.ConfThreshold, r.Voxel, r.PixelStride
+	all.Output.SaveDepth, all.Output.SaveConf, all.Output.DepthScale, all.Output.ConfScale = r.SaveDepth, r.SaveConf, r.DepthScale, r.ConfScale
+	all.Output.CheckpointEvery = r.Every
+	return config.Values(&all)
+}
+
+// check compares what was given beside --resume with the session: a
+// resume continues the session with the session's settings, so a flag
+// that asks for another value is refused rather than ignored (all of them
+// named); a --config file or an environment variable that differs is
+// reported, and the session's value used. checkpoint_every is taken.
+func (g *givenSettings) check(meta *sessionMeta, dir string, log *slog.Logger) error {
+	if g == nil {
+		return nil
+	}
+	saved := savedSettings(meta)
+	var refused []string
+	for key, from := range g.sources.From {
+		sv, ok := saved[key]
+		if !ok || key == "checkpoint_every" || fmt.Sprint(sv) == fmt.Sprint(g.values[key]) {
+			continue
+		}
+		if from == "flag" {
+			refused = append(refused, fmt.Sprintf("--%s %v (the session's: %v)", config.FlagName(key), g.values[key], sv))
+		} else {
+			log.Warn("--resume uses the session's setting, not the one given", "key", key, "given", g.values[key], "from", from, "session", sv)
+		}
+	}
+	for _, flag := range g.flags {
+		if gv, sv := sourceFlagValue(g.src, flag), sourceFlagValue(meta.Source, flag); fmt.Sprint(gv) != fmt.Sprint(sv) {
+			refused = append(refused, fmt.Sprintf("--%s %v (the session's: %v)", flag, gv, sv))
+		}
+	}
+	if g.out != "" && filepath.Clean(g.out) != filepath.Clean(dir) {
+		refused = append(refused, fmt.Sprintf("--out %s (a resumed run writes into its own folder %s)", g.out, dir))
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	slices.Sort(refused)
+	return fmt.Errorf("--resume continues the session in %s with its own settings; these given beside it differ: %s. Drop them to resume, or start a new run with them", dir, strings.Join(refused, ", "))
 }

@@ -416,7 +416,7 @@ func (w *Folder) fillRecord(rec *Record, start time.Time) {
 	st := w.m.Stats()
 	dev, host := w.m.PointFrames()
 	mc := w.m.Config()
-	rec.Map = Map{ConfThreshold: mc.Filter.ConfThreshold, VoxelSize: mc.VoxelSize, PixelStride: mc.Filter.Stride, PointsIn: st.PointsIn, Points: st.Voxels,
+	rec.Map = Map{ConfThreshold: mc.Filter.ConfThreshold, VoxelSize: mc.VoxelSize, PixelStride: mc.Filter.Stride, PointsIn: st.PointsIn, Points: st.Voxels, Outside: st.Outside,
 		FramesDevice: dev, FramesHost: host}
 	rec.Depth = w.depth
 	rec.Frames.Results, rec.Frames.Scale, rec.Frames.Keyframes = w.frames.Results, w.frames.Scale, w.frames.Keyframes

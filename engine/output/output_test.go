@@ -285,3 +285,41 @@ func TestPrepareRefusesPreviousRun(t *testing.T) {
 		t.Error("--force removed a file that is not a run's")
 	}
 }
+
+// TestFolderRecordsPointsOutside: the confident points the voxel map left
+// out for lying beyond its index range are counted in run.json.
+func TestFolderRecordsPointsOutside(t *testing.T) {
+	dir := t.TempDir()
+	opt := testOptions(dir)
+	opt.Map.VoxelSize = mapio.MinVoxelSize
+	w, err := New(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	near, far := result(0), result(1)
+	far.CamToWorld[0][3] = 5000 // beyond ±2^31 voxels of 1e-6
+	if err := w.AddResults([]engine.Result{near, far}); err != nil {
+		t.Fatal(err)
+	}
+	rec := &Record{}
+	if err := w.Finish(context.Background(), rec, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, RecordFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Map struct {
+			Outside *int64 `json:"points_outside"`
+			In      int64  `json:"points_unprojected"`
+		} `json:"map"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Map.Outside == nil || *got.Map.Outside != 48 || got.Map.In != 96 {
+		t.Fatalf("run.json map %s: want 48 of 96 points outside", b)
+	}
+}

@@ -22,22 +22,30 @@ const RecordFile = "run.json"
 
 // Record is run.json: what a run did, as it stands at the last checkpoint.
 type Record struct {
-	Version     string             `json:"version"`
-	Status      string             `json:"status"` // one of the run status values below
-	Started     time.Time          `json:"started"`
-	Finished    time.Time          `json:"finished"`
-	Interrupted bool               `json:"interrupted"`
-	Error       string             `json:"error,omitempty"`
-	Input       Input              `json:"input"`
-	Engine      map[string]any     `json:"engine"`
-	Config      config.Sources     `json:"config"`
-	Map         Map                `json:"map"`
-	Depth       Depth              `json:"depth"`
-	Frames      Frames             `json:"frames"`
-	Timings     Timings            `json:"timings"`
-	Cache       *engine.CacheStats `json:"cache,omitempty"`
-	Outputs     map[string]string  `json:"outputs"`
+	Version     string    `json:"version"`
+	Status      string    `json:"status"` // one of the run status values below
+	Started     time.Time `json:"started"`
+	Finished    time.Time `json:"finished"`
+	Interrupted bool      `json:"interrupted"`
+	Error       string    `json:"error,omitempty"`
+	Input       Input     `json:"input"`
+	// Weights is the checkpoint the model ran with, or RandomWeights;
+	// Meaningful is false for the random test model, whose outputs are
+	// noise.
+	Weights    string             `json:"weights"`
+	Meaningful bool               `json:"meaningful"`
+	Engine     map[string]any     `json:"engine"`
+	Config     config.Sources     `json:"config"`
+	Map        Map                `json:"map"`
+	Depth      Depth              `json:"depth"`
+	Frames     Frames             `json:"frames"`
+	Timings    Timings            `json:"timings"`
+	Cache      *engine.CacheStats `json:"cache,omitempty"`
+	Outputs    map[string]string  `json:"outputs"`
 }
+
+// RandomWeights is run.json's "weights" when no checkpoint was given.
+const RandomWeights = "random test model"
 
 // The values of run.json's "status".
 const (
@@ -70,6 +78,9 @@ type Map struct {
 	PixelStride   int     `json:"pixel_stride"`
 	PointsIn      int64   `json:"points_unprojected"`
 	Points        int     `json:"points"`
+	// Outside are the confident points left out for lying beyond the
+	// voxel index range (a map_voxel too small for the scene).
+	Outside int64 `json:"points_outside"`
 	// frames whose points the GPU made (engine.PointMaker) and the host
 	FramesDevice int64 `json:"point_frames_device"`
 	FramesHost   int64 `json:"point_frames_host"`
