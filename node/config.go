@@ -15,6 +15,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/output"
+	"github.com/lingbotmap/lingbotmap/engine/scale"
 )
 
 // Config is the whole configuration schema: the engine's settings (with the
@@ -86,6 +87,9 @@ type Config struct {
 	// Replay, for tests and demos, replays a golden case's reference outputs
 	// (a directory with outputs.safetensors) instead of running the model.
 	Replay string `mapstructure:"replay"`
+	// Scale is the metric scale: its source and the estimators' tolerances
+	// (engine/scale).
+	Scale scale.Settings `mapstructure:"scale"`
 }
 
 // DefaultConfig holds the built-in defaults; config/lingbotmap.yaml repeats
@@ -122,6 +126,7 @@ func DefaultConfig() Config {
 		SaveDir:             "lingbotmap_map",
 		MasterCheckInterval: 1,
 		CloudReliability:    "reliable",
+		Scale:               scale.DefaultSettings(),
 	}
 }
 
@@ -132,6 +137,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("parameter '%s' %s", key, fmt.Sprintf(format, args...)))
 	}
 	if err := c.Engine.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Scale.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	switch c.ImageTransport {

@@ -13,6 +13,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/pipeline"
+	"github.com/lingbotmap/lingbotmap/engine/scale"
 	"github.com/lingbotmap/lingbotmap/engine/source"
 	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 )
@@ -41,7 +42,10 @@ type Record struct {
 	Frames     Frames             `json:"frames"`
 	Timings    Timings            `json:"timings"`
 	Cache      *engine.CacheStats `json:"cache,omitempty"`
-	Outputs    map[string]string  `json:"outputs"`
+	// Scale is the metric scale: "state" says whether the outputs are in
+	// metres (known) or model units (unscaled, estimating: "reason" says why).
+	Scale   *scale.Status     `json:"scale,omitempty"`
+	Outputs map[string]string `json:"outputs"`
 }
 
 // RandomWeights is run.json's "weights" when no checkpoint was given.
