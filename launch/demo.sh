@@ -28,7 +28,7 @@ go build -buildvcs=auto -tags ros2 -o bin/lingbotmap ./cmd/lingbotmap
 bin=$root/bin/lingbotmap
 
 echo "== writing $out/frames.bag"
-"$bin" bag --images test/data/courthouse --out "$out/frames.bag" --rate 2 --topic /camera/image_raw --frame-id camera_optical
+"$bin" bag --images test/data/courthouse --out "$out/frames.bag" --frame-rate 2 --topic /camera/image_raw --frame-id camera_optical
 
 # a private master on a free port, so a running roscore is left alone
 port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -86,7 +86,7 @@ DISPLAY=$display import -window root "$out/rviz.png"
 kill -INT "$node_pid"; wait "$node_pid" || true
 
 echo "== ROS 2: the node, bag play and an independent Cyclone DDS subscriber"
-"$bin" bag --format mcap --images test/data/courthouse --out "$out/frames.mcap" --rate 2 --topic /camera/image_raw --frame-id camera_optical
+"$bin" bag --format mcap --images test/data/courthouse --out "$out/frames.mcap" --frame-rate 2 --topic /camera/image_raw --frame-id camera_optical
 peers=$(test/ros2peers/build.sh | tail -1)
 mkdir -p "$out/ros2"
 rm -f "$out/ros2/map.ply" "$out/ros2/trajectory.tum"

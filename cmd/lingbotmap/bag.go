@@ -63,7 +63,7 @@ func newBagCmdWith(runF func(ctx context.Context, o *bagOptions, out io.Writer) 
 player can feed to the node: one sensor_msgs/Image (rgb8; transparent pixels
 composited over white) per file, or with --compressed one
 sensor_msgs/CompressedImage holding the file's bytes. Frame i is stamped
-start + i/rate (header and record time alike).
+start + i/frame-rate (header and record time alike).
 
 --format bag (the default) writes a ROS 1 bag (format 2.0) for rosbag play,
 with header seq i. --format mcap writes a ROS 2 bag in MCAP, rosbag2's default
@@ -89,7 +89,12 @@ the default output name is then frames.mcap.`,
 	f.StringVar(&o.format, "format", o.format, "bag format: bag (ROS 1, rosbag) or mcap (ROS 2, rosbag2)")
 	f.StringVar(&o.topic, "topic", o.topic, "topic of the images (--compressed does not append /compressed)")
 	f.StringVar(&o.frameID, "frame-id", o.frameID, "header frame_id")
-	f.Float64Var(&o.rate, "rate", o.rate, "frames per second, for the stamps")
+	f.Float64Var(&o.rate, "frame-rate", o.rate, "frames per second, for the stamps")
+	// --rate was this flag's name; bag play's --rate is a speed factor
+	f.Float64Var(&o.rate, "rate", o.rate, "")
+	if err := f.MarkDeprecated("rate", "use --frame-rate (bag play --rate is a speed factor)"); err != nil {
+		panic(err) // the flag is defined just above
+	}
 	f.Float64Var(&o.start, "start", o.start, "stamp of the first frame, in seconds since 1970")
 	f.BoolVar(&o.compressed, "compressed", false, "write sensor_msgs/CompressedImage with the files' bytes instead of raw rgb8")
 	f.IntVar(&o.firstK, "first-k", 0, "use only the first K files (0 = all), before --stride")
@@ -112,7 +117,7 @@ func (o *bagOptions) validate() error {
 		errs = append(errs, errors.New("'topic' is empty"))
 	}
 	if !(o.rate > 0) || math.IsInf(o.rate, 0) {
-		errs = append(errs, fmt.Errorf("'rate' must be a positive number of frames per second, not %v", o.rate))
+		errs = append(errs, fmt.Errorf("'frame-rate' must be a positive number of frames per second, not %v", o.rate))
 	}
 	if !(o.start >= 0 && o.start < math.MaxUint32) {
 		errs = append(errs, fmt.Errorf("'start' must be between 0 and %d seconds, not %v", uint32(math.MaxUint32), o.start))

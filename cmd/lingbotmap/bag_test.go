@@ -11,14 +11,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
+	"github.com/spf13/cobra"
 
 	"github.com/lingbotmap/lingbotmap/internal/shared"
 	"github.com/lingbotmap/lingbotmap/msgs"
 	"github.com/lingbotmap/lingbotmap/msgs/bag"
+	"github.com/lingbotmap/lingbotmap/node"
 )
 
 func courthouseDir(t *testing.T) string {
@@ -33,7 +36,7 @@ func courthouseDir(t *testing.T) string {
 func TestBagFlags(t *testing.T) {
 	var got *bagOptions
 	cmd := newBagCmdWith(func(_ context.Context, o *bagOptions, _ io.Writer) error { got = o; return nil })
-	cmd.SetArgs([]string{"--images", "d", "--out", "x.bag", "--rate", "2.5", "--topic", "/a/b", "--frame-id", "cam",
+	cmd.SetArgs([]string{"--images", "d", "--out", "x.bag", "--frame-rate", "2.5", "--topic", "/a/b", "--frame-id", "cam",
 		"--compressed", "--start", "1600000000.5", "--first-k", "7", "--stride", "3"})
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
@@ -44,13 +47,14 @@ func TestBagFlags(t *testing.T) {
 	}
 
 	for _, args := range [][]string{
-		{},                                   // no --images
-		{"--images", "d", "--rate", "0"},     // rate
-		{"--images", "d", "--stride", "0"},   // stride
-		{"--images", "d", "--first-k", "-1"}, // first-k
-		{"--images", "d", "--start", "-5"},   // start
-		{"--images", "d", "--topic", ""},     // topic
-		{"--images", "d", "--format", "db3"}, // format
+		{},                                     // no --images
+		{"--images", "d", "--frame-rate", "0"}, // frame rate
+		{"--images", "d", "--rate", "0"},       // its old name
+		{"--images", "d", "--stride", "0"},     // stride
+		{"--images", "d", "--first-k", "-1"},   // first-k
+		{"--images", "d", "--start", "-5"},     // start
+		{"--images", "d", "--topic", ""},       // topic
+		{"--images", "d", "--format", "db3"},   // format
 	} {
 		cmd := newBagCmdWith(func(context.Context, *bagOptions, io.Writer) error { t.Fatal("ran despite bad flags"); return nil })
 		cmd.SetArgs(args)
@@ -235,5 +239,41 @@ func TestBagRemovesStaleTemporary(t *testing.T) {
 	}
 	if _, err := os.Stat(out); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestFrameRateNames: one name per meaning. A frame rate is --frame-rate
+// in run, bag and bench --pipeline; bag's and bench's old --rate still
+// works, with a deprecation warning, while bag play's --rate is its speed
+// factor; run's default folder follows the node's save_dir convention.
+func TestFrameRateNames(t *testing.T) {
+	var got *bagOptions
+	cmd := newBagCmdWith(func(_ context.Context, o *bagOptions, _ io.Writer) error { got = o; return nil })
+	var errOut bytes.Buffer
+	cmd.SetOut(&errOut)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs([]string{"--images", "d", "--rate", "4"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got.rate != 4 || !strings.Contains(errOut.String(), "--rate has been deprecated, use --frame-rate") {
+		t.Errorf("bag --rate 4: rate %v, output %q", got.rate, errOut.String())
+	}
+	for _, c := range []struct {
+		cmd  *cobra.Command
+		flag string
+	}{{newRunCmd(), "frame-rate"}, {newBagCmd(), "frame-rate"}, {newBenchCmd(), "frame-rate"}} {
+		if c.cmd.Flags().Lookup(c.flag) == nil {
+			t.Errorf("%s has no --%s", c.cmd.Name(), c.flag)
+		}
+	}
+	if f := newBagPlayCmd().Flags().Lookup("rate"); f == nil || !strings.Contains(f.Usage, "speed factor") {
+		t.Errorf("bag play --rate: %+v", f)
+	}
+	if f := newBenchCmd().Flags().Lookup("rate"); f == nil || f.Deprecated == "" {
+		t.Errorf("bench --rate is not a deprecated alias: %+v", f)
+	}
+	if o := defaultRunOptions(); o.out != "lingbotmap_run" || !strings.HasPrefix(node.DefaultConfig().SaveDir, "lingbotmap_") {
+		t.Errorf("default folders %q and %q follow two conventions", o.out, node.DefaultConfig().SaveDir)
 	}
 }

@@ -84,7 +84,7 @@ reference's streaming schedule unless --windowed is given.
 --pipeline times the node's whole frame path instead: encoded camera frames
 (--encoding, --pipeline-size, made from --pipeline-images) go to the node
 core's image subscription as a transport would hand them, as fast as it
-takes them (--rate 0, every frame) or paced like a camera (--rate R, the
+takes them (--frame-rate 0, every frame) or paced like a camera (--frame-rate R, the
 node's queue policy latest), under the node's schedule (windowed by
 default). It prints frames in/out/dropped, throughput, latency from frame in
 to pose out (p50, p99, max), the median time of each stage, memory every

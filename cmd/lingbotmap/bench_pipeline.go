@@ -52,9 +52,15 @@ func (p *pipelineOptions) flags(cmd interface {
 	BoolVar(*bool, string, bool, string)
 	Float64Var(*float64, string, float64, string)
 	StringVar(*string, string, string, string)
+	MarkDeprecated(name, usage string) error
 }) {
 	cmd.BoolVar(&p.on, "pipeline", false, "time the node's whole frame path on encoded camera frames (decode, model, clouds, messages) instead of the model alone")
-	cmd.Float64Var(&p.rate, "rate", 0, "--pipeline: frames per second of the simulated camera (0 = as fast as the node takes them, every frame processed; > 0 = paced, with the node's queue policy latest)")
+	cmd.Float64Var(&p.rate, "frame-rate", 0, "--pipeline: frames per second of the simulated camera (0 = as fast as the node takes them, every frame processed; > 0 = paced, with the node's queue policy latest)")
+	// --rate was this flag's name; bag play's --rate is a speed factor
+	cmd.Float64Var(&p.rate, "rate", 0, "")
+	if err := cmd.MarkDeprecated("rate", "use --frame-rate (bag play --rate is a speed factor)"); err != nil {
+		panic(err) // the flag is defined just above
+	}
 	cmd.StringVar(&p.encoding, "encoding", "jpeg", "--pipeline: how the frames travel: jpeg or png (sensor_msgs/CompressedImage) or raw (sensor_msgs/Image rgb8)")
 	cmd.StringVar(&p.size, "pipeline-size", "640x480", "--pipeline: camera frame size WxH (the node resizes to image_width)")
 	cmd.StringVar(&p.images, "pipeline-images", filepath.Join("test", "data", "courthouse"), "--pipeline: folder of the pictures the frames are made from (cycled)")
@@ -271,7 +277,7 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 		return &exitCodeError{code: exitUsage, err: errors.New("--frames must be ≥ 1")}
 	}
 	if !(p.rate >= 0) || math.IsInf(p.rate, 0) {
-		return &exitCodeError{code: exitUsage, err: fmt.Errorf("--rate must be ≥ 0 frames/s, not %g", p.rate)}
+		return &exitCodeError{code: exitUsage, err: fmt.Errorf("--frame-rate must be ≥ 0 frames/s, not %g", p.rate)}
 	}
 	if o.warmup < 0 || o.memEvery < 0 {
 		return &exitCodeError{code: exitUsage, err: errors.New("--warmup and --mem-every must be ≥ 0")}

@@ -141,7 +141,7 @@ func TestBenchPipelineFast(t *testing.T) {
 // the model keeps up with, every frame is mapped or counted as dropped.
 func TestBenchPipelinePaced(t *testing.T) {
 	const frames = 24
-	out, rec := benchPipeline(t, "--frames", fmt.Sprint(frames), "--rate", "60", "--encoding", "raw")
+	out, rec := benchPipeline(t, "--frames", fmt.Sprint(frames), "--frame-rate", "60", "--encoding", "raw")
 	checkPipelineRecord(t, out, rec, frames)
 	if rec.Policy != "latest" {
 		t.Fatalf("paced run with policy %q, want the node's default latest", rec.Policy)
@@ -157,7 +157,7 @@ func TestBenchPipelineRefusesBadFlags(t *testing.T) {
 	for _, tc := range []struct{ args []string }{
 		{[]string{"--encoding", "bmp"}},
 		{[]string{"--pipeline-size", "640"}},
-		{[]string{"--rate", "-1"}},
+		{[]string{"--frame-rate", "-1"}},
 	} {
 		cmd := newBenchCmd()
 		var out bytes.Buffer

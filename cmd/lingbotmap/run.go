@@ -68,7 +68,7 @@ type runOptions struct {
 
 func defaultRunOptions() *runOptions {
 	return &runOptions{
-		out:             "lingbotmap-run",
+		out:             "lingbotmap_run", // as the node's save_dir, lingbotmap_map
 		src:             source.DefaultOptions(),
 		cfg:             engine.DefaultConfig(),
 		confThreshold:   runDefaults().ConfThreshold,
