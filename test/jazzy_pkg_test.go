@@ -19,7 +19,8 @@ import (
 // node up the two ways a ROS 2 user does: `ros2 run lingbotmap lingbotmap
 // --ros-args …` and `ros2 launch lingbotmap mapping.launch.xml`, each seen
 // by `ros2 node list` under its new name, with the CLI on rmw_cyclonedds_cpp
-// and on rmw_fastrtps_cpp.
+// and on rmw_fastrtps_cpp; and `ros2 launch lingbotmap replay.launch.xml`
+// plays an MCAP into the node, whose pose `ros2 topic echo` receives.
 func TestJazzyPackage(t *testing.T) {
 	if !inNetns(t) {
 		return
@@ -94,6 +95,37 @@ func TestJazzyPackage(t *testing.T) {
 	}
 	if !strings.Contains(launch.out.String(), "process has finished cleanly") {
 		t.Errorf("ros2 launch: the node did not end cleanly:\n%s", launch.out.String())
+	}
+
+	// replay.launch.xml: the installed binary plays an MCAP into the node
+	// (rviz2 is not in this install).
+	courthouse, err := shared.Path("data", "courthouse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bag := filepath.Join(j.dir, "frames.mcap")
+	runOK(t, 60*time.Second, ros2Binary(t), "bag", "--format", "mcap", "--images", courthouse, "--first-k", "10",
+		"--rate", "10", "--out", bag)
+	echo := overlay.start("ros2", "topic", "echo", "--once", "/lingbotmap/pose", "geometry_msgs/msg/PoseStamped")
+	replay := overlay.start("ros2", "launch", "lingbotmap", "replay.launch.xml", "bag:="+bag, "rviz:=false",
+		"save_dir:="+filepath.Join(j.dir, "map"))
+	select {
+	case err := <-echo.done:
+		echo.done <- err
+		if err != nil || !strings.Contains(echo.out.String(), "frame_id: map") {
+			t.Fatalf("ros2 topic echo --once /lingbotmap/pose during replay.launch.xml: %v\n%s\nlaunch:\n%s", err, echo.out.String(), replay.out.String())
+		}
+	case <-time.After(120 * time.Second):
+		t.Fatalf("no pose from replay.launch.xml within 120 s:\n%s", replay.out.String())
+	}
+	if err := replay.stop(30 * time.Second); err != nil {
+		t.Fatalf("ros2 launch replay.launch.xml: %v\n%s", err, replay.out.String())
+	}
+	for _, want := range []string{"published 10 messages of /camera/image_raw", "[player-1]: process has finished cleanly",
+		"[lingbotmap-2]: process has finished cleanly"} {
+		if !strings.Contains(replay.out.String(), want) {
+			t.Errorf("ros2 launch replay.launch.xml printed no %q:\n%s", want, replay.out.String())
+		}
 	}
 }
 

@@ -130,11 +130,13 @@ func paramValueFits(value string, def any) error {
 	return fmt.Errorf("value %q is a %T in ROS 2, the setting is a %T", value, v, def)
 }
 
-// substitute replaces $(var x) by the arg's default and
-// $(find-pkg-share lingbotmap) by the repository root.
+// substitute replaces $(var x) by the arg's default,
+// $(find-pkg-share lingbotmap) by the repository root and
+// $(find-pkg-prefix lingbotmap) by an install prefix (colcon's layout).
 func substitute(s string, defaults map[string]string) string {
+	s = varRef.ReplaceAllStringFunc(s, func(m string) string { return defaults[varRef.FindStringSubmatch(m)[1]] })
 	s = strings.ReplaceAll(s, "$(find-pkg-share lingbotmap)", "..")
-	return varRef.ReplaceAllStringFunc(s, func(m string) string { return defaults[varRef.FindStringSubmatch(m)[1]] })
+	return strings.ReplaceAll(s, "$(find-pkg-prefix lingbotmap)", "/install/lingbotmap")
 }
 
 // checkLaunch checks one launch file, and the files it includes, once each;
