@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -67,6 +68,8 @@ type Setting struct {
 	Key string
 	// Value is the addressable field.
 	Value reflect.Value
+	// Tag is the field's struct tag (see Meta for its param entry).
+	Tag reflect.StructTag
 }
 
 // Settings lists the leaves of the struct cfg points to, in declaration
@@ -93,7 +96,7 @@ func Settings(cfg any) []Setting {
 			case fv.Kind() == reflect.Struct:
 				walk(prefix+name+".", fv)
 			default:
-				out = append(out, Setting{Key: prefix + name, Value: fv})
+				out = append(out, Setting{Key: prefix + name, Value: fv, Tag: t.Field(i).Tag})
 			}
 		}
 	}
@@ -118,4 +121,84 @@ func Values(cfg any) map[string]any {
 		out[s.Key] = s.Value.Interface()
 	}
 	return out
+}
+
+// Meta is what the schema says of a setting for those who change it while
+// a node runs (ROS 2 parameters): its help, its bounds and whether it may
+// change at once. The bounds and the dynamic flag are the struct tag
+// `param:"dynamic,min=0,max=1,positive,oneof=a|b"` of the setting's field;
+// the description is the shipped file's comment. The bounds only describe:
+// each command's Validate enforces them (a test keeps the two in step).
+type Meta struct {
+	Description string
+	// Min and Max are inclusive bounds, nil when the side is open.
+	Min, Max *float64
+	// Positive says the value must be above 0 (an open bound ROS ranges
+	// cannot express).
+	Positive bool
+	// OneOf lists the accepted values of a string setting; empty accepts any.
+	OneOf []string
+	// Dynamic settings may change while the node runs; the others take
+	// effect at start only.
+	Dynamic bool
+}
+
+// Constraints says in words what a range of numbers cannot ("> 0", "one
+// of latest, all"), "" when nothing.
+func (m Meta) Constraints() string {
+	var parts []string
+	if m.Positive {
+		parts = append(parts, "> 0")
+	}
+	if len(m.OneOf) > 0 {
+		parts = append(parts, "one of "+strings.Join(m.OneOf, ", "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Metas returns the Meta of every setting of the struct cfg points to, by
+// key. A malformed param tag is an error naming the key.
+func Metas(cfg any) (map[string]Meta, error) {
+	help := Help()
+	out := map[string]Meta{}
+	for _, s := range Settings(cfg) {
+		m, err := parseParamTag(s.Tag.Get("param"))
+		if err != nil {
+			return nil, fmt.Errorf("config: setting %s: param tag: %w", s.Key, err)
+		}
+		m.Description = help[s.Key]
+		out[s.Key] = m
+	}
+	return out, nil
+}
+
+func parseParamTag(tag string) (Meta, error) {
+	var m Meta
+	if tag == "" {
+		return m, nil
+	}
+	for _, part := range strings.Split(tag, ",") {
+		k, v, _ := strings.Cut(part, "=")
+		switch k {
+		case "dynamic":
+			m.Dynamic = true
+		case "positive":
+			m.Positive = true
+		case "min", "max":
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return m, fmt.Errorf("%s=%q is not a number", k, v)
+			}
+			if k == "min" {
+				m.Min = &x
+			} else {
+				m.Max = &x
+			}
+		case "oneof":
+			m.OneOf = strings.Split(v, "|")
+		default:
+			return m, fmt.Errorf("unknown entry %q", part)
+		}
+	}
+	return m, nil
 }

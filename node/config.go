@@ -30,14 +30,14 @@ type Config struct {
 	// ImageTransport picks the input topics: "raw" (sensor_msgs/Image on
 	// "image"), "compressed" (sensor_msgs/CompressedImage on "image/compressed")
 	// or "both".
-	ImageTransport string `mapstructure:"image_transport"`
+	ImageTransport string `mapstructure:"image_transport" param:"oneof=raw|compressed|both"`
 	// UseCameraInfo subscribes to "camera_info" and reports its K in /diagnostics.
 	UseCameraInfo bool `mapstructure:"use_camera_info"`
 	// QueueSize bounds the frames waiting for the model.
-	QueueSize int `mapstructure:"queue_size"`
+	QueueSize int `mapstructure:"queue_size" param:"min=1"`
 	// QueuePolicy is "latest" (drop the oldest waiting frame when full) or "all"
 	// (block the subscriber: every frame is processed, e.g. for bag replay).
-	QueuePolicy string `mapstructure:"queue_policy"`
+	QueuePolicy string `mapstructure:"queue_policy" param:"oneof=latest|all"`
 
 	// MapFrame is the fixed frame of poses, path, clouds and map (REP 105).
 	MapFrame string `mapstructure:"map_frame"`
@@ -50,36 +50,36 @@ type Config struct {
 	// "x y z qx qy qz qw" (metres, unit quaternion).
 	BaseToCamera string `mapstructure:"base_to_camera"`
 	// PublishTF sends /tf (and the static base → camera on /tf_static).
-	PublishTF bool `mapstructure:"publish_tf"`
+	PublishTF bool `mapstructure:"publish_tf" param:"dynamic"`
 
 	// ConfThreshold keeps cloud points whose depth confidence is above it.
-	ConfThreshold float64 `mapstructure:"conf_threshold"`
+	ConfThreshold float64 `mapstructure:"conf_threshold" param:"min=0"`
 	// CloudStride takes every Nth pixel in both directions for the clouds.
-	CloudStride int `mapstructure:"cloud_stride"`
+	CloudStride int `mapstructure:"cloud_stride" param:"min=1"`
 	// MapVoxel is the voxel edge of the accumulated map in metres.
-	MapVoxel float64 `mapstructure:"map_voxel"`
+	MapVoxel float64 `mapstructure:"map_voxel" param:"positive"`
 	// Output is what `lingbotmap run` writes besides the trajectory and the
 	// map; the node ignores it.
 	Output output.Settings `mapstructure:",squash"`
 	// MapRate is the most map messages per second.
-	MapRate float64 `mapstructure:"map_rate"`
+	MapRate float64 `mapstructure:"map_rate" param:"positive,dynamic"`
 	// MaxPathLength caps the poses kept in ~path and saved by ~save_map
 	// (0 = unbounded: the trajectory then grows with every frame).
-	MaxPathLength int `mapstructure:"max_path_length"`
+	MaxPathLength int `mapstructure:"max_path_length" param:"min=0"`
 	// DiagnosticsRate is /diagnostics messages per second.
-	DiagnosticsRate float64 `mapstructure:"diagnostics_rate"`
+	DiagnosticsRate float64 `mapstructure:"diagnostics_rate" param:"positive,dynamic"`
 	// SaveDir is where ~save_map writes when the ~save_dir parameter is unset.
-	SaveDir string `mapstructure:"save_dir"`
+	SaveDir string `mapstructure:"save_dir" param:"dynamic"`
 	// SessionSaveEvery, when positive, saves the session into save_dir as
 	// ~save_session does every that many processed frames (0 = never).
-	SessionSaveEvery int `mapstructure:"session_save_every"`
+	SessionSaveEvery int `mapstructure:"session_save_every" param:"min=0"`
 	// MasterCheckInterval is how often (seconds) the node checks that the
 	// ROS master still knows it, to re-register after a master restart.
-	MasterCheckInterval float64 `mapstructure:"master_check_interval"`
+	MasterCheckInterval float64 `mapstructure:"master_check_interval" param:"positive"`
 	// CloudReliability is the ROS 2 reliability of ~cloud and ~map:
 	// "reliable" or "best_effort" (multi-megabyte clouds over a lossy link
 	// or with small socket buffers; readers must then ask for best effort).
-	CloudReliability string `mapstructure:"cloud_reliability"`
+	CloudReliability string `mapstructure:"cloud_reliability" param:"oneof=reliable|best_effort"`
 	// ROS2GidSize is the size of rmw_dds_common/msg/Gid in the
 	// ros_discovery_info the ROS 2 node writes: 16 (Iron and later), 24
 	// (Humble) or 0 to follow ROS_DISTRO.

@@ -19,7 +19,8 @@ import (
 // counters are the node's running totals for /diagnostics.
 type counters struct {
 	received, processed, pausedFrames, droppedOnClose, engineErrors, publishErrors, rejectedResults atomic.Int64
-	cacheFull                                                                                       atomic.Bool // set when the engine reported ErrCacheFull; cleared by ~reset
+	cacheFull                                                                                       atomic.Bool  // set when the engine reported ErrCacheFull; cleared by ~reset
+	paramRefused                                                                                    atomic.Int64 // parameter changes refused (params.go)
 
 	mu         sync.Mutex
 	skipped    map[string]int64  // by kind (msgs.DecodeError kinds, size_change, camera_info)
@@ -28,6 +29,8 @@ type counters struct {
 	modelTotal time.Duration
 	modelLast  time.Duration
 	cameraInfo string
+	// lastParamRefusal is the reason of the newest refused parameter change
+	lastParamRefusal string
 }
 
 func (c *counters) init() {
@@ -62,13 +65,18 @@ func (c *counters) setCameraInfo(s string) {
 
 // diagnosticsLoop publishes /diagnostics at DiagnosticsRate until ctx ends.
 func (n *Node) diagnosticsLoop(ctx context.Context) {
-	tick := time.NewTicker(time.Duration(float64(time.Second) / n.cfg.DiagnosticsRate))
+	cfg, changed := n.live.get()
+	tick := time.NewTicker(time.Duration(float64(time.Second) / cfg.DiagnosticsRate))
 	defer tick.Stop()
 	var lastProblems int64
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-changed: // diagnostics_rate may have changed: it applies at once
+			cfg, changed = n.live.get()
+			tick.Reset(time.Duration(float64(time.Second) / cfg.DiagnosticsRate))
+			continue
 		case <-tick.C:
 		}
 		msg, problems := n.diagnostics(lastProblems)
@@ -122,6 +130,9 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 	}
 	if c.cameraInfo != "" {
 		vals = append(vals, kv("camera_info", c.cameraInfo))
+	}
+	if r := c.paramRefused.Load(); r > 0 {
+		vals = append(vals, kv("parameter_changes_refused", r), kv("parameter_last_refusal", c.lastParamRefusal))
 	}
 	kinds := make([]string, 0, len(c.skipped))
 	var skippedTotal int64

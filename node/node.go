@@ -97,6 +97,9 @@ type Node struct {
 	lastMap   time.Time
 	size      [2]int // input size the stream started with; 0 until the first frame
 	stats     counters
+	// live holds the settings as they are now: the dynamic ones change
+	// through SetParams (params.go) while the node runs.
+	live liveSettings
 	// cacheStats is the engine's last Stats(), stored after each frame so
 	// that diagnostics never wait for the model; atomic, so that the model's
 	// thread never waits for mu, which the in-order step holds while it maps.
@@ -128,6 +131,9 @@ func New(opts Options) (*Node, error) {
 	}
 	nd.resume, nd.resumeStream = opts.Resume, opts.ResumeStream
 	nd.stats.init()
+	if err := nd.live.init(nd.cfg); err != nil {
+		return nil, err
+	}
 	return nd, nil
 }
 
@@ -181,6 +187,9 @@ func (n *Node) Run(ctx context.Context) error {
 		n.log.Info("parameters override the configuration", "keys", strings.Join(taken, ","))
 	}
 	n.cfg = cfg
+	if err := n.live.init(cfg); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
 	if err := n.setup(ctx); err != nil {
 		return err
 	}
@@ -225,6 +234,16 @@ func (n *Node) Run(ctx context.Context) error {
 		closeAll(inputs)
 		n.pipe.Close(pipeCtx)
 		return err
+	}
+	if ps, ok := n.tr.(ParamServer); ok {
+		c, err := ps.ServeParams(n)
+		if err != nil {
+			closeAll(inputs)
+			closeAll(services)
+			n.pipe.Close(pipeCtx)
+			return fmt.Errorf("node: serving parameters: %w", err)
+		}
+		services = append(services, c)
 	}
 	n.log.Info("node running", "image", n.tr.Resolve("image"),
 		"transport", n.cfg.ImageTransport, "queue", n.cfg.QueueSize, "policy", n.cfg.QueuePolicy,

@@ -111,7 +111,7 @@ func (n *Node) publishMap(force bool) {
 	n.pubMu.Lock()
 	defer n.pubMu.Unlock()
 	n.mu.Lock()
-	interval := time.Duration(float64(time.Second) / n.cfg.MapRate)
+	interval := time.Duration(float64(time.Second) / n.now().MapRate)
 	if !n.mapDirty || (!force && time.Since(n.lastMap) < interval) {
 		n.mu.Unlock()
 		return
@@ -128,12 +128,16 @@ func (n *Node) publishMap(force bool) {
 // times a second and only when they changed: both grow with the session, so
 // their cost must not fall on every frame.
 func (n *Node) mapLoop(ctx context.Context) {
-	tick := time.NewTicker(time.Duration(float64(time.Second) / n.cfg.MapRate))
+	cfg, changed := n.live.get()
+	tick := time.NewTicker(time.Duration(float64(time.Second) / cfg.MapRate))
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-changed: // map_rate may have changed: it applies at once
+			cfg, changed = n.live.get()
+			tick.Reset(time.Duration(float64(time.Second) / cfg.MapRate))
 		case <-tick.C:
 			n.publishPath(false)
 			n.publishMap(false)

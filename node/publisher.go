@@ -77,7 +77,7 @@ func (p *publisher) Early(o pipeline.Output[std_msgs.Header]) any {
 		ChildFrameId: child,
 		Pose:         geometry_msgs.PoseWithCovariance{Pose: msgs.Pose(ct, cq)},
 	})
-	if n.cfg.PublishTF {
+	if n.now().PublishTF {
 		n.write(n.out.tf, &tf2_msgs.TFMessage{Transforms: []geometry_msgs.TransformStamped{{
 			Header:       mapHdr,
 			ChildFrameId: child,

@@ -106,7 +106,7 @@ func (n *Node) saveMap(ctx context.Context) (string, error) {
 // saveDir is the save_dir parameter at the time of the call, or the
 // save_dir setting, created if missing.
 func (n *Node) saveDir() (string, error) {
-	dir := n.cfg.SaveDir
+	dir := n.now().SaveDir
 	params := n.tr.Params()
 	name := paramName(params, "save_dir")
 	set, err := params.IsSet("save_dir")

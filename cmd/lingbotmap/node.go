@@ -79,7 +79,7 @@ func runNode(ctx context.Context, opts *nodeOptions, args []string) error {
 	if err != nil {
 		return &exitCodeError{code: exitUsage, err: err}
 	}
-	tr, err := newTransport(rosVersion(opts.ros, os.Getenv), args, cfg, log)
+	tr, log, err := newTransport(rosVersion(opts.ros, os.Getenv), args, cfg, log, level)
 	if err != nil {
 		return &exitCodeError{code: exitUsage, err: err}
 	}
@@ -104,37 +104,45 @@ func rosVersion(flag string, getenv func(string) string) string {
 }
 
 // newTransport builds the middleware the --ros flag names from the ROS
-// environment and the remaining command-line arguments.
-func newTransport(version string, args []string, cfg node.Config, log *slog.Logger) (node.Transport, error) {
+// environment and the remaining command-line arguments, and the logger the
+// node then uses: under ROS 2 it also publishes on /rosout and follows
+// --ros-args --log-level (level is the --log-level flag's).
+func newTransport(version string, args []string, cfg node.Config, log *slog.Logger, level slog.Level) (node.Transport, *slog.Logger, error) {
 	switch version {
 	case "1":
 		env, rest, err := ros1.ParseROSEnv(args, os.Getenv, "lingbotmap")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if len(rest) > 0 {
-			return nil, fmt.Errorf("unexpected arguments %s (settings are flags like --queue-policy=all; ROS 1 remaps are from:=to)", strings.Join(rest, " "))
+			return nil, nil, fmt.Errorf("unexpected arguments %s (settings are flags like --queue-policy=all; ROS 1 remaps are from:=to)", strings.Join(rest, " "))
 		}
 		return ros1.New(ros1.Options{Env: env, Log: log,
-			MasterCheckInterval: time.Duration(cfg.MasterCheckInterval * float64(time.Second))}), nil
+			MasterCheckInterval: time.Duration(cfg.MasterCheckInterval * float64(time.Second))}), log, nil
 	case "2":
 		a, rest, err := ros2.ParseArgs(args, os.Getenv, "lingbotmap")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if len(rest) > 0 {
 			for _, r := range rest {
 				if strings.Contains(r, ":=") {
 					// roslaunch's remaps (from:=to, __name:=) without --ros 1
-					return nil, fmt.Errorf("unexpected arguments %s: these look like ROS 1 remaps, and this node speaks ROS 2 (--ros and ROS_VERSION are unset, or say 2); for ROS 1 add --ros 1 (a ROS 1 setup.bash sets ROS_VERSION=1), for ROS 2 put them after --ros-args as -r from:=to", strings.Join(rest, " "))
+					return nil, nil, fmt.Errorf("unexpected arguments %s: these look like ROS 1 remaps, and this node speaks ROS 2 (--ros and ROS_VERSION are unset, or say 2); for ROS 1 add --ros 1 (a ROS 1 setup.bash sets ROS_VERSION=1), for ROS 2 put them after --ros-args as -r from:=to", strings.Join(rest, " "))
 				}
 			}
-			return nil, fmt.Errorf("unexpected arguments %s (settings are flags like --queue-policy=all; ROS 2 arguments follow --ros-args)", strings.Join(rest, " "))
+			return nil, nil, fmt.Errorf("unexpected arguments %s (settings are flags like --queue-policy=all; ROS 2 arguments follow --ros-args)", strings.Join(rest, " "))
 		}
 		a.GidSize = cfg.ROS2GidSize
-		return ros2.New(a, log)
+		h, err := ros2.NewLogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}), a, level)
+		if err != nil {
+			return nil, nil, err
+		}
+		log = slog.New(h)
+		tr, err := ros2.New(a, log)
+		return tr, log, err
 	}
-	return nil, fmt.Errorf("--ros %q: want 2 (ROS 2) or 1 (ROS 1)", version)
+	return nil, nil, fmt.Errorf("--ros %q: want 2 (ROS 2) or 1 (ROS 1)", version)
 }
 
 // newNodeStream starts the real engine, or the golden replay when

@@ -23,7 +23,7 @@ func TestNodeROSVersion(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := node.DefaultConfig()
 
-	tr, err := newTransport("1", []string{"image:=/camera/image_raw", "__name:=mapper"}, cfg, log)
+	tr, _, err := newTransport("1", []string{"image:=/camera/image_raw", "__name:=mapper"}, cfg, log, slog.LevelInfo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,17 +33,17 @@ func TestNodeROSVersion(t *testing.T) {
 	if tr.FullName() != "/robot/mapper" || tr.Resolve("image") != "/camera/image_raw" || tr.Resolve("~pose") != "/robot/mapper/pose" {
 		t.Errorf("--ros 1: name %q, image %q, ~pose %q", tr.FullName(), tr.Resolve("image"), tr.Resolve("~pose"))
 	}
-	if _, err := newTransport("1", []string{"stray"}, cfg, log); err == nil || !strings.Contains(err.Error(), "stray") {
+	if _, _, err := newTransport("1", []string{"stray"}, cfg, log, slog.LevelInfo); err == nil || !strings.Contains(err.Error(), "stray") {
 		t.Errorf("a stray argument: %v", err)
 	}
-	if tr, err := newTransport("2", []string{"--ros-args", "-r", "__node:=mapper"}, cfg, log); err != nil {
+	if tr, _, err := newTransport("2", []string{"--ros-args", "-r", "__node:=mapper"}, cfg, log, slog.LevelInfo); err != nil {
 		if !strings.Contains(err.Error(), "-tags ros2") {
 			t.Errorf("--ros 2 without ROS 2 support: %v, want one naming the ros2 build tag", err)
 		}
 	} else if tr.FullName() != "/mapper" {
 		t.Errorf("--ros 2: name %q, want /mapper", tr.FullName())
 	}
-	if _, err := newTransport("2", []string{"image:=/cam"}, cfg, log); err == nil || !strings.Contains(err.Error(), "image:=/cam") {
+	if _, _, err := newTransport("2", []string{"image:=/cam"}, cfg, log, slog.LevelInfo); err == nil || !strings.Contains(err.Error(), "image:=/cam") {
 		t.Errorf("--ros 2 with a ROS 1 remap: %v", err)
 	}
 	for _, c := range []struct{ flag, env, want string }{{"1", "2", "1"}, {"", "1", "1"}, {"", "", "2"}} {
@@ -51,7 +51,7 @@ func TestNodeROSVersion(t *testing.T) {
 			t.Errorf("rosVersion(%q) with ROS_VERSION=%q = %q, want %q", c.flag, c.env, got, c.want)
 		}
 	}
-	if _, err := newTransport("3", nil, cfg, log); err == nil || !strings.Contains(err.Error(), `"3"`) {
+	if _, _, err := newTransport("3", nil, cfg, log, slog.LevelInfo); err == nil || !strings.Contains(err.Error(), `"3"`) {
 		t.Errorf("--ros 3: %v", err)
 	}
 	if code := run(context.Background(), []string{"node", "--ros=2"}); code != exitUsage {

@@ -153,6 +153,7 @@ func newCatalog() *catalog {
 	resp := add(TriggerResponse{}, &typeDesc{name: "std_srvs/srv/Trigger_Response", fields: []field{
 		prim("success", tBool), prim("message", tString)}})
 	c.trigger = serviceDesc(c, "std_srvs/srv/Trigger", req, resp, tm)
+	addRclInterfaces(c, add, tm)
 
 	gid, node, participant := discoveryDescs(GidSizeIron)
 	add(Gid{}, gid)

@@ -32,6 +32,19 @@ type Args struct {
 	// GidSize, when not 0, is the Gid size (16 or 24 bytes) the node writes
 	// ros_discovery_info with (the ros2_gid_size setting).
 	GidSize int
+	// Log is what --log-level and rcl's logging switches ask.
+	Log LogArgs
+}
+
+// LogArgs are rcl's logging arguments.
+type LogArgs struct {
+	// Level is --log-level LEVEL ("" when not given); Levels holds the
+	// --log-level NAME:=LEVEL of single loggers.
+	Level  string
+	Levels map[string]string
+	// Rosout and Stdout switch /rosout and the console off
+	// (--disable-rosout-logs, --disable-stdout-logs); both default to on.
+	Rosout, Stdout bool
 }
 
 // Remap is one -r rule; Node restricts it to one node ("node:from:=to").
@@ -43,7 +56,8 @@ type Remap struct {
 // the ROS_* variables through getenv, and returns the other arguments for
 // the flag parser. defaultName is the node's name without __node.
 func ParseArgs(args []string, getenv func(string) string, defaultName string) (Args, []string, error) {
-	a := Args{Name: defaultName, Namespace: "/", Params: newParams()}
+	a := Args{Name: defaultName, Namespace: "/", Params: newParams(),
+		Log: LogArgs{Levels: map[string]string{}, Rosout: true, Stdout: true}}
 	var rest []string
 	// Parameters are applied once the node's name is known, in the order given.
 	type paramStep struct {
@@ -97,12 +111,33 @@ func ParseArgs(args []string, getenv func(string) string, defaultName string) (A
 				return a, nil, err
 			}
 			steps = append(steps, paramStep{file: v, isFile: true})
-		case arg == "--log-level" || arg == "--enclave" || arg == "-e" || arg == "--log-config-file":
+		case arg == "--log-level":
+			v, err := next()
+			if err != nil {
+				return a, nil, err
+			}
+			name, level, named := strings.Cut(v, ":=")
+			if !named {
+				name, level = "", v
+			}
+			if _, err := ParseLogLevel(level); err != nil {
+				return a, nil, fmt.Errorf("--ros-args --log-level %s: %w", v, err)
+			}
+			if named {
+				a.Log.Levels[name] = level
+			} else {
+				a.Log.Level = level
+			}
+		case arg == "--enclave" || arg == "-e" || arg == "--log-config-file" || arg == "--log-file-name":
 			if _, err := next(); err != nil {
 				return a, nil, err
 			}
+		case arg == "--enable-rosout-logs" || arg == "--disable-rosout-logs":
+			a.Log.Rosout = arg == "--enable-rosout-logs"
+		case arg == "--enable-stdout-logs" || arg == "--disable-stdout-logs":
+			a.Log.Stdout = arg == "--enable-stdout-logs"
 		case strings.HasPrefix(arg, "--enable-") || strings.HasPrefix(arg, "--disable-"):
-			// rcl's logging switches (--disable-rosout-logs, ...): no effect here.
+			// rcl's other logging switches (external library logs): the node has none.
 		default:
 			return a, nil, fmt.Errorf("--ros-args: unknown argument %q", arg)
 		}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -14,6 +15,9 @@ import (
 // node.ParamSource; the keys it is asked for may also be written the ROS 1
 // way ("~engine/weights").
 type Params struct {
+	// mu guards values: the parameter services change them while the node
+	// reads them (save_dir).
+	mu     sync.Mutex
 	values map[string]any // bool, int64, float64, string or []any of those
 }
 
@@ -41,6 +45,8 @@ func (p *Params) setString(key, value string) error {
 }
 
 func (p *Params) set(key string, v any) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	switch x := v.(type) {
 	case bool, float64, string:
 		p.values[key] = x
@@ -48,6 +54,12 @@ func (p *Params) set(key string, v any) error {
 		p.values[key] = int64(x)
 	case int64:
 		p.values[key] = x
+	case []int64:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = e
+		}
+		p.values[key] = out
 	case uint64:
 		if x > math.MaxInt64 {
 			return fmt.Errorf("parameter %s: %d is out of range", key, x)
@@ -174,11 +186,15 @@ func (p *Params) ParamName(key string) string { return normKey(key) }
 
 // IsSet reports whether key was given.
 func (p *Params) IsSet(key string) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	_, ok := p.values[normKey(key)]
 	return ok, nil
 }
 
 func (p *Params) get(key string) (any, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	v, ok := p.values[normKey(key)]
 	if !ok {
 		return nil, fmt.Errorf("parameter %s is not set", normKey(key))

@@ -52,6 +52,10 @@ type Transport struct {
 	writers map[dds.GUID]struct{}
 	closed  bool
 	gid     int // the Gid size of the ros_discovery_info we write
+
+	// logs is the node logger's /rosout side, when its handler is a
+	// LogHandler (rosout.go).
+	logs *logShared
 }
 
 var _ node.Transport = (*Transport)(nil)
@@ -69,10 +73,14 @@ func New(a Args, log *slog.Logger) (*Transport, error) {
 		a.Params = newParams()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Transport{
+	t := &Transport{
 		args: a, log: log.With("transport", "ros2"), ctx: ctx, cancel: cancel,
 		readers: map[dds.GUID]struct{}{}, writers: map[dds.GUID]struct{}{},
-	}, nil
+	}
+	if h, ok := log.Handler().(*LogHandler); ok {
+		t.logs = h.sh
+	}
+	return t, nil
 }
 
 // Connect creates the DDS participant (USER_DATA "enclave=/;") and starts
@@ -111,7 +119,13 @@ func (t *Transport) Connect(ctx context.Context) error {
 		return fmt.Errorf("ros2: opening ros_discovery_info: %w", err)
 	}
 	t.pp, t.info, t.gid = pp, info, gidSize
+	if err := t.openRosoutLocked(pp); err != nil {
+		pp.Close()
+		t.pp, t.info = nil, nil
+		return err
+	}
 	if err := t.publishInfoLocked(true); err != nil {
+		t.closeRosout()
 		pp.Close()
 		t.pp, t.info = nil, nil
 		return err
@@ -313,6 +327,7 @@ func (t *Transport) Close() error {
 	}
 	t.closed = true
 	t.cancel()
+	t.closeRosout()
 	pp := t.pp
 	var err error
 	if t.info != nil {
