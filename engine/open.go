@@ -37,7 +37,14 @@ func New(ctx context.Context, cfg Config, newBackend BackendFactory, log *slog.L
 	if err != nil {
 		return nil, err
 	}
-	defer store.Close()
+	// the stream keeps the store (a mapping) until it has fingerprinted
+	// it, which only a session's save or resume needs
+	keep := false
+	defer func() {
+		if !keep {
+			store.Close()
+		}
+	}()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -63,17 +70,9 @@ func New(ctx context.Context, cfg Config, newBackend BackendFactory, log *slog.L
 		}
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	id, err := weightsFingerprint(cfg, store)
-	if err != nil {
-		m.Close()
-		if c, ok := be.(io.Closer); ok {
-			c.Close()
-		}
-		return nil, err
-	}
 	log.Info("model ready", "backend", be.Name(), "capabilities", backend.Capabilities(be, nil), "weights", weightsName(cfg))
 	s := newStream(cfg, log, be, m)
-	s.weightsID = id
+	s.weights, keep = store, true
 	return s, nil
 }
 

@@ -150,16 +150,20 @@ func weightsFingerprint(cfg Config, s weights.Store) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-func (s *stream) fingerprint() Fingerprint {
+func (s *stream) fingerprint() (Fingerprint, error) {
+	id, err := s.weightsFingerprint()
+	if err != nil {
+		return Fingerprint{}, err
+	}
 	return Fingerprint{
 		Backend:   s.be.Name(),
 		Precision: s.cfg.ComputePrecision(),
 		Sizes:     s.m.Sizes(),
-		Weights:   s.weightsID,
+		Weights:   id,
 		Settings:  resultSettings(s.cfg),
 		// the model's resolution, which phase 1 may fix before the stream's
 		InputWidth: s.m.Width(), InputHeight: s.m.Height(),
-	}
+	}, nil
 }
 
 // mismatch names the first difference between a saved fingerprint and ours.
@@ -187,7 +191,11 @@ func (s *stream) SaveState(w io.Writer) error {
 	if s.closed {
 		return errors.New("engine: SaveState on a closed stream")
 	}
-	hdr, err := json.Marshal(s.fingerprint())
+	fp, err := s.fingerprint()
+	if err != nil {
+		return err
+	}
+	hdr, err := json.Marshal(fp)
 	if err != nil {
 		return fmt.Errorf("engine: state header: %w", err)
 	}
@@ -272,7 +280,11 @@ func Resume(ctx context.Context, cfg Config, newBackend BackendFactory, r io.Rea
 		return nil, err
 	}
 	s := st.(*stream)
-	if err := s.fingerprint().mismatch(saved); err != nil {
+	fp, err := s.fingerprint()
+	if err == nil {
+		err = fp.mismatch(saved)
+	}
+	if err != nil {
 		s.Close()
 		return nil, err
 	}

@@ -364,3 +364,41 @@ func FuzzStateBody(f *testing.F) {
 		}
 	})
 }
+
+// TestWeightsFingerprintOnDemand: starting a stream does not hash its
+// weights (every start would pay a pass over every byte); the first saved
+// state does, from the store kept open, and gets the fingerprint a fresh
+// pass over the file gives; the store is let go after it.
+func TestWeightsFingerprintOnDemand(t *testing.T) {
+	cfg := goldenConfig(t)
+	st, err := New(context.Background(), cfg, cpuBackend, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s := st.(*stream)
+	if s.weightsID != "" || s.weights == nil {
+		t.Fatalf("New fingerprinted the weights (%q) or let the store go (%v)", s.weightsID, s.weights == nil)
+	}
+	runFrames(t, st, goldenFrames(t, "stream_kf1")[:4], false)
+	var buf bytes.Buffer
+	if err := s.SaveState(&buf); err != nil {
+		t.Fatal(err)
+	}
+	store, err := weights.Open(cfg.Weights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	want, err := weightsFingerprint(cfg, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, err := ReadStateHeader(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if saved.Weights != want || s.weightsID != want || s.weights != nil {
+		t.Fatalf("saved fingerprint %.12s, stream's %.12s, want %.12s; store still open: %v", saved.Weights, s.weightsID, want, s.weights != nil)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 	"github.com/lingbotmap/lingbotmap/engine/model"
 	"github.com/lingbotmap/lingbotmap/engine/preprocess"
+	"github.com/lingbotmap/lingbotmap/engine/weights"
 )
 
 // stream runs the schedule (schedule.go) on a backend: it executes each
@@ -27,7 +28,13 @@ type stream struct {
 	be  backend.Backend
 	m   *model.Model
 
-	weightsID string // the checkpoint's fingerprint, for session state files
+	// weightsID is the checkpoint's fingerprint, for session state files:
+	// a hash of every byte, computed from the still open store (weights)
+	// the first time a state is saved or resumed, not at every start.
+	weights     weights.Store
+	weightsOnce sync.Once
+	weightsID   string
+	weightsErr  error
 
 	h, w     int // model resolution, fixed by the first frame
 	pre      preprocess.Preprocessor
@@ -200,8 +207,26 @@ func (s *stream) Close() error {
 		s.spare.Close()
 	}
 	s.m.Close()
+	if s.weights != nil {
+		s.weights.Close()
+		s.weights = nil
+	}
 	if c, ok := s.be.(io.Closer); ok {
 		return c.Close()
 	}
 	return nil
+}
+
+// weightsFingerprint fingerprints the weights once, then lets the store go.
+func (s *stream) weightsFingerprint() (string, error) {
+	s.weightsOnce.Do(func() {
+		if s.weights == nil {
+			s.weightsErr = errors.New("engine: the weights are no longer open to fingerprint")
+			return
+		}
+		s.weightsID, s.weightsErr = weightsFingerprint(s.cfg, s.weights)
+		s.weights.Close()
+		s.weights = nil
+	})
+	return s.weightsID, s.weightsErr
 }
