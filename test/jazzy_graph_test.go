@@ -149,7 +149,8 @@ rclpy.shutdown()
 // Jazzy: `ros2 topic echo --once TOPIC TYPE` of each output topic under both
 // RMWs, `ros2 topic hz` of the pose while the bag plays, and an rclpy
 // subscriber per RMW whose poses must equal the engine's on the same frames
-// to 1e-6.
+// to 1e-6. A second node with cloud_reliability best_effort delivers its
+// ~/cloud and ~/map to best-effort readers.
 func TestJazzyTopics(t *testing.T) {
 	if !inNetns(t) {
 		return
@@ -170,6 +171,9 @@ func TestJazzyTopics(t *testing.T) {
 
 	node := startROS2Node(t, ros2NodeArgs(t, "lingbotmap", width, "-p", "base_frame:=base_link",
 		"-p", "base_to_camera:=0 0 0 -0.5 0.5 -0.5 0.5", "-p", "map_rate:=20.0")...)
+	// A second node on the same frames offers its clouds best effort.
+	beNode := startROS2Node(t, ros2NodeArgs(t, "be_mapper", width, "-p", "cloud_reliability:=best_effort", "-p", "publish_tf:=false",
+		"-p", "map_rate:=20.0")...)
 	type echo struct {
 		rmw, topic, field string
 		p                 *jazzyProc
@@ -188,6 +192,10 @@ func TestJazzyTopics(t *testing.T) {
 				args = append(args, "--qos-durability", "transient_local", "--qos-reliability", "reliable")
 			}
 			echoes = append(echoes, echo{rmw, o.topic, o.field, j.start("ros2", append(args, o.topic, o.typ)...)})
+		}
+		for _, be := range []struct{ topic, durability string }{{"/be_mapper/cloud", "volatile"}, {"/be_mapper/map", "transient_local"}} {
+			echoes = append(echoes, echo{rmw, be.topic, "point_step: 16", j.start("ros2", "topic", "echo", "--once",
+				"--qos-reliability", "best_effort", "--qos-durability", be.durability, be.topic, "sensor_msgs/msg/PointCloud2")})
 		}
 		subs = append(subs, j.start(j.Python(), script, "/lingbotmap/pose", strconv.Itoa(n)))
 		hz[rmw] = j.start("ros2", "topic", "hz", "--window", "5", "/lingbotmap/pose")
@@ -247,8 +255,10 @@ func TestJazzyTopics(t *testing.T) {
 			t.Errorf("%s: ros2 topic echo --once %s printed no %q:\n%s", e.rmw, e.topic, e.field, e.p.out.String())
 		}
 	}
-	if strings.Contains(node.out.String(), "level=ERROR") {
-		t.Errorf("the node logged errors:\n%s", node.out.String())
+	for _, p := range []*nodeProc{node, beNode} {
+		if strings.Contains(p.out.String(), "level=ERROR") {
+			t.Errorf("a node logged errors:\n%s", p.out.String())
+		}
 	}
 }
 
