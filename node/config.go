@@ -53,7 +53,7 @@ type Config struct {
 	PublishTF bool `mapstructure:"publish_tf" param:"dynamic"`
 
 	// ConfThreshold keeps cloud points whose depth confidence is above it.
-	ConfThreshold float64 `mapstructure:"conf_threshold" param:"min=0"`
+	ConfThreshold float64 `mapstructure:"conf_threshold" param:"min=0,dynamic"`
 	// CloudStride takes every Nth pixel in both directions for the clouds.
 	CloudStride int `mapstructure:"cloud_stride" param:"min=1"`
 	// MapVoxel is the voxel edge of the accumulated map in metres.

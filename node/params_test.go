@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/tf2_msgs"
 
 	"github.com/lingbotmap/lingbotmap/config"
@@ -153,6 +154,25 @@ func TestCoreLiveParams(t *testing.T) {
 		_, ok := tr.Last("/tf").(*tf2_msgs.TFMessage)
 		return ok
 	})
+
+	// conf_threshold applies to the next keyframe's cloud: above every
+	// confidence, it keeps no point.
+	clouds := tr.Messages("/lbm/cloud")
+	if len(clouds) == 0 || clouds[len(clouds)-1].(*sensor_msgs.PointCloud2).Width == 0 {
+		t.Fatalf("%d clouds before the change, the last one empty", len(clouds))
+	}
+	if err := h.SetParams(map[string]any{"conf_threshold": 1e9}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Deliver("/image", frame(11, w, hgt, "cam"), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a cloud after conf_threshold:=1e9", 10*time.Second, func() bool {
+		return len(tr.Messages("/lbm/cloud")) > len(clouds)
+	})
+	if c := tr.Last("/lbm/cloud").(*sensor_msgs.PointCloud2); c.Width != 0 {
+		t.Errorf("the cloud after conf_threshold:=1e9 has %d points", c.Width)
+	}
 }
 
 func paramValue(h node.ParamHost, key string) any {

@@ -118,7 +118,10 @@ func (p *publisher) Post(r *engine.Result, h std_msgs.Header) (any, error) {
 	mapHdr := std_msgs.Header{Seq: seq, Stamp: r.Stamp, FrameId: n.cfg.MapFrame}
 	// A keyframe's points go into the map and out as ~cloud.
 	if r.Kind != engine.NonKeyframe {
-		if b.pts, b.pointsErr = n.m.FramePoints(r.DepthFrame()); b.pointsErr == nil {
+		// conf_threshold may have changed since the map was made
+		filt := n.m.Config().Filter
+		filt.ConfThreshold = n.now().ConfThreshold
+		if b.pts, b.pointsErr = n.m.FramePointsWith(r.DepthFrame(), filt); b.pointsErr == nil {
 			b.cloud = msgs.PointCloud2(mapHdr, cloudOf(b.pts))
 		}
 	}

@@ -130,7 +130,14 @@ func (m *Map) AddPoints(f geom.DepthFrame) ([]geom.Point, error) {
 // points in frame order. Points made ahead for the same filter (f.Kept, a
 // GPU's) are taken as they are and only coloured here.
 func (m *Map) FramePoints(f geom.DepthFrame) ([]geom.Point, error) {
-	if k := f.Kept; k != nil && k.Filter == m.cfg.Filter {
+	return m.FramePointsWith(f, m.cfg.Filter)
+}
+
+// FramePointsWith is FramePoints with filter filt instead of the map's,
+// for a filter that changed while mapping (the node's conf_threshold):
+// points made ahead for another filter are made again here.
+func (m *Map) FramePointsWith(f geom.DepthFrame, filt geom.PointFilter) ([]geom.Point, error) {
+	if k := f.Kept; k != nil && k.Filter == filt {
 		if err := f.Check(); err != nil {
 			return nil, fmt.Errorf("mapio: %w", err)
 		}
@@ -141,7 +148,7 @@ func (m *Map) FramePoints(f geom.DepthFrame) ([]geom.Point, error) {
 		m.keptFrames.Add(1)
 		return pts, nil
 	}
-	pts, err := geom.ConfidentPoints(nil, f, m.cfg.Filter)
+	pts, err := geom.ConfidentPoints(nil, f, filt)
 	if err != nil {
 		return nil, fmt.Errorf("mapio: %w", err)
 	}
