@@ -49,6 +49,7 @@ type gpu struct {
 	smemAllowed map[string]int // kernels whose shared memory limit was raised
 	prof        *profile       // nil unless Config.Profile
 	stage       staging        // pinned host memory for copies (owner thread)
+	up          upRing         // pinned slots for uploads that do not wait (owner thread)
 
 	mu  sync.Mutex
 	err error
@@ -175,6 +176,7 @@ func (g *gpu) Close() error {
 		g.lt.destroy()
 		g.pool.trim()
 		g.stage.free()
+		g.up.free()
 		return serr
 	})
 	g.own.stop()
@@ -223,6 +225,7 @@ func (g *gpu) Sync() error {
 		if err := g.flush(); err != nil {
 			return err
 		}
+		defer g.batch.restart()
 		return cu.Synchronize()
 	})
 	return g.Err()

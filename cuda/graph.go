@@ -79,6 +79,12 @@ type batch struct {
 	// last of its shape: which arguments keep segments from repeating.
 	last    map[uint64][]byte
 	changed map[string]int
+	// limit bounds the segment being collected: firstSegment after the
+	// host waited for the device (restart), doubling with each segment up
+	// to maxSegment, so that an idle device gets the first ops of a frame
+	// while the host queues the rest. The waits come at the same points of
+	// every frame, so the segments still repeat.
+	limit int
 }
 
 type segmentGraph struct {
@@ -116,6 +122,8 @@ const (
 	// maxSegment bounds a segment, so that the device starts on the first
 	// part of a long stretch of ops while the host queues the rest.
 	maxSegment = 64
+	// firstSegment bounds the first segment after a wait for the device.
+	firstSegment = 4
 	// minGraph: shorter segments are submitted directly (a graph launch
 	// costs about what two kernel launches do).
 	minGraph = 3
@@ -129,7 +137,7 @@ const (
 
 func newBatch(l *launcher, log *slog.Logger, enabled bool) (*batch, error) {
 	b := &batch{l: l, log: log, seed: maphash.MakeSeed(), seen: map[uint64]bool{}, graphs: map[uint64]*segmentGraph{},
-		last: map[uint64][]byte{}, changed: map[string]int{}}
+		last: map[uint64][]byte{}, changed: map[string]int{}, limit: maxSegment}
 	if enabled {
 		if err := driverError(C.lbm_stream_create(&b.capture)); err != nil {
 			return nil, fmt.Errorf("creating the CUDA graph capture stream: %w", err)
@@ -183,10 +191,19 @@ func (b *batch) add(q queued, key ...uint64) error {
 		b.key = binary.LittleEndian.AppendUint64(b.key, k)
 	}
 	b.items = append(b.items, q)
-	if len(b.items) >= maxSegment {
+	if len(b.items) >= b.limit {
+		b.limit = min(2*b.limit, maxSegment)
 		return b.flush()
 	}
 	return nil
+}
+
+// restart makes the next segments short again: the host has just waited
+// for the device, which is idle until the next submission.
+func (b *batch) restart() {
+	if b != nil {
+		b.limit = firstSegment
+	}
 }
 
 // kernel queues a launch (arguments encoded as launcher.launch does).

@@ -9,6 +9,13 @@ package cuda
 static int lbm_host_alloc(void **p, size_t n) { return (int)cuMemHostAlloc(p, n, 0); }
 static int lbm_host_free(void *p) { return (int)cuMemFreeHost(p); }
 static int lbm_fetch_word(void *p, CUdeviceptr d) { return (int)cuMemcpyDtoHAsync(p, d, 8, 0); }
+static int lbm_dtoh_async(void *p, CUdeviceptr d, size_t n) { return (int)cuMemcpyDtoHAsync(p, d, n, 0); }
+static int lbm_htod_async(CUdeviceptr d, void *p, size_t n) { return (int)cuMemcpyHtoDAsync(d, p, n, 0); }
+static int lbm_stream_sync(void) { return (int)cuStreamSynchronize(0); }
+static int lbm_event_new(CUevent *e) { return (int)cuEventCreate(e, CU_EVENT_DISABLE_TIMING); }
+static int lbm_event_record(CUevent e) { return (int)cuEventRecord(e, 0); }
+static int lbm_event_wait(CUevent e) { return (int)cuEventSynchronize(e); }
+static void lbm_event_free(CUevent e) { cuEventDestroy(e); }
 */
 import "C"
 
@@ -74,6 +81,7 @@ func (g *gpu) toHost(dst []float32, src cu.DevicePtr) error {
 	if err := g.flush(); err != nil {
 		return err
 	}
+	defer g.batch.restart()
 	p := g.stage.get(bytes)
 	if p == nil {
 		return cu.MemcpyDtoH(unsafe.Pointer(&dst[0]), src, bytes)
@@ -85,7 +93,70 @@ func (g *gpu) toHost(dst []float32, src cu.DevicePtr) error {
 	return nil
 }
 
-// toDevice copies src into device memory at dst. Owner thread only.
+// toHostMany copies each of srcs (n[i] floats at srcs[i]; 0 for none)
+// into a new slice with one wait for the device. The copies are queued
+// first; the host then allocates the slices and touches their pages while
+// the device finishes the work before them, so that the page faults of
+// fresh Go memory are not added to the time the device waits for the next
+// frame. Owner thread only.
+func (g *gpu) toHostMany(srcs []cu.DevicePtr, n []int) ([][]float32, error) {
+	outs := make([][]float32, len(srcs))
+	if err := g.flush(); err != nil {
+		return outs, err
+	}
+	offs := make([]int64, len(srcs))
+	var total int64
+	for i := range srcs {
+		offs[i] = total
+		total += (int64(n[i])*4 + 255) &^ 255
+	}
+	p := g.stage.get(total)
+	if p == nil {
+		for i := range srcs {
+			outs[i] = make([]float32, n[i])
+			if n[i] > 0 && srcs[i] != 0 {
+				if err := g.toHost(outs[i], srcs[i]); err != nil {
+					return outs, err
+				}
+			}
+		}
+		return outs, nil
+	}
+	for i := range srcs {
+		if n[i] > 0 && srcs[i] != 0 {
+			if err := driverError(C.lbm_dtoh_async(unsafe.Add(p, offs[i]), C.CUdeviceptr(srcs[i]), C.size_t(n[i]*4))); err != nil {
+				return outs, fmt.Errorf("copy to the host: %w", err)
+			}
+		}
+	}
+	for i := range srcs {
+		outs[i] = make([]float32, n[i])
+		touchPages(outs[i])
+	}
+	err := driverError(C.lbm_stream_sync())
+	g.batch.restart()
+	if err != nil {
+		return outs, err
+	}
+	for i := range srcs {
+		if n[i] > 0 && srcs[i] != 0 {
+			copy(outs[i], unsafe.Slice((*float32)(unsafe.Add(p, offs[i])), n[i]))
+		}
+	}
+	return outs, nil
+}
+
+// touchPages writes one value a 4 KiB page, so that the kernel maps the
+// pages of a fresh slice now.
+func touchPages(s []float32) {
+	for i := 0; i < len(s); i += 1024 {
+		s[i] = 0
+	}
+}
+
+// toDevice copies src into device memory at dst. Owner thread only. Copies
+// up to upMax bytes are queued without waiting: src goes into a slot of
+// the upload ring first, so the caller may reuse it at once.
 func (g *gpu) toDevice(dst cu.DevicePtr, src []float32) error {
 	bytes := int64(len(src)) * 4
 	if bytes == 0 {
@@ -93,6 +164,16 @@ func (g *gpu) toDevice(dst cu.DevicePtr, src []float32) error {
 	}
 	if err := g.flush(); err != nil {
 		return err
+	}
+	if bytes <= upMax {
+		p, err := g.up.take(bytes)
+		if err != nil {
+			return err
+		}
+		if p != nil {
+			copy(unsafe.Slice((*float32)(p), len(src)), src)
+			return g.up.send(dst, bytes)
+		}
 	}
 	p := g.stage.get(bytes)
 	if p == nil {
@@ -103,6 +184,91 @@ func (g *gpu) toDevice(dst cu.DevicePtr, src []float32) error {
 		return fmt.Errorf("copy to the device: %w", err)
 	}
 	return nil
+}
+
+// The upload ring: page-locked slots that host-to-device copies are queued
+// from on the default stream, each with an event recorded after its copy.
+// A slot is written again only once its event has passed, so a frame's
+// uploads (the image, the RoPE tables) never wait for the kernels queued
+// before them, and the host queues the kernels after them at once.
+const (
+	upSlots = 4
+	upMin   = 1 << 20
+	upMax   = 16 << 20
+)
+
+type upRing struct {
+	slot [upSlots]upSlot
+	next int
+}
+
+type upSlot struct {
+	p    unsafe.Pointer
+	n    int64
+	ev   C.CUevent
+	busy bool // a copy from it was queued after the last wait
+}
+
+// take returns the next slot's memory (at least n bytes) once the copy
+// last queued from it has finished, or nil if no page-locked memory can be
+// had (the caller copies synchronously). Owner thread only.
+func (r *upRing) take(n int64) (unsafe.Pointer, error) {
+	s := &r.slot[r.next]
+	if s.ev == nil {
+		if err := driverError(C.lbm_event_new(&s.ev)); err != nil {
+			return nil, fmt.Errorf("upload event: %w", err)
+		}
+	}
+	if s.busy {
+		if err := driverError(C.lbm_event_wait(s.ev)); err != nil {
+			return nil, err
+		}
+		s.busy = false
+	}
+	if n > s.n {
+		if s.p != nil {
+			C.lbm_host_free(s.p)
+			s.p, s.n = nil, 0
+		}
+		size := int64(upMin)
+		for size < n {
+			size *= 2
+		}
+		var p unsafe.Pointer
+		if C.lbm_host_alloc(&p, C.size_t(size)) != 0 {
+			return nil, nil
+		}
+		s.p, s.n = p, size
+	}
+	return s.p, nil
+}
+
+// send queues the copy of the slot take returned to dst and moves on.
+func (r *upRing) send(dst cu.DevicePtr, n int64) error {
+	s := &r.slot[r.next]
+	if err := driverError(C.lbm_htod_async(C.CUdeviceptr(dst), s.p, C.size_t(n))); err != nil {
+		return fmt.Errorf("copy to the device: %w", err)
+	}
+	if err := driverError(C.lbm_event_record(s.ev)); err != nil {
+		return err
+	}
+	s.busy = true
+	r.next = (r.next + 1) % upSlots
+	return nil
+}
+
+// free releases the slots; the device must be idle (Close synchronises).
+func (r *upRing) free() {
+	for i := range r.slot {
+		s := &r.slot[i]
+		if s.p != nil {
+			C.lbm_host_free(s.p)
+		}
+		if s.ev != nil {
+			C.lbm_event_free(s.ev)
+		}
+		*s = upSlot{}
+	}
 }
 
 // hostWord is 8 bytes of page-locked memory that a device counter is

@@ -518,14 +518,33 @@ func (g *gpu) bf16(t *Tensor) (cu.DevicePtr, error) {
 }
 
 // ToHost copies a tensor out (waits for pending work).
-func (g *gpu) ToHost(t backend.Tensor) []float32 {
-	c := g.tensor(t)
-	out := make([]float32, c.numel())
-	if len(out) == 0 || c.buf.ptr == 0 {
-		return out
+func (g *gpu) ToHost(t backend.Tensor) []float32 { return g.ToHostMany(t)[0] }
+
+// ToHostMany copies tensors out with one wait for pending work
+// (backend.BatchDownloader): the host allocates the results while the
+// device finishes.
+func (g *gpu) ToHostMany(ts ...backend.Tensor) [][]float32 {
+	srcs := make([]cu.DevicePtr, len(ts))
+	n := make([]int, len(ts))
+	for i, t := range ts {
+		c := g.tensor(t)
+		srcs[i], n[i] = c.buf.ptr, c.numel()
 	}
-	g.run("ToHost", func() error { return g.toHost(out, c.ptr()) })
-	return out
+	var outs [][]float32
+	g.run("ToHost", func() error {
+		var err error
+		outs, err = g.toHostMany(srcs, n)
+		return err
+	})
+	if outs == nil {
+		outs = make([][]float32, len(ts))
+	}
+	for i := range outs {
+		if outs[i] == nil {
+			outs[i] = make([]float32, n[i])
+		}
+	}
+	return outs
 }
 
 // Zeros is a new zero-filled fp32 tensor.

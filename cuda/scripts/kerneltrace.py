@@ -55,6 +55,26 @@ def union_length(activities, t0, t1):
     return total, gaps
 
 
+def host_gaps(activities, t0, t1, least):
+    """The gaps of at least `least` ns inside [t0, t1), by what ends before
+    them and what starts after: {(before, after): [ns, count]}. These are
+    the host's turns (a wait, a copy out and what the host does with it)."""
+    per = defaultdict(lambda: [0, 0])
+    last_end, last_name = None, None
+    for s, e, name in activities:
+        if s >= t1:
+            break
+        if e <= t0:
+            continue
+        if last_end is not None and s - last_end >= least and s > t0:
+            d = per[(last_name, family(name))]
+            d[0] += s - max(last_end, t0)
+            d[1] += 1
+        if last_end is None or e > last_end:
+            last_end, last_name = e, family(name)
+    return per
+
+
 def leading_time(activities, t0, t1):
     """Device time per kernel family inside [t0, t1), each instant given to the
     earliest-started activity still running: a kernel launched early by
@@ -99,6 +119,8 @@ def main():
     ap.add_argument("--layers", type=int, default=24, help="global layers a frame (each launches paged attention)")
     ap.add_argument("--top", type=int, default=16)
     ap.add_argument("--label", default="")
+    ap.add_argument("--gaps", type=int, default=0,
+                    help="also list the gaps of 20 µs or more by what ends before them and what starts after (this many kinds)")
     a = ap.parse_args()
 
     acts, paged, dropped, untimed = [], [], 0, 0
@@ -120,7 +142,8 @@ def main():
                 if PAGED.match(name):
                     paged.append(s)
             else:
-                acts.append((s, e, "copy" if parts[0] == "C" else "memset"))
+                kind = "copy" if parts[0] == "C" else "memset"
+                acts.append((s, e, f"{kind} {int(parts[3]) // 1024} KiB" if a.gaps else kind))
     if dropped or untimed:
         # Untimed records are those of activities still running when their
         # buffer was flushed by force.
@@ -189,6 +212,12 @@ def main():
     print(f"  {'kernel (time while it leads)':48s} {'ms a frame':>10s} {'calls':>6s}")
     for name, (d, c) in sorted(per.items(), key=lambda kv: -kv[1][0])[: a.top]:
         print(f"  {name:48s} {d / n / 1e6:10.3f} {c / n:6.1f}")
+    if a.gaps:
+        hg = host_gaps(acts, t0, t1, 20_000)
+        print(f"  gaps of 20 µs or more (the host's turns): {sum(d for d, _ in hg.values()) / n / 1e6:.3f} ms a frame")
+        print(f"  {'ends before the gap':34s} {'starts after it':34s} {'ms a frame':>10s} {'a frame':>7s}")
+        for (before, after), (d, c) in sorted(hg.items(), key=lambda kv: -kv[1][0])[: a.gaps]:
+            print(f"  {before[:34]:34s} {after[:34]:34s} {d / n / 1e6:10.3f} {c / n:7.2f}")
     return 0
 
 

@@ -28,7 +28,8 @@
 #   WG_TMA3=1         'wgcheck' runs its TMA cases on attn_tma3_paged_bf
 #   KTRACE_SPECS="name flags;..."  bench runs of the 'ktrace' stage (default: bf16 and fp8, graphs on
 #                     and off); KTRACE_FRAMES=n frames each (164), KTRACE_N=n the last whole frames
-#                     counted (60), KTRACE_KEEP=1 keeps the records (xz) in $OUT
+#                     counted (60), KTRACE_KEEP=1 keeps the records (xz) in $OUT, KTRACE_GAPS=n
+#                     lists the n largest kinds of host gaps (default 10)
 #   REF_FRAMES=n      frames for the reference timing in 'ref' (default 30; more
 #                     than 8 + 64 to time frames with a full cache; needs
 #                     .ref/make_golden.py and .ref/lingbot-map, see pack.sh)
@@ -71,6 +72,10 @@ say() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 # --- toolchain -----------------------------------------------------------
 if [ -f .gpu/vendor.tar.xz ] && [ ! -d .gpu/vendor ]; then tar -C .gpu -xJf .gpu/vendor.tar.xz; fi
 if [ -f .gpu/golden.tar.xz ] && [ ! -d .gpu/golden ]; then mkdir -p .gpu/golden && tar -C .gpu/golden -xJf .gpu/golden.tar.xz; fi
+# The GPU tests read the golden cases from ../shared; without it, from .gpu.
+if [ -z "${LINGBOTMAP_SHARED:-}" ] && [ ! -d ../shared/golden ] && [ -d .gpu/golden ]; then
+  mkdir -p /tmp/lbm-shared && ln -sfn "$root/.gpu/golden" /tmp/lbm-shared/golden && export LINGBOTMAP_SHARED=/tmp/lbm-shared
+fi
 # The compatibility header must come before the toolkit's include directory.
 export CGO_CFLAGS="-I$root/cuda/compat -O2"
 # shellcheck disable=SC1091
@@ -289,7 +294,7 @@ stage_ktrace() { # idle device time and time per kernel, CUDA graphs on and off,
       timeout 300 /tmp/lingbotmap bench --device cuda --frames "${KTRACE_FRAMES:-164}" --warmup 80 $args >"$OUT/ktrace-$name.log" 2>&1
     say "ktrace $name ($args): exit $?, $(grep -m1 -oE 'full cache.*' "$OUT/ktrace-$name.log")"
     grep -E 'kerneltrace|rror' "$OUT/ktrace-$name.log" | head -5 | tee -a "$OUT/summary.txt"
-    python3 cuda/scripts/kerneltrace.py "/tmp/ktrace-$name.txt" --frames "${KTRACE_N:-60}" --label "$name" 2>&1 | tee -a "$OUT/summary.txt"
+    python3 cuda/scripts/kerneltrace.py "/tmp/ktrace-$name.txt" --frames "${KTRACE_N:-60}" --gaps "${KTRACE_GAPS:-10}" --label "$name" 2>&1 | tee -a "$OUT/summary.txt"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     if [ "${KTRACE_KEEP:-0}" = 1 ]; then xz -T0 -3 -f "/tmp/ktrace-$name.txt" && mv "/tmp/ktrace-$name.txt.xz" "$OUT/"; else rm -f "/tmp/ktrace-$name.txt"; fi
   done

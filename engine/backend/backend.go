@@ -140,6 +140,26 @@ func (s KVSpec) CheckPages(layer int, pages []int32, nk, nv int) (int, error) {
 	return per, nil
 }
 
+// BatchDownloader is a Backend that copies several tensors to the host with
+// one wait for the device, so that the host's share of the copies overlaps
+// the device's last kernels (Download uses it).
+type BatchDownloader interface {
+	ToHostMany(ts ...Tensor) [][]float32
+}
+
+// Download copies ts to the host, in one batch where be is a
+// BatchDownloader.
+func Download(be Backend, ts ...Tensor) [][]float32 {
+	if bd, ok := be.(BatchDownloader); ok {
+		return bd.ToHostMany(ts...)
+	}
+	out := make([][]float32, len(ts))
+	for i, t := range ts {
+		out[i] = be.ToHost(t)
+	}
+	return out
+}
+
 // Backend runs the model's operations.
 type Backend interface {
 	// Name identifies the backend ("cpu", "cuda").

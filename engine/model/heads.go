@@ -148,12 +148,16 @@ func (d *downloads) add(t backend.Tensor, keep bool, done func([]float32)) {
 // fetch copies every result to the host, hands it on and frees it unless
 // the Output keeps it.
 func (d *downloads) fetch(be backend.Backend) {
-	for _, x := range *d {
-		host := be.ToHost(x.t)
+	ts := make([]backend.Tensor, len(*d))
+	for i, x := range *d {
+		ts[i] = x.t
+	}
+	hosts := backend.Download(be, ts...)
+	for i, x := range *d {
 		if !x.keep {
 			be.Free(x.t)
 		}
-		x.done(host)
+		x.done(hosts[i])
 	}
 	*d = nil
 }
