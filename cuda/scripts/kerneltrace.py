@@ -25,8 +25,11 @@ PAGED = re.compile(r"^attn_\w*paged")
 
 def family(name):
     low = name.lower()
-    if "gemm" in low or "xmma" in low or "cutlass" in low or low.startswith("sm90_") or low.startswith("sm80_"):
+    if ("gemm" in low or "xmma" in low or "cutlass" in low or low.startswith("nvjet")
+            or low.startswith("sm90_") or low.startswith("sm80_")):
         return "cuBLASLt GEMM"
+    if "gemv" in low:
+        return "cuBLASLt GEMV"
     return name.split("(")[0][:48]
 
 
