@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -348,6 +349,7 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	log.Info("run", "input", src.Describe(), "out", o.out, "device", o.cfg.Device)
 
 	t0 := time.Now()
+	log.Info("loading the model", "weights", rec.Weights, "device", o.cfg.Device)
 	stream, err := o.session.startStream(ctx, o, w, log)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -378,6 +380,23 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	m.w, m.rec = w, rec
 	m.st = &runStream{Stream: stream, ctx: ctx, stopped: &m.stopped}
 	m.prog = newProgress(o, src.Len(), log)
+	m.st.prog = m.prog
+	if skipped == 0 {
+		m.st.phase1 = o.cfg.ScaleFrames
+	}
+	// a signal is answered at once: the model stops at its next step
+	// (the engine checks the context between blocks), then the frames
+	// done are written
+	ended, watched := make(chan struct{}), make(chan struct{})
+	defer func() { close(ended); <-watched }()
+	go func() {
+		defer close(watched)
+		select {
+		case <-ctx.Done():
+			log.Warn("stopping: the model ends its current step, then the frames mapped so far are written", "cause", context.Cause(ctx))
+		case <-ended:
+		}
+	}()
 	// The pipeline ends by Close, not by the signal: what the model has
 	// computed by then is still delivered and written.
 	pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -407,7 +426,6 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	if err := m.Close(pctx); err != nil {
 		m.fail(err)
 	}
-	m.prog.finish()
 	runErr := m.failure()
 	if srcErr != nil {
 		runErr = errors.Join(srcErr, runErr)
@@ -428,7 +446,10 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	rec.Timings.DecodeS = fr.read.Seconds()
 	rec.Timings.ModelS = m.st.model.Seconds()
 
-	if werr := w.Finish(ctx, rec, start); werr != nil {
+	m.prog.phase("saving map.ply, preview.png and run.json")
+	werr := w.Finish(ctx, rec, start)
+	m.prog.finish()
+	if werr != nil {
 		return errors.Join(runErr, werr)
 	}
 	if !rec.Meaningful {
@@ -462,8 +483,11 @@ WARNING ==============================================================
 // resumeHint says how an interrupted run goes on: --resume where it saved
 // its session, else how to make the next run resumable.
 func resumeHint(o *runOptions) string {
-	if o.saveSessions || o.session.resume != "" {
+	switch _, err := os.Stat(filepath.Join(o.out, output.SessionDir, sessionFileName)); {
+	case err == nil && (o.saveSessions || o.session.resume != ""):
 		return fmt.Sprintf("continue it with: lingbotmap run --resume %s", o.out)
+	case o.saveSessions:
+		return "it stopped before its first session save, so it cannot be resumed: run it again (with --force)"
 	}
-	return "this run saved no session, so it cannot be resumed: a run with --session can be continued with --resume OUT"
+	return "this run saved no session, so it cannot be resumed (a run with --session can be continued with --resume OUT)"
 }

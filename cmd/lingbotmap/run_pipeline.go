@@ -132,6 +132,11 @@ type runStream struct {
 	stopped *atomic.Bool
 	pushed  int
 	model   time.Duration
+	// prog hears what the model is doing; phase1 is the scale frames
+	// still to come before phase 1's results (0 once it has run, or for a
+	// resumed session).
+	prog   progress
+	phase1 int
 }
 
 func (s *runStream) Push(_ context.Context, f engine.Frame) ([]engine.Result, error) {
@@ -142,15 +147,34 @@ func (s *runStream) Push(_ context.Context, f engine.Frame) ([]engine.Result, er
 		return nil, errStopped
 	}
 	s.pushed++
+	inPhase1 := s.phase1 > 0 && s.prog != nil
+	if inPhase1 {
+		if s.pushed < s.phase1 {
+			s.prog.phase(fmt.Sprintf("phase 1: reading the %d scale frames, which the model takes together", s.phase1))
+		} else {
+			s.prog.phase(fmt.Sprintf("phase 1: the model runs on the %d scale frames together (the longest wait)", s.phase1))
+		}
+	}
 	t := time.Now()
 	res, err := s.Stream.Push(s.ctx, f)
 	s.model += time.Since(t)
+	if inPhase1 && len(res) > 0 {
+		s.phase1 = 0
+		s.prog.phase("mapping")
+	}
 	return res, err
 }
 
 func (s *runStream) Flush(context.Context) ([]engine.Result, error) {
 	if s.ctx.Err() != nil || s.stopped.Load() {
 		return nil, nil // an interrupted or failed run maps no more
+	}
+	if s.prog != nil {
+		if s.phase1 > 0 {
+			s.prog.phase(fmt.Sprintf("phase 1: the model runs on the %d frames the input had (fewer than %d scale frames)", s.pushed, s.phase1))
+		} else {
+			s.prog.phase("flushing: the model's last frames")
+		}
 	}
 	t := time.Now()
 	res, err := s.Stream.Flush(s.ctx)
