@@ -125,6 +125,11 @@ func (n *Node) SetParams(vals map[string]any) error {
 			continue
 		}
 		if !n.live.metas[key].Dynamic {
+			if sameValue(settings[i].Value, vals[key]) {
+				// Setting a read-only value to what it is changes nothing:
+				// `ros2 param load` of a dump sets every parameter.
+				continue
+			}
 			errs = append(errs, fmt.Errorf("parameter '%s' is read-only while the node runs: it takes effect at start (--ros-args -p %s:=VALUE or --params-file)", key, key))
 			continue
 		}
@@ -231,4 +236,20 @@ func typeWord(x any) string {
 		return "string array"
 	}
 	return fmt.Sprintf("%T", x)
+}
+
+// sameValue reports whether x, as the middleware typed it, is v's value.
+// Empty lists are equal whatever their element type: a YAML [] carries
+// none (ros2 param load sends it as a bool array).
+func sameValue(v reflect.Value, x any) bool {
+	if xv := reflect.ValueOf(x); v.Kind() == reflect.Slice && xv.Kind() == reflect.Slice {
+		if v.Len() == 0 && xv.Len() == 0 {
+			return true
+		}
+	}
+	tmp := reflect.New(v.Type()).Elem()
+	if assign(tmp, x) != nil {
+		return false
+	}
+	return reflect.DeepEqual(tmp.Interface(), v.Interface())
 }

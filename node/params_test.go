@@ -106,6 +106,10 @@ func TestCoreLiveParams(t *testing.T) {
 			t.Errorf("SetParams(%v) = %v, want an error with %q", r.vals, err, r.want)
 		}
 	}
+	// A read-only setting set to its own value is no change (ros2 param load).
+	if err := h.SetParams(map[string]any{"queue_size": int64(4), "selected_layers": []bool{}, "cuda.pdl": true}); err != nil {
+		t.Errorf("read-only settings set to their values: %v", err)
+	}
 	if p := paramValue(h, "map_rate"); p != 1000.0 {
 		t.Errorf("map_rate is %v after refusals, want 1000", p)
 	}

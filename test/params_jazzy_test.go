@@ -122,6 +122,12 @@ func TestJazzyParams(t *testing.T) {
 	if err := os.WriteFile(file, []byte(dump), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// ros2 param load of the dump into the running node: the read-only
+	// settings are at their values already, so every set succeeds
+	load := param("load", "/lingbotmap", file)
+	if strings.Contains(load, "failed") || !strings.Contains(load, "Set parameter map_rate successful") {
+		t.Fatalf("ros2 param load of the dump:\n%s", load)
+	}
 	if err := nd.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
