@@ -14,6 +14,7 @@ import (
 
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/geometry_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/nav_msgs"
+	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/backend"
@@ -211,5 +212,53 @@ func TestNodeResumeRefusals(t *testing.T) {
 				t.Fatalf("Run: %v, want an error saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A session saved while phase 1 holds frames keeps their headers: the
+// resumed node publishes their results under their own frame ids (the
+// pipeline's Cut lists the held frames; Config.Held gives them back).
+func TestNodeSessionKeepsHeldFramesHeaders(t *testing.T) {
+	cfg := goldenNodeConfig(t)
+	cfg.SaveDir = t.TempDir()
+	tr := nodetest.New("/lbm", nil)
+	n, err := node.New(node.Options{Config: cfg, Transport: tr, Log: slog.New(slog.DiscardHandler),
+		NewStream: func(ctx context.Context, c node.Config) (engine.Stream, error) {
+			return engine.New(ctx, c.Engine, cpuFactory, nil)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- n.Run(ctx) }()
+	waitFor(t, "the node to subscribe", 20*time.Second, func() bool { return tr.Subscribed("/image") })
+	// two of the three scale frames: the engine holds both, without results
+	for i, id := range []string{"camA", "camB"} {
+		if err := tr.Deliver("/image", frame(i, 70, 42, id), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tr.Call("/lbm/save_session"); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(tr.Messages("/lbm/depth")); got != 0 {
+		t.Fatalf("%d depth images before phase 1 ran: the frames were not held", got)
+	}
+	cancel()
+	if err := <-runErr; err != nil {
+		t.Fatal(err)
+	}
+
+	resumed, stop := runEngineNode(t, cfg, cfg.SaveDir, 2, 3, 3)
+	defer stop()
+	depths := resumed.Messages("/lbm/depth")
+	if len(depths) != 3 {
+		t.Fatalf("the resumed node published %d depth images, want 3", len(depths))
+	}
+	for i, want := range []string{"camA", "camB", "cam"} {
+		if d := depths[i].(*sensor_msgs.Image); d.Header.FrameId != want || !d.Header.Stamp.Equal(stampOf(i)) {
+			t.Errorf("depth %d in %q at %v, want %q at %v", i, d.Header.FrameId, d.Header.Stamp, want, stampOf(i))
+		}
 	}
 }
