@@ -3,6 +3,7 @@ package ros2
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,10 +55,15 @@ func (p *Params) set(key string, v any) error {
 		p.values[key] = int64(x)
 	case int64:
 		p.values[key] = x
-	case []int64:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = e
+	case []int64, []bool, []float64, []string, []byte:
+		// a list a parameter service was given
+		xv := reflect.ValueOf(x)
+		out := make([]any, xv.Len())
+		for i := range out {
+			out[i] = xv.Index(i).Interface()
+			if b, ok := out[i].(byte); ok {
+				out[i] = int64(b)
+			}
 		}
 		p.values[key] = out
 	case uint64:
