@@ -19,6 +19,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/engine/pipeline"
+	"github.com/lingbotmap/lingbotmap/engine/scale"
 	"github.com/lingbotmap/lingbotmap/engine/source"
 	"github.com/lingbotmap/lingbotmap/node"
 )
@@ -57,6 +58,13 @@ type runOptions struct {
 	saveSessions bool
 	session      sessionOptions
 
+	// scale is the metric scale's settings; depthDir a folder of depth
+	// images for scale.source depth; cameraFrame, baseFrame and
+	// baseToCamera name the camera in the bag's TF tree (run_scale.go).
+	scale                                scale.Settings
+	depthDir                             string
+	cameraFrame, baseFrame, baseToCamera string
+
 	// workers sets the pipeline's prepare and post workers (0: its
 	// default); tests compare against one worker each.
 	workers int
@@ -72,6 +80,7 @@ func defaultRunOptions() *runOptions {
 		out:             "lingbotmap_run", // as the node's save_dir, lingbotmap_map
 		src:             source.DefaultOptions(),
 		cfg:             engine.DefaultConfig(),
+		scale:           runDefaults().Scale,
 		confThreshold:   runDefaults().ConfThreshold,
 		voxel:           runDefaults().MapVoxel,
 		pixelStride:     runDefaults().CloudStride,
@@ -193,6 +202,7 @@ its saved settings, and ends with the trajectory an uninterrupted run gives.`,
 				return &exitCodeError{code: exitUsage, err: err}
 			}
 			o.cfg, o.sources = all.Engine, src
+			o.scale, o.cameraFrame, o.baseFrame, o.baseToCamera = all.Scale, all.CameraFrame, all.BaseFrame, all.BaseToCamera
 			o.confThreshold, o.voxel, o.pixelStride = all.ConfThreshold, all.MapVoxel, all.CloudStride
 			out := all.Output
 			o.saveDepth, o.saveConf, o.depthScale, o.confScale, o.checkpointEvery = out.SaveDepth, out.SaveConf, out.DepthScale, out.ConfScale, out.CheckpointEvery
@@ -215,6 +225,7 @@ its saved settings, and ends with the trajectory an uninterrupted run gives.`,
 	f.Float64Var(&o.src.SampleFPS, "fps", o.src.SampleFPS, "videos: sample one frame in round(video fps / fps) before --first-k and --stride, as the reference (0 = every frame)")
 	f.Float64Var(&o.src.FrameRate, "frame-rate", o.src.FrameRate, "frame rate for the stamps of inputs without times (numbered images)")
 
+	f.StringVar(&o.depthDir, "depth-dir", "", "scale.source depth: a folder of 16-bit PNG depth images in millimetres, aligned with the colour images (matched by file name, else by order)")
 	f.BoolVar(&o.saveSessions, "session", false, "save the whole session into OUT/session/ at every checkpoint, so that --resume can continue the run")
 	f.StringVar(&o.session.resume, "resume", "", "continue the run whose output folder DIR holds a saved session (its settings are used)")
 	f.BoolVar(&o.force, "force", false, "reuse an output folder that holds a previous run: remove its outputs first")
@@ -246,6 +257,9 @@ func (o *runOptions) validate() error {
 	}
 	if o.checkpointEvery < 0 {
 		errs = append(errs, fmt.Errorf("'checkpoint_every' must be ≥ 0, not %d", o.checkpointEvery))
+	}
+	if err := o.scale.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -332,6 +346,17 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		return err
 	}
 	defer w.Close()
+	// the metric scale, read from the bag or --depth-dir beside the images;
+	// its problems are refused before the weights load
+	if firstErr == nil {
+		b := firstImg.Bounds()
+		if m.scale, err = newRunScale(o, src, mapFrameOf(w), b.Dx(), b.Dy(), log); err != nil {
+			return &exitCodeError{code: exitUsage, err: err}
+		}
+		if m.scale != nil {
+			defer m.scale.Close()
+		}
+	}
 	rec := &output.Record{
 		Version: o.version,
 		Status:  output.StatusInProgress,
@@ -340,6 +365,9 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		Engine:  output.EngineSettings(o.cfg),
 		Config:  o.sources,
 		Frames:  output.Frames{Read: skipped},
+	}
+	if m.scale != nil {
+		rec.Scale = m.scale.Status()
 	}
 	rec.Weights, rec.Meaningful = o.cfg.Weights, o.cfg.Weights != ""
 	if !rec.Meaningful {
@@ -439,6 +467,10 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	interrupted := ctx.Err() != nil
 	if interrupted {
 		log.Warn("interrupted: writing what was computed so far", "frames_read", rec.Frames.Read, "results", w.Frames().Results)
+	}
+	if m.scale != nil {
+		rec.Scale = m.scale.Status()
+		log.Info("scale", "state", rec.Scale.State, "scale", rec.Scale.Scale, "reason", rec.Scale.Reason, "skipped", rec.Scale.Skipped)
 	}
 	stats := stream.Stats()
 	rec.Cache = &stats

@@ -212,6 +212,10 @@ type runSink struct {
 
 	skips skipTally // Add's goroutine; the first frame's before it
 
+	// scale is the metric scale's component, nil without a source; fed on
+	// Add's goroutine
+	scale *runScale
+
 	// the checkpoint in flight: its Do's answer
 	pendingDo chan error
 }
@@ -272,6 +276,14 @@ func (m *runSink) Add(out pipeline.Output[struct{}]) {
 		return
 	}
 	v, _ := out.Value.(output.Posted)
+	if m.scale != nil {
+		// before the map takes the result, so that it is written at the
+		// scale known with it
+		if err := m.scale.Add(out.Result); err != nil {
+			m.fail(fmt.Errorf("frame %d: metric scale: %w", out.Seq, err))
+			return
+		}
+	}
 	if err := m.w.Add(out.Result, v); err != nil {
 		m.fail(err)
 		return
@@ -290,6 +302,9 @@ func (m *runSink) Checkpoint(context.Context, pipeline.Cut[struct{}]) error {
 	read := m.readBefore + m.st.pushed
 	m.rec.Frames.Read = read
 	m.rec.Timings.ModelS = m.st.model.Seconds()
+	if m.scale != nil {
+		m.rec.Scale = m.scale.Status()
+	}
 	if err := m.o.session.afterFrame(m.o, m.st.Stream, m.w, read); err != nil {
 		return err
 	}

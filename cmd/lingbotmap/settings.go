@@ -20,8 +20,11 @@ import (
 // those of the map it writes (confidence threshold, pixel stride, voxel)
 // and those of its output folder.
 func runSettings() []string {
-	keys := append(config.Keys(&engine.Config{}), "conf_threshold", "cloud_stride", "map_voxel")
-	return append(keys, config.Keys(&output.Settings{})...)
+	keys := append(config.Keys(&engine.Config{}), "conf_threshold", "cloud_stride", "map_voxel",
+		"camera_frame", "base_frame", "base_to_camera")
+	keys = append(keys, config.Keys(&output.Settings{})...)
+	// the metric scale's section (run_scale.go)
+	return append(keys, slices.DeleteFunc(config.Keys(&node.Config{}), func(k string) bool { return !strings.HasPrefix(k, "scale.") })...)
 }
 
 // benchSettings are the settings of `lingbotmap bench`: the model, its cache

@@ -42,6 +42,10 @@ func settingsCommands() []settingsCommand {
 				(*got)["conf_threshold"], (*got)["map_voxel"], (*got)["cloud_stride"] = o.confThreshold, o.voxel, o.pixelStride
 				(*got)["save_depth"], (*got)["save_conf"], (*got)["depth_scale"] = o.saveDepth, o.saveConf, o.depthScale
 				(*got)["conf_scale"], (*got)["checkpoint_every"] = o.confScale, o.checkpointEvery
+				(*got)["camera_frame"], (*got)["base_frame"], (*got)["base_to_camera"] = o.cameraFrame, o.baseFrame, o.baseToCamera
+				for k, v := range config.Values(&o.scale) {
+					(*got)["scale."+k] = v
+				}
 				return nil
 			})
 		}},

@@ -204,3 +204,14 @@ func stampTime(s float64) time.Time {
 	sec := math.Floor(s)
 	return time.Unix(int64(sec), int64(math.Round((s-sec)*1e9)))
 }
+
+// Name is the file name of the image numbered seq (its index in the sorted
+// folder), for inputs matched to it by name (run --depth-dir).
+func (f *Folder) Name(seq uint64) (string, bool) {
+	for i, idx := range f.index {
+		if uint64(idx) == seq {
+			return f.files[i], true
+		}
+	}
+	return "", false
+}

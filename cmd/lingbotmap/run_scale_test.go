@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/golden"
+	"github.com/lingbotmap/lingbotmap/engine/mapframe"
+	"github.com/lingbotmap/lingbotmap/engine/scale"
+	"github.com/lingbotmap/lingbotmap/internal/shared"
+	"github.com/lingbotmap/lingbotmap/internal/synthrobot"
+)
+
+// The synthetic robot's scale: metres per model unit. The golden
+// trajectory's steps (0.1 to 2 model units) then stay under max_jump and
+// its depths (0.5 to 7 units) inside the sensor's range.
+const synthScale = 0.45
+
+// goldenRobot is a synthetic robot around the golden case's 16 courthouse
+// frames: the engine's own trajectory and depth for them (the reference's,
+// which run reproduces to 1e-4), a camera looking forward 0.3 m above the
+// base, and the odometry frame turned 30° about z and moved.
+func goldenRobot(t *testing.T) (*synthrobot.Robot, *golden.Manifest) {
+	t.Helper()
+	dir, err := shared.Path("golden", "images_kf1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	man, err := golden.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := golden.Open(dir, golden.OutputsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	poseEnc, err := st.Float32("pose_enc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	depth, err := st.Float32("depth")
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames, err := shared.Path("data", "courthouse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, h := man.Config.ImgW, man.Config.ImgH
+	r := &synthrobot.Robot{
+		Start: time.Unix(1700000000, 0), Period: 100 * time.Millisecond,
+		Scale: synthScale, Seed: 7,
+		DepthW: w, DepthH: h,
+	}
+	c, s := math.Cos(math.Pi/6), math.Sin(math.Pi/6)
+	r.OdomFromWorld = geom.Rigid(geom.Mat3{{c, -s, 0}, {s, c, 0}, {0, 0, 1}}, [3]float64{3, -2, 0.1})
+	r.BaseToCamera = geom.Mul4(geom.Rigid(geom.Mat3{{1, 0, 0}, {0, 1, 0}, {0, 0, 1}}, [3]float64{0.1, 0, 0.3}), mapframe.OpticalToBody())
+	for k := range 16 {
+		var enc [9]float32
+		copy(enc[:], poseEnc[9*k:])
+		r.CamToWorld = append(r.CamToWorld, geom.PoseEncToCamToWorld(enc))
+		r.Images = append(r.Images, filepath.Join(frames, fmt.Sprintf("%06d.png", k)))
+		r.Depth = append(r.Depth, depth[k*w*h:(k+1)*w*h])
+	}
+	return r, man
+}
+
+// runSynth runs `run` with the golden model and settings over input.
+func runSynth(t *testing.T, man *golden.Manifest, input string, set func(o *runOptions)) *runOptions {
+	t.Helper()
+	o := testRunOptions(t, nil)
+	o.input = input
+	o.src.FirstK = 0
+	o.newStream = newEngineStream
+	var err error
+	if o.cfg.Weights, err = shared.Path("golden", "weights.safetensors"); err != nil {
+		t.Fatal(err)
+	}
+	o.cfg.ImageWidth, o.cfg.ScaleFrames = man.Config.ImgW, man.Settings.NumScaleFrames
+	o.cfg.SlidingWindow, o.cfg.MaxFrames = man.Settings.KVSlidingWindow, man.Config.MaxFrameNum
+	o.saveDepth = false
+	if filepath.Ext(input) != "" {
+		o.src.Topic = synthrobot.ImageTopic // the depth topic is an image topic too
+	}
+	set(o)
+	if err := runRun(context.Background(), o, true); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// TestRunMetricScale replays the synthetic robot through run from each
+// source and checks the scale it recovers (README: the table of errors).
+func TestRunMetricScale(t *testing.T) {
+	robot, man := goldenRobot(t)
+	dir := t.TempDir()
+	bagOf := func(name string, r *synthrobot.Robot) string {
+		p := filepath.Join(dir, name)
+		if err := r.WriteBag(p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	clean := bagOf("robot.bag", robot)
+	cleanMCAP := bagOf("robot.mcap", robot)
+	noisy := *robot
+	noisy.OdomNoise = 0.02
+	noisyBag := bagOf("noisy.bag", &noisy)
+	holes := *robot
+	holes.DepthHoles, holes.DepthNoise, holes.DepthOffset = 0.2, 0.02, 10*time.Millisecond
+	holesMCAP := bagOf("depth.mcap", &holes)
+	depthDir := filepath.Join(dir, "depth")
+	if err := holes.WriteDepthDir(depthDir); err != nil {
+		t.Fatal(err)
+	}
+	frames, err := shared.Path("data", "courthouse")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cases := []struct {
+		name, input string
+		set         func(s *scale.Settings, o *runOptions)
+		tol         float64
+	}{
+		{"odometry /tf, ROS 1 bag", clean, func(s *scale.Settings, o *runOptions) { s.Source = scale.SourceOdometry }, 0.01},
+		{"odometry /tf, MCAP", cleanMCAP, func(s *scale.Settings, o *runOptions) { s.Source = scale.SourceOdometry }, 0.01},
+		{"odometry /odom topic, MCAP", cleanMCAP, func(s *scale.Settings, o *runOptions) {
+			s.Source, s.OdomTopic = scale.SourceOdometry, synthrobot.OdomTopic
+		}, 0.01},
+		{"odometry /tf, 2 % noise, ROS 1 bag", noisyBag, func(s *scale.Settings, o *runOptions) { s.Source = scale.SourceOdometry }, 0.03},
+		{"depth topic (20 % holes, 2 % noise), MCAP", holesMCAP, func(s *scale.Settings, o *runOptions) {
+			s.Source, s.DepthTopic = scale.SourceDepth, synthrobot.DepthTopic
+		}, 0.01},
+		{"--depth-dir (20 % holes, 2 % noise), image folder", frames, func(s *scale.Settings, o *runOptions) {
+			s.Source, o.depthDir, o.src.FirstK = scale.SourceDepth, depthDir, 16
+		}, 0.01},
+	}
+	var table []string
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := runSynth(t, man, c.input, func(o *runOptions) { c.set(&o.scale, o) })
+			rec := readRunJSON(t, o.out)
+			st := rec.Scale
+			if st == nil {
+				t.Fatal("run.json has no scale section")
+			}
+			e := st.Scale/synthScale - 1
+			table = append(table, fmt.Sprintf("| %s | %.6g | %+.4f %% | %s |", c.name, st.Scale, 100*e, st.State))
+			if st.State != scale.StateKnown || math.Abs(e) > c.tol {
+				t.Errorf("scale %+v; want %g within %g %%", st, synthScale, 100*c.tol)
+			}
+			if st.Skipped != 0 {
+				t.Errorf("%d keyframes skipped: %s", st.Skipped, st.Issue)
+			}
+		})
+	}
+	t.Logf("scale %g m per model unit recovered by run:\n| source | scale | error | state |\n|---|---|---|---|\n%s", synthScale, strings.Join(table, "\n"))
+}
+
+// TestRunMetricScaleWithheld: a robot turning in place gives no scale, and
+// odometry that stops before the images, or a depth image in another
+// encoding, leave frames out with the reason; nothing fails.
+func TestRunMetricScaleWithheld(t *testing.T) {
+	robot, man := goldenRobot(t)
+	dir := t.TempDir()
+	turn := *robot
+	turn.TurnInPlace = true
+	turnBag := filepath.Join(dir, "turn.bag")
+	if err := turn.WriteBag(turnBag); err != nil {
+		t.Fatal(err)
+	}
+	o := runSynth(t, man, turnBag, func(o *runOptions) { o.scale.Source = scale.SourceOdometry })
+	rec := readRunJSON(t, o.out)
+	if st := rec.Scale; st == nil || st.State != scale.StateEstimating || st.Scale != 0 || !strings.Contains(st.Reason, "not enough motion") {
+		t.Errorf("turning in place: %+v", st)
+	}
+	if rec.Frames.Results != 16 {
+		t.Errorf("%d results, want 16", rec.Frames.Results)
+	}
+
+	// stamps that miss: the depth 30 ms after each image (frames 100 ms
+	// apart), beyond a tolerance of 10 ms
+	late := *robot
+	late.DepthOffset = 30 * time.Millisecond
+	lateBag := filepath.Join(dir, "late.mcap")
+	if err := late.WriteBag(lateBag); err != nil {
+		t.Fatal(err)
+	}
+	o = runSynth(t, man, lateBag, func(o *runOptions) {
+		o.scale.Source, o.scale.DepthTopic, o.scale.StampTolerance = scale.SourceDepth, synthrobot.DepthTopic, 0.01
+	})
+	rec = readRunJSON(t, o.out)
+	if st := rec.Scale; st == nil || st.State != scale.StateEstimating || st.Skipped != 16 || !strings.Contains(st.Issue, "no depth image") {
+		t.Errorf("depth beyond the stamp tolerance: %+v", st)
+	}
+	if rec.Frames.Results != 16 {
+		t.Errorf("%d results, want 16", rec.Frames.Results)
+	}
+
+	// the odometry frame named wrong: every keyframe skipped, saying so
+	o = runSynth(t, man, filepath.Join(dir, "turn.bag"), func(o *runOptions) {
+		o.scale.Source, o.scale.OdomFrame = scale.SourceOdometry, "wheel_odom"
+		o.out = filepath.Join(dir, "wrongframe")
+	})
+	rec = readRunJSON(t, o.out)
+	if st := rec.Scale; st == nil || st.Skipped != 16 || !strings.Contains(st.Issue, "wheel_odom") {
+		t.Errorf("an odometry frame the bag lacks: %+v", st)
+	}
+	if !slices.Contains([]int{16}, rec.Frames.Results) {
+		t.Errorf("%d results, want 16", rec.Frames.Results)
+	}
+}
