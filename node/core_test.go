@@ -497,6 +497,13 @@ func TestCoreShutdownFlushes(t *testing.T) {
 	if len(poses) != 2 {
 		t.Fatalf("%d poses after shutdown, want the 2 buffered frames", len(poses))
 	}
+	// the wait is not silent: what the node does, before and after
+	logs := c.logs.String()
+	before := strings.Index(logs, "stopping: mapping the frames still in the pipeline")
+	after := strings.Index(logs, "stopping: the engine is done; leaving the ROS graph")
+	if before < 0 || after < before || !strings.Contains(logs, "in_flight=2") {
+		t.Errorf("the shutdown did not say what it was doing:\n%s", logs)
+	}
 	for i, p := range poses {
 		if p.(*geometry_msgs.PoseStamped).Pose != poseOf(t, ref.Reference(i).CamToWorld) {
 			t.Fatalf("flushed pose %d differs from the reference", i)

@@ -333,12 +333,18 @@ func sameEngine(a, b Config) bool {
 // the engine, the engine is flushed, and the final map and path are
 // published.
 func (n *Node) finish() {
+	// said before the wait, which a phase 1 in progress makes long (the
+	// model runs on its frames together)
+	st := n.pipe.Stats()
+	n.log.Info("stopping: mapping the frames still in the pipeline, then publishing the final map and path", "queued", st.Queued, "in_flight", st.Waiting)
+	t := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := n.pipe.Close(ctx); err != nil {
 		n.log.Warn("finishing the frames in the pipeline", "err", err)
 	}
 	_ = n.sink.Close(ctx)
+	n.log.Info("stopping: the engine is done; leaving the ROS graph", "took", time.Since(t).Round(time.Millisecond))
 }
 
 // compressedTopic follows image_transport: "<image>/compressed" after the
