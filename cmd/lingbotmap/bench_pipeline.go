@@ -18,7 +18,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/diagnostic_msgs"
@@ -26,7 +25,6 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine"
-	"github.com/lingbotmap/lingbotmap/engine/backend"
 	"github.com/lingbotmap/lingbotmap/engine/preprocess"
 	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 	"github.com/lingbotmap/lingbotmap/node"
@@ -326,62 +324,13 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	tr := newBenchTransport("/lingbotmap")
-	var (
-		mu     sync.Mutex
-		st     engine.Stream
-		recs   = make([]frameRecord, o.frames)
-		mem    []memSample
-		done   int
-		loadAt time.Duration
-	)
-	sample := func(window int) {
-		s := memSample{Frames: done, Window: window}
-		mu.Lock()
-		stream := st
-		mu.Unlock()
-		if r, ok := stream.(backend.MemoryReporter); ok {
-			if c, pk := r.MemoryUsage(); c > 0 || pk > 0 {
-				s.DeviceMB, s.DevicePeak, s.deviceKnown = float64(c)/1e6, float64(pk)/1e6, true
-			}
-		}
-		if r, ok := stream.(backend.MemoryParter); ok {
-			for _, part := range r.MemoryParts() {
-				s.DeviceParts = append(s.DeviceParts, deviceMB{Name: part.Name, MB: float64(part.Bytes) / 1e6})
-			}
-		}
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		s.GoHeapMB = float64(m.HeapAlloc) / 1e6
-		rss, peak := procMemory()
-		s.RSSMB, s.RSSPeakMB = rss/1e6, peak/1e6
-		mem = append(mem, s)
-	}
-	var start time.Time // the camera's first frame
-	observe := func(r node.FrameReport) {
-		done++
-		if r.Seq < uint64(len(recs)) {
-			t := r.Timing
-			fr := frameRecord{Seq: r.Seq, OK: r.Err == nil && !r.PoseWritten.IsZero(), Reported: true, Window: r.Window,
-				QueueMs: ms(t.Queue), PrepareMs: ms(t.Prepare), AheadMs: ms(t.Ahead), ModelMs: ms(t.Model), PostMs: ms(t.Post), DeliverMs: ms(r.Deliver)}
-			if fr.OK {
-				fr.Kind = r.Kind.String()
-				fr.LatencyMs = ms(r.PoseWritten.Sub(t.Arrived))
-				fr.PoseAtMs = ms(r.PoseWritten.Sub(start))
-			}
-			recs[r.Seq] = fr
-		}
-		if o.memEvery > 0 && done%o.memEvery == 0 {
-			sample(r.Window)
-		}
-	}
+	meter := newBenchMeter(o.frames, o.memEvery)
 	t0 := time.Now()
-	n, err := node.New(node.Options{Config: nc, Transport: tr, Log: log, Observe: observe,
+	n, err := node.New(node.Options{Config: nc, Transport: tr, Log: log, Observe: meter.Add,
 		NewStream: func(ctx context.Context, c node.Config) (engine.Stream, error) {
 			s, err := newEngineStream(ctx, c.Engine, log)
 			if err == nil {
-				mu.Lock()
-				st, loadAt = s, time.Since(t0)
-				mu.Unlock()
+				meter.setStream(s, time.Since(t0))
 			}
 			return s, err
 		}})
@@ -413,7 +362,7 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 	}
 	mw, mh := modelInput(cw, ch, e.ImageWidth)
 	fmt.Fprintf(out, "bench --pipeline: device %s (%s), model %s, %d CPU threads, model load %.2f s\n",
-		e.Device, e.ComputePrecision(), firstNonEmpty(e.Weights, "random "+e.ModelSize), runtime.GOMAXPROCS(0), loadAt.Seconds())
+		e.Device, e.ComputePrecision(), firstNonEmpty(e.Weights, "random "+e.ModelSize), runtime.GOMAXPROCS(0), meter.loadTime().Seconds())
 	fmt.Fprintf(out, "frames: %d, %s %d×%d → model %d×%d, from %s (%d pictures, cycled)\n", o.frames, p.encoding, cw, ch, mw, mh, p.images, len(msgs))
 	rateText := "as fast as the node takes them"
 	if p.rate > 0 {
@@ -427,7 +376,8 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 	}
 
 	// the camera
-	start = time.Now()
+	start := time.Now()
+	meter.began(start)
 	var sendErr error
 	for i := 0; i < o.frames; i++ {
 		if p.rate > 0 {
@@ -492,9 +442,10 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 		Encoding: p.encoding, CameraSize: fmt.Sprintf("%dx%d", cw, ch), ModelInput: fmt.Sprintf("%dx%d", mw, mh),
 		Rate: p.rate, Policy: nc.QueuePolicy, Queue: nc.QueueSize, Windowed: e.Windowed, WindowSize: e.WindowSize,
 		OverlapSize: e.OverlapSize, KFInterval: e.KeyframeInterval, Warmup: o.warmup, CPUThreads: runtime.GOMAXPROCS(0),
-		FramesIn: o.frames, Dropped: dropped, Memory: mem, Frames: recs, ModelThread: thread,
+		FramesIn: o.frames, Dropped: dropped, Memory: meter.mem, Frames: meter.recs, ModelThread: thread,
 		PointsDeviceFrames: ptsDevice, PointsHostFrames: ptsHost,
 	}
+	recs := meter.recs
 	for i := range recs {
 		recs[i].Seq = uint64(i) // a dropped frame was never reported
 		if recs[i].OK {
@@ -513,7 +464,7 @@ func runBenchPipeline(ctx context.Context, o *benchOptions, out io.Writer) error
 		}
 	}
 	summarize(&rec, recs, o.warmup, p.rate)
-	heldAfterFirstWindow(&rec, mem)
+	heldAfterFirstWindow(&rec, meter.mem)
 	writePipelineReport(out, &rec)
 	if p.jsonOut != "" {
 		js, err := json.MarshalIndent(&rec, "", " ")
