@@ -43,14 +43,30 @@ type Config struct {
 	MapFrame string `mapstructure:"map_frame"`
 	// CameraFrame is the camera's optical frame; empty takes the image header's frame_id.
 	CameraFrame string `mapstructure:"camera_frame"`
-	// BaseFrame, when set, makes TF and odometry use map → base_frame through
-	// the static BaseToCamera transform.
+	// BaseFrame, when set, makes TF and odometry describe the robot's base:
+	// the base → camera transform comes from /tf and /tf_static at the
+	// image's frame_id, else from BaseToCamera.
 	BaseFrame string `mapstructure:"base_frame"`
 	// BaseToCamera is the pose of the camera frame in the base frame:
-	// "x y z qx qy qz qw" (metres, unit quaternion).
+	// "x y z qx qy qz qw" (metres, unit quaternion), the fallback when the
+	// robot's TF tree has no base → camera transform.
 	BaseToCamera string `mapstructure:"base_to_camera"`
-	// PublishTF sends /tf (and the static base → camera on /tf_static).
+	// OdomFrame, when set, makes the node publish map → odom_frame (REP
+	// 105) from the odom → base transform on /tf at each image's stamp,
+	// instead of map → base_frame (the camera's frame without BaseFrame).
+	OdomFrame string `mapstructure:"odom_frame"`
+	// PublishTF sends the map → odom (or map → base, map → camera)
+	// transform on /tf.
 	PublishTF bool `mapstructure:"publish_tf" param:"dynamic"`
+	// PublishCameraTF sends base_to_camera on /tf_static when the robot's
+	// tree has no base → camera transform.
+	PublishCameraTF bool `mapstructure:"publish_camera_tf"`
+	// TFTolerance is how much older than an image (seconds) the transforms
+	// it needs from /tf may be.
+	TFTolerance float64 `mapstructure:"tf_tolerance"`
+	// TFWait is how long (seconds) the first frame waits for the base →
+	// camera transform on /tf or /tf_static before using BaseToCamera.
+	TFWait float64 `mapstructure:"tf_wait"`
 
 	// ConfThreshold keeps cloud points whose depth confidence is above it.
 	ConfThreshold float64 `mapstructure:"conf_threshold" param:"min=0,dynamic"`
@@ -116,6 +132,9 @@ func DefaultConfig() Config {
 		QueuePolicy:         "latest",
 		MapFrame:            "map",
 		PublishTF:           true,
+		PublishCameraTF:     true,
+		TFTolerance:         0.1,
+		TFWait:              2,
 		ConfThreshold:       1.5,
 		CloudStride:         1,
 		MapVoxel:            0.05,
@@ -165,14 +184,22 @@ func (c Config) Validate() error {
 	if !validFrameID(c.BaseFrame) {
 		bad("base_frame", "must be a frame id without spaces, not %q", c.BaseFrame)
 	}
-	if c.BaseFrame != "" {
-		if _, err := geom.ParseTransform(c.BaseToCamera); err != nil {
-			bad("base_to_camera", "is needed when base_frame is set: %v", err)
-		}
-	} else if c.BaseToCamera != "" {
+	if c.BaseToCamera != "" {
 		if _, err := geom.ParseTransform(c.BaseToCamera); err != nil {
 			bad("base_to_camera", "%v", err)
 		}
+	}
+	if !validFrameID(c.OdomFrame) {
+		bad("odom_frame", "must be a frame id without spaces, not %q", c.OdomFrame)
+	}
+	if c.OdomFrame != "" && (c.OdomFrame == c.MapFrame || c.OdomFrame == c.BaseFrame) {
+		bad("odom_frame", "must differ from map_frame and base_frame, not %q", c.OdomFrame)
+	}
+	if !(c.TFTolerance >= 0) || math.IsInf(c.TFTolerance, 0) {
+		bad("tf_tolerance", "must be a finite number ≥ 0 seconds, not %g", c.TFTolerance)
+	}
+	if !(c.TFWait >= 0) || math.IsInf(c.TFWait, 0) {
+		bad("tf_wait", "must be a finite number ≥ 0 seconds, not %g", c.TFWait)
 	}
 	if !(c.ConfThreshold >= 0) || math.IsInf(c.ConfThreshold, 0) {
 		bad("conf_threshold", "must be a finite number ≥ 0, not %g", c.ConfThreshold)

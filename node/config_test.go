@@ -269,7 +269,11 @@ func TestLoadConfigRejectsBadValues(t *testing.T) {
 		{"map_voxel: 0\n", "'map_voxel'"},
 		{"map_voxel: 1e-9\n", "32-bit"},
 		{"map_rate: .inf\n", "'map_rate'"},
-		{"base_frame: base_link\n", "'base_to_camera'"},
+		// base_frame alone is valid: base → camera comes from the TF tree
+		{"odom_frame: map\n", "'odom_frame'"},
+		{"base_frame: base_link\nodom_frame: base_link\n", "'odom_frame'"},
+		{"tf_tolerance: -0.1\n", "'tf_tolerance'"},
+		{"tf_wait: .nan\n", "'tf_wait'"},
 		{"base_frame: base_link\nbase_to_camera: \"1 2 3\"\n", "'base_to_camera'"},
 		{"image_transport: theora\n", "'image_transport'"},
 		{"device: tpu\n", "'device'"},

@@ -25,6 +25,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/golden/replay"
+	"github.com/lingbotmap/lingbotmap/engine/mapframe"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 	"github.com/lingbotmap/lingbotmap/msgs"
@@ -218,7 +219,9 @@ func TestCoreFramesToOutputs(t *testing.T) {
 	keyframes := 0
 	for i := range n {
 		r := ref.Reference(i)
-		want := poseOf(t, r.CamToWorld)
+		// the map frame is z-up (REP 103/105): the reference's optical-frame
+		// poses seen from the first camera's body frame
+		want := poseOf(t, mapOf(t, ref).CamPose(r.CamToWorld))
 		p := poses[i].(*geometry_msgs.PoseStamped)
 		if !p.Header.Stamp.Equal(stampOf(i)) || p.Header.FrameId != "map" || p.Pose != want {
 			t.Fatalf("pose %d: %v %q %+v, want %v map %+v", i, p.Header.Stamp, p.Header.FrameId, p.Pose, stampOf(i), want)
@@ -262,6 +265,8 @@ func TestCoreFramesToOutputs(t *testing.T) {
 		if len(want) == 0 {
 			t.Fatalf("reference frame %d has no confident points", i)
 		}
+		// in the z-up map frame (REP 103/105)
+		mapOf(t, ref).Points(want, want)
 		first, last := want[0], want[len(want)-1]
 		if len(pts) != len(want) || len(pts) == 0 ||
 			pts[0] != (msgs.PointXYZRGB{X: first.X, Y: first.Y, Z: first.Z, R: first.R, G: first.G, B: first.B}) ||
@@ -505,7 +510,7 @@ func TestCoreShutdownFlushes(t *testing.T) {
 		t.Errorf("the shutdown did not say what it was doing:\n%s", logs)
 	}
 	for i, p := range poses {
-		if p.(*geometry_msgs.PoseStamped).Pose != poseOf(t, ref.Reference(i).CamToWorld) {
+		if p.(*geometry_msgs.PoseStamped).Pose != poseOf(t, mapOf(t, ref).CamPose(ref.Reference(i).CamToWorld)) {
 			t.Fatalf("flushed pose %d differs from the reference", i)
 		}
 	}
@@ -620,6 +625,17 @@ func TestCoreRejectsDegenerateResults(t *testing.T) {
 	if got := strings.Count(c.logs.String(), "cannot be mapped"); got != 1 {
 		t.Errorf("%d reports of unmappable results, want 1:\n%s", got, c.logs.String())
 	}
+}
+
+// mapOf is the node's map frame for a replay without a base frame or a
+// metric scale: the first camera's body frame (REP 103/105).
+func mapOf(t *testing.T, ref *replay.Stream) *mapframe.Frame {
+	t.Helper()
+	f := mapframe.New()
+	if _, err := f.FixAt(mapframe.OpticalToBody(), ref.Reference(0).CamToWorld); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // poseOf is the pose message of a camera→world matrix, as the node builds it.

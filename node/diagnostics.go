@@ -31,10 +31,26 @@ type counters struct {
 	cameraInfo string
 	// lastParamRefusal is the reason of the newest refused parameter change
 	lastParamRefusal string
+	// problems with the TF tree by kind (tfio.go), and the first reason
+	tfIssues  map[string]int64
+	tfReasons map[string]string
 }
 
 func (c *counters) init() {
 	c.skipped, c.reasons = map[string]int64{}, map[string]string{}
+	c.tfIssues, c.tfReasons = map[string]int64{}, map[string]string{}
+}
+
+// tfIssue counts one TF problem; it reports whether this kind is new.
+func (c *counters) tfIssue(kind string, err error) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tfIssues[kind]++
+	if _, ok := c.tfReasons[kind]; ok {
+		return false
+	}
+	c.tfReasons[kind] = err.Error()
+	return true
 }
 
 // skip counts one rejected input; it reports whether this kind is new.
@@ -146,8 +162,22 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 		vals = append(vals, kv("skipped_"+k, c.skipped[k]), kv("skip_reason_"+k, c.reasons[k]))
 		reasons = append(reasons, k+": "+c.reasons[k])
 	}
+	tfKinds := make([]string, 0, len(c.tfIssues))
+	var tfTotal int64
+	for k, v := range c.tfIssues {
+		tfKinds = append(tfKinds, k)
+		tfTotal += v
+	}
+	sort.Strings(tfKinds)
+	var tfReasons []string
+	for _, k := range tfKinds {
+		vals = append(vals, kv("tf_"+k, c.tfIssues[k]), kv("tf_reason_"+k, c.tfReasons[k]))
+		tfReasons = append(tfReasons, "tf_"+k+": "+c.tfReasons[k])
+	}
 	c.mu.Unlock()
-	vals = append(vals, kv("skipped_total", skippedTotal))
+	vals = append(vals, kv("skipped_total", skippedTotal), kv("tf_problems", tfTotal))
+	scale, known := n.frame.Scale()
+	vals = append(vals, kv("map_scale", strconv.FormatFloat(scale, 'g', 8, 64)), kv("map_scale_known", known))
 
 	var st engine.CacheStats
 	if p := n.cacheStats.Load(); p != nil {
@@ -177,9 +207,11 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 	n.mu.Unlock()
 	vals = append(vals, kv("map_points_outside", outside))
 
-	problems := skippedTotal + dropped
+	problems := skippedTotal + dropped + tfTotal
 	level, message := diagnostic_msgs.DiagnosticStatus_OK, "mapping"
 	switch {
+	case problems > prevProblems && tfTotal > 0 && skippedTotal == 0:
+		level, message = diagnostic_msgs.DiagnosticStatus_WARN, "TF problems ("+strings.Join(tfReasons, "; ")+")"
 	case problems > prevProblems && skippedTotal > 0:
 		level, message = diagnostic_msgs.DiagnosticStatus_WARN, "skipping input images ("+strings.Join(reasons, "; ")+")"
 	case problems > prevProblems:

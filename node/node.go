@@ -27,6 +27,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/mapframe"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/pipeline"
 )
@@ -68,14 +69,24 @@ type Node struct {
 	sink   *publisher
 	// held are the headers of the frames a resumed engine holds, for the
 	// pipeline (session.go)
-	held      []pipeline.Held[std_msgs.Header]
-	observe   func(FrameReport)
-	baseToCam *[4][4]float64 // camera pose in base_frame, nil without base_frame
-	paused    atomic.Bool
-	nextSeq   atomic.Uint64
-	firstSeq  uint64   // nextSeq when the pipeline started (a resumed session's)
-	notices   sync.Map // kinds of lossy input already reported (noticeOnce)
-	out       outputs  // opened once in Run before any loop starts
+	held    []pipeline.Held[std_msgs.Header]
+	observe func(FrameReport)
+	// baseToCam is base_to_camera, the fallback camera pose in base_frame;
+	// nil when unset
+	baseToCam *[4][4]float64
+	// frame is the map frame (REP 103/105) over the engine's world; the
+	// trajectory and the voxel map stay in the engine's world and every
+	// output converts through it
+	frame *mapframe.Frame
+	// tfl holds the robot's TF tree (tfio.go); lastBaseCam is the last
+	// base → camera it gave (the early goroutine's)
+	tfl         *tfListener
+	lastBaseCam *geom.Mat4
+	paused      atomic.Bool
+	nextSeq     atomic.Uint64
+	firstSeq    uint64   // nextSeq when the pipeline started (a resumed session's)
+	notices     sync.Map // kinds of lossy input already reported (noticeOnce)
+	out         outputs  // opened once in Run before any loop starts
 
 	// saved sessions (session.go)
 	resume       string
@@ -128,6 +139,8 @@ func New(opts Options) (*Node, error) {
 		newStream: opts.NewStream,
 		observe:   opts.Observe,
 		saveNow:   make(chan struct{}, 1),
+		frame:     mapframe.New(),
+		tfl:       newTFListener(),
 	}
 	nd.resume, nd.resumeStream = opts.Resume, opts.ResumeStream
 	nd.stats.init()
@@ -224,11 +237,20 @@ func (n *Node) Run(ctx context.Context) error {
 		n.pipe.Close(pipeCtx)
 		return err
 	}
-	inputs, err := n.subscribe(runCtx)
+	// the TF tree first, so that the first frame finds what is latched
+	tfSubs, err := n.listenTF()
 	if err != nil {
 		n.pipe.Close(pipeCtx)
 		return err
 	}
+	n.waitBaseCamera(runCtx)
+	inputs, err := n.subscribe(runCtx)
+	if err != nil {
+		closeAll(tfSubs)
+		n.pipe.Close(pipeCtx)
+		return err
+	}
+	inputs = append(inputs, tfSubs...)
 	services, err := n.serve()
 	if err != nil {
 		closeAll(inputs)
@@ -293,7 +315,7 @@ func (n *Node) tellPoints() error {
 }
 
 func (n *Node) setup(ctx context.Context) error {
-	if n.cfg.BaseFrame != "" {
+	if n.cfg.BaseToCamera != "" {
 		m, err := geom.ParseTransform(n.cfg.BaseToCamera)
 		if err != nil {
 			return fmt.Errorf("node: parameter 'base_to_camera': %w", err)

@@ -97,8 +97,11 @@ func TestCoreUsesEnginePoints(t *testing.T) {
 		}
 		for j, p := range pts {
 			q := want[j]
-			if p != (msgs.PointXYZRGB{X: q.X + 100, Y: q.Y, Z: q.Z, R: q.R, G: q.G, B: q.B}) {
-				t.Fatalf("cloud %d point %d: %+v, want the engine's %+v moved by 100", i, j, p, q)
+			q.X += 100
+			// in the z-up map frame (REP 103/105)
+			q = mapOf(t, ref).Points(nil, []geom.Point{q})[0]
+			if p != (msgs.PointXYZRGB{X: q.X, Y: q.Y, Z: q.Z, R: q.R, G: q.G, B: q.B}) {
+				t.Fatalf("cloud %d point %d: %+v, want the engine's %+v moved by 100, in the map frame", i, j, p, q)
 			}
 		}
 	}

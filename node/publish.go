@@ -93,9 +93,11 @@ func (n *Node) publishPath(force bool) {
 	n.mu.Unlock()
 	p := &nav_msgs.Path{Header: std_msgs.Header{FrameId: n.cfg.MapFrame}, Poses: make([]geometry_msgs.PoseStamped, len(path))}
 	for i, rec := range path {
+		// the map kept the pose as a rigid transform, which the map frame keeps rigid
+		t, q, _ := geom.Decompose(n.frame.CamPose(rec.CamToWorld))
 		p.Poses[i] = geometry_msgs.PoseStamped{
 			Header: std_msgs.Header{Seq: uint32(rec.Seq), Stamp: rec.Stamp, FrameId: n.cfg.MapFrame},
-			Pose:   msgs.Pose(rec.T, rec.Q),
+			Pose:   msgs.Pose(t, q),
 		}
 	}
 	if len(path) > 0 {
@@ -120,7 +122,7 @@ func (n *Node) publishMap(force bool) {
 	n.lastMap = time.Now()
 	pts, stamp := n.m.Points(), n.lastStamp
 	n.mu.Unlock()
-	cloud := cloudOf(pts)
+	cloud := cloudOf(n.frame.Points(pts, pts))
 	n.write(n.out.mapPub, msgs.PointCloud2(std_msgs.Header{Stamp: stamp, FrameId: n.cfg.MapFrame}, cloud))
 }
 

@@ -10,12 +10,13 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/nav_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
-	"github.com/bluenviron/goroslib/v2/pkg/msgs/tf2_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/mapframe"
 	"github.com/lingbotmap/lingbotmap/engine/pipeline"
 	"github.com/lingbotmap/lingbotmap/msgs"
+	"github.com/lingbotmap/lingbotmap/node/tf"
 )
 
 // publisher is the node's pipeline sink: every result comes with its input
@@ -51,24 +52,41 @@ func (n *Node) camFrame(h std_msgs.Header) string {
 	return h.FrameId
 }
 
-// early publishes a result's pose, odometry and TF the moment the model gave
-// it, in frame order, without waiting for the frame's clouds and images,
-// and returns when the pose was written (zero when the pose is no rigid
-// transform: post fails that result whole).
+// Early publishes a result's pose, odometry and TF the moment the model
+// gave it, in frame order, without waiting for the frame's clouds and
+// images, and returns when the pose was written (zero when the pose is no
+// rigid transform: post fails that result whole). The first result of a
+// map fixes the map frame (engine/mapframe): map_T_base(t0) = identity.
 func (p *publisher) Early(o pipeline.Output[std_msgs.Header]) any {
 	n, r := p.n, o.Result
-	t, q, err := geom.Decompose(r.CamToWorld)
-	if err != nil {
+	if _, _, err := geom.Decompose(r.CamToWorld); err != nil {
 		return time.Time{}
 	}
 	camFrame := n.camFrame(o.Meta)
+	if !n.frame.Fixed() {
+		b, _ := n.baseToCamera(camFrame, r.Stamp)
+		if _, err := n.frame.FixAt(b, r.CamToWorld); err != nil {
+			n.tfIssue("bad_base_camera", err)
+			n.frame.FixAt(mapframe.OpticalToBody(), r.CamToWorld)
+		}
+	}
+	mapCam := n.frame.CamPose(r.CamToWorld)
+	t, q, err := geom.Decompose(mapCam)
+	if err != nil {
+		return time.Time{}
+	}
 	mapHdr := std_msgs.Header{Seq: uint32(r.Seq), Stamp: r.Stamp, FrameId: n.cfg.MapFrame}
 	// Odometry and TF describe base_frame when it is set, else the camera.
-	child, ct, cq := camFrame, t, q
-	if n.baseToCam != nil {
+	child, mapChild := camFrame, mapCam
+	baseCam, fromConfig := n.baseToCamera(camFrame, r.Stamp)
+	if n.cfg.BaseFrame != "" {
 		child = n.cfg.BaseFrame
-		// both factors are rigid, so the product decomposes
-		ct, cq, _ = geom.Decompose(geom.Mul4(r.CamToWorld, geom.InvertRigid(*n.baseToCam)))
+		mapChild = n.frame.BasePose(r.CamToWorld, baseCam)
+	}
+	ct, cq, err := geom.Decompose(mapChild)
+	if err != nil {
+		n.tfIssue("bad_base_camera", fmt.Errorf("map → %s: %w", child, err))
+		ct, cq, child, mapChild = t, q, camFrame, mapCam
 	}
 	n.write(n.out.pose, &geometry_msgs.PoseStamped{Header: mapHdr, Pose: msgs.Pose(t, q)})
 	written := time.Now()
@@ -78,29 +96,41 @@ func (p *publisher) Early(o pipeline.Output[std_msgs.Header]) any {
 		Pose:         geometry_msgs.PoseWithCovariance{Pose: msgs.Pose(ct, cq)},
 	})
 	if n.now().PublishTF {
-		n.write(n.out.tf, &tf2_msgs.TFMessage{Transforms: []geometry_msgs.TransformStamped{{
-			Header:       mapHdr,
-			ChildFrameId: child,
-			Transform:    msgs.Transform(ct, cq),
-		}}})
-		if n.baseToCam != nil && !p.staticSent {
-			// the base→camera transform goes out once, with the first TF
-			p.staticSent = true
-			bt, bq, _ := geom.Decompose(*n.baseToCam)
-			n.write(n.out.tfStatic, &tf2_msgs.TFMessage{Transforms: []geometry_msgs.TransformStamped{{
-				Header:       std_msgs.Header{Stamp: r.Stamp, FrameId: n.cfg.BaseFrame},
-				ChildFrameId: camFrame,
-				Transform:    msgs.Transform(bt, bq),
-			}}})
+		if n.cfg.OdomFrame != "" {
+			n.publishMapOdom(child, r.Stamp, mapChild)
+		} else {
+			n.publishTF(n.out.tf, n.cfg.MapFrame, child, r.Stamp, mapChild)
 		}
 	}
+	if fromConfig && n.cfg.PublishCameraTF && !p.staticSent {
+		// base_to_camera goes out once (latched), unless the camera has a
+		// parent from elsewhere by now
+		p.staticSent = n.publishTF(n.out.tfStatic, n.cfg.BaseFrame, camFrame, r.Stamp, baseCam)
+	}
 	return written
+}
+
+// publishMapOdom publishes map → odom = map_T_base · (odom_T_base at the
+// image's stamp)⁻¹ (REP 105). Odometry older than the image by more than
+// tf_tolerance, or none, gives a diagnostic and no transform for the frame.
+func (n *Node) publishMapOdom(base string, stamp time.Time, mapBase geom.Mat4) {
+	odomBase, err := n.tfl.buf.Lookup(n.cfg.OdomFrame, base, stamp, n.tfTolerance())
+	if err != nil {
+		kind := "odom_missing"
+		if errors.Is(err, tf.ErrExtrapolation) {
+			kind = "odom_stale"
+		}
+		n.tfIssue(kind, fmt.Errorf("no map → %s for the image at %s: %w", n.cfg.OdomFrame, stamp.UTC().Format(time.RFC3339Nano), err))
+		return
+	}
+	n.publishTF(n.out.tf, n.cfg.MapFrame, n.cfg.OdomFrame, stamp, geom.Mul4(mapBase, geom.InvertRigid(odomBase)))
 }
 
 // built is what post made of one result for deliver.
 type built struct {
 	depth     *sensor_msgs.Image
 	cloud     *sensor_msgs.PointCloud2 // nil for non-keyframes
+	hdr       std_msgs.Header          // the cloud's, for one built late
 	pts       []geom.Point             // the cloud's points, for the map
 	pointsErr error                    // depth that cannot be unprojected
 }
@@ -117,12 +147,18 @@ func (p *publisher) Post(r *engine.Result, h std_msgs.Header) (any, error) {
 	seq := uint32(r.Seq)
 	mapHdr := std_msgs.Header{Seq: seq, Stamp: r.Stamp, FrameId: n.cfg.MapFrame}
 	// A keyframe's points go into the map and out as ~cloud.
+	// The map keeps them in the engine's world; the cloud is in the map
+	// frame, which the first frame's Early fixes (Post may run before it:
+	// that frame's cloud is then built in frame order, in publishResult).
 	if r.Kind != engine.NonKeyframe {
 		// conf_threshold may have changed since the map was made
 		filt := n.m.Config().Filter
 		filt.ConfThreshold = n.now().ConfThreshold
 		if b.pts, b.pointsErr = n.m.FramePointsWith(r.DepthFrame(), filt); b.pointsErr == nil {
-			b.cloud = msgs.PointCloud2(mapHdr, cloudOf(b.pts))
+			b.hdr = mapHdr
+			if n.frame.Fixed() {
+				b.cloud = msgs.PointCloud2(mapHdr, cloudOf(n.frame.Points(nil, b.pts)))
+			}
 		}
 	}
 	b.depth = msgs.DepthImage(std_msgs.Header{Seq: seq, Stamp: r.Stamp, FrameId: n.camFrame(h)}, r.Width, r.Height, r.Depth)
@@ -189,6 +225,9 @@ func (n *Node) publishResult(r *engine.Result, b *built) {
 	}
 	n.lastStamp = r.Stamp
 	n.pathDirty = true
+	if b.cloud == nil && b.pts != nil && b.pointsErr == nil {
+		b.cloud = msgs.PointCloud2(b.hdr, cloudOf(n.frame.Points(nil, b.pts)))
+	}
 	if b.cloud != nil {
 		n.m.AddFramePoints(b.pts)
 		n.mapDirty = true

@@ -59,6 +59,8 @@ func (n *Node) reset(ctx context.Context) error {
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		n.m.Reset()
+		// the next frame is a new first camera, in the model's units anew
+		n.frame.Reset()
 		n.lastStamp = time.Time{}
 		n.mapDirty, n.pathDirty = true, true
 		n.size = [2]int{}
@@ -94,7 +96,7 @@ func (n *Node) saveMap(ctx context.Context) (string, error) {
 	}
 	// The map is not safe for concurrent use: publishing waits for the files.
 	n.mu.Lock()
-	saved, err := n.m.Save(dir, "lingbotmap map, frame "+n.cfg.MapFrame)
+	saved, err := n.m.SaveIn(dir, n.frame, n.frameComments()...)
 	n.mu.Unlock()
 	if err != nil {
 		return "", fmt.Errorf("saving the map: %w", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/mapframe"
 	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/engine/pipeline"
 )
@@ -49,6 +50,9 @@ type sessionMeta struct {
 	Size      [2]int            `json:"size"`
 	LastStamp time.Time         `json:"last_stamp"`
 	FrameIDs  map[uint64]string `json:"frame_ids"`
+	// MapFrame is the map frame and metric scale (absent in sessions saved
+	// before the node had a z-up map frame)
+	MapFrame *mapframe.State `json:"map_frame,omitempty"`
 }
 
 // saveSession writes the session into save_dir/session. It runs on the
@@ -119,7 +123,8 @@ func (n *Node) writeSession(at pipeline.Cut[std_msgs.Header]) (string, error) {
 	if next == 0 {
 		next = n.firstSeq // no frame since the node started
 	}
-	meta := &sessionMeta{NextSeq: next, Size: n.size, LastStamp: n.lastStamp, FrameIDs: ids}
+	fs := n.frame.State()
+	meta := &sessionMeta{NextSeq: next, Size: n.size, LastStamp: n.lastStamp, FrameIDs: ids, MapFrame: &fs}
 	if err := nodeSession(meta).Write(path, n.m.SaveState, snap); err != nil {
 		return "", fmt.Errorf("saving the session: %w", err)
 	}
@@ -146,6 +151,20 @@ func (n *Node) resumeSession(ctx context.Context, dir string) (engine.Stream, er
 	}
 	if err := output.ReadBody(f, n.m.LoadState); err != nil {
 		return nil, fmt.Errorf("node: resume: the session's map: %w", err)
+	}
+	if meta.MapFrame != nil {
+		if err := n.frame.Restore(*meta.MapFrame); err != nil {
+			return nil, fmt.Errorf("node: resume: %s: %w", path, err)
+		}
+	} else if meta.Size != [2]int{} {
+		// the map started before the frame was saved: its first camera's
+		// base pose is the configured one
+		b := mapframe.OpticalToBody()
+		if n.baseToCam != nil {
+			b = *n.baseToCam
+		}
+		n.frame.Fix(b)
+		n.log.Warn("the saved session has no map frame (saved by an older version): taking the configured base → camera as the first frame's")
 	}
 	st, err := n.resumeStream(ctx, n.cfg, f)
 	if err != nil {

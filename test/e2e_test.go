@@ -25,6 +25,7 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine/golden/replay"
+	"github.com/lingbotmap/lingbotmap/engine/mapframe"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
 	"github.com/lingbotmap/lingbotmap/node/ros1/rostest"
 )
@@ -207,8 +208,11 @@ func (l *listener) checkPoses(t *testing.T, n int) {
 	if len(l.poses) != n {
 		t.Fatalf("%d poses, want %d", len(l.poses), n)
 	}
+	// in the z-up map frame: the first camera's body frame (REP 103/105)
+	frame := mapframe.New()
+	frame.FixAt(mapframe.OpticalToBody(), ref.Reference(0).CamToWorld)
 	for i, p := range l.poses {
-		want := poseOf(t, ref.Reference(i).CamToWorld)
+		want := poseOf(t, frame.CamPose(ref.Reference(i).CamToWorld))
 		if !p.Header.Stamp.Equal(rostest.StampOf(i)) || p.Header.FrameId != "map" || p.Pose != want {
 			t.Fatalf("pose %d: %v %q %+v; want %v map %+v", i, p.Header.Stamp, p.Header.FrameId, p.Pose, rostest.StampOf(i), want)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 	"github.com/lingbotmap/lingbotmap/engine/cpu"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/mapframe"
 	"github.com/lingbotmap/lingbotmap/msgs"
 	"github.com/lingbotmap/lingbotmap/node/ros1/rostest"
 )
@@ -60,6 +61,8 @@ func TestBinaryRunsTheRealEngine(t *testing.T) {
 	if len(want) != n {
 		t.Fatalf("engine gave %d results", len(want))
 	}
+	// the node publishes them in the z-up map frame (REP 103/105)
+	want = inMapFrame(t, want, mapframe.OpticalToBody())
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.poses) != n {

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/mapframe"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
 	"github.com/lingbotmap/lingbotmap/node/ros1/rostest"
 )
@@ -376,7 +377,9 @@ func TestROS2NodeEndToEnd(t *testing.T) {
 	l.stop()
 
 	frames := rostest.Frames(t, n)
-	want := engineResults(t, frames, width)
+	// the node's poses, odometry and clouds are in the z-up map frame: the
+	// first frame's base (base_to_camera is the optical-to-body rotation)
+	want := inMapFrame(t, engineResults(t, frames, width), mapframe.OpticalToBody())
 
 	// Poses, by three stacks.
 	for who, p := range map[string]*peer{"cyclone": l, "fastdds": fast, "foxglove": foxPose} {
@@ -580,7 +583,7 @@ func TestROS2NodeRediscoversAndFlushesOnSIGTERM(t *testing.T) {
 	l.waitFor(t, "the node's pose writer to go away", 1, 20*time.Second, func(e peerEvent) bool {
 		return e.Event == "matched" && e.Topic == "/flusher/pose" && e.Writers == 0
 	})
-	want := engineResults(t, rostest.Frames(t, 2), width)
+	want := inMapFrame(t, engineResults(t, rostest.Frames(t, 2), width), mapframe.OpticalToBody())
 	for i, e := range got {
 		checkPose(t, "cyclone", e, want[i])
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/golden"
+	"github.com/lingbotmap/lingbotmap/engine/mapframe"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/engine/render"
@@ -149,7 +150,10 @@ func TestRunWritesOutputs(t *testing.T) {
 		t.Error("stream not closed")
 	}
 
-	// Trajectory: frame k at (k, 0, 0), identity rotation, stamped k/30 s.
+	// Trajectory: frame k at (k, 0, 0) with the identity rotation in the
+	// engine's world (the first camera's optical frame), stamped k/30 s;
+	// written in the z-up map frame (REP 103/105): optical x (right) is map
+	// −y and the camera's rotation there is the optical-to-body one.
 	tr, err := traj.ReadTUMFile(filepath.Join(o.out, "trajectory.tum"))
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +162,7 @@ func TestRunWritesOutputs(t *testing.T) {
 		t.Fatalf("%d poses, want 10", len(tr))
 	}
 	for k, p := range tr {
-		if math.Abs(p.Time-float64(k)/30) > 1e-6 || p.T != [3]float64{float64(k), 0, 0} || p.R != traj.Identity().R {
+		if math.Abs(p.Time-float64(k)/30) > 1e-6 || p.T != [3]float64{0, -float64(k), 0} || p.R != geom.RotationOf(mapframe.OpticalToBody()) {
 			t.Errorf("pose %d: %+v", k, p)
 		}
 	}
@@ -178,7 +182,10 @@ func TestRunWritesOutputs(t *testing.T) {
 		t.Fatalf("%d map points, want %d (left halves of 10 frames)", len(pts), want)
 	}
 	seen := map[[3]int]bool{}
-	for _, p := range pts {
+	for _, mp := range pts {
+		// back from the map frame (x = optical z, y = −x, z = −y)
+		p := mp
+		p.X, p.Y, p.Z = -mp.Y, -mp.Z, mp.X
 		k := int(p.B)
 		u := int(math.Round((float64(p.X)-float64(k))*10/2 + 4))
 		v := int(math.Round(float64(p.Y)*10/2 + 3))
@@ -457,8 +464,9 @@ func TestRunVideoAndBagInputs(t *testing.T) {
 			t.Fatalf("%s: %d poses, want 4", c.input, len(tr))
 		}
 		for i, p := range tr {
-			if want := c.t0 + c.dt*float64(2*i); math.Abs(p.Time-want) > 1e-6 || p.T[0] != float64(2*i) {
-				t.Errorf("%s: pose %d at %.6f s, x %g; want %.6f s, x %d", c.input, i, p.Time, p.T[0], want, 2*i)
+			// the engine's x (optical right) is the map's −y
+			if want := c.t0 + c.dt*float64(2*i); math.Abs(p.Time-want) > 1e-6 || -p.T[1] != float64(2*i) {
+				t.Errorf("%s: pose %d at %.6f s, x %g; want %.6f s, x %d", c.input, i, p.Time, -p.T[1], want, 2*i)
 			}
 		}
 		if rec := readRunJSON(t, o.out); !strings.Contains(rec.Input.Description, filepath.Base(c.input)) {
@@ -589,15 +597,24 @@ func TestRunGoldenImages(t *testing.T) {
 	if len(tr) != 16 {
 		t.Fatalf("%d poses, want 16", len(tr))
 	}
-	var worstT, worstR float64
-	for k, p := range tr {
+	// The trajectory is in the z-up map frame (REP 103/105): the
+	// reference's camera poses seen from the first camera's body frame.
+	refPose := func(k int) geom.Mat4 {
 		pe := poseEnc[9*k:]
-		for a := range 3 {
-			worstT = math.Max(worstT, math.Abs(p.T[a]-float64(pe[a]))/(1+math.Abs(float64(pe[a]))))
-		}
-		want, err := geom.QuatToMat([4]float64{float64(pe[3]), float64(pe[4]), float64(pe[5]), float64(pe[6])})
+		m, err := geom.Compose([3]float64{float64(pe[0]), float64(pe[1]), float64(pe[2])}, geom.Quat{float64(pe[3]), float64(pe[4]), float64(pe[5]), float64(pe[6])})
 		if err != nil {
 			t.Fatal(err)
+		}
+		return m
+	}
+	frame := mapframe.New()
+	frame.FixAt(mapframe.OpticalToBody(), refPose(0))
+	var worstT, worstR float64
+	for k, p := range tr {
+		wm := frame.CamPose(refPose(k))
+		wantT, want := geom.TranslationOf(wm), geom.RotationOf(wm)
+		for a := range 3 {
+			worstT = math.Max(worstT, math.Abs(p.T[a]-wantT[a])/(1+math.Abs(wantT[a])))
 		}
 		for r := range 3 {
 			for c := range 3 {

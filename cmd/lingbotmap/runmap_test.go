@@ -12,6 +12,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/golden"
+	"github.com/lingbotmap/lingbotmap/engine/mapframe"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/engine/render"
@@ -130,7 +131,14 @@ func TestRunMapMatchesNodeMap(t *testing.T) {
 	if len(nodeMap) == 0 || len(nodeMap) >= clouds/2 || clouds >= len(results)*70*42/4 {
 		t.Fatalf("the case tests too little: %d cloud points, %d map points", clouds, len(nodeMap))
 	}
-	if !slices.Equal(runMap, nodeMap) || !slices.Equal(acc.Points(), nodeMap) {
+	// Both write the map in the z-up map frame (engine/mapframe) fixed at
+	// the first result without a base frame; the accumulators keep the
+	// engine's world.
+	frame := mapframe.New()
+	if _, err := frame.FixAt(mapframe.OpticalToBody(), results[0].CamToWorld); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(runMap, frame.Points(nil, nodeMap)) || !slices.Equal(acc.Points(), nodeMap) {
 		t.Fatalf("run's map (%d points) and the shared map (%d) differ from the node's (%d)", len(runMap), len(acc.Points()), len(nodeMap))
 	}
 	if rec.Map.PointsIn != int64(clouds) || rec.Map.Points != len(nodeMap) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/binstate"
+	"github.com/lingbotmap/lingbotmap/engine/mapframe"
 	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/engine/source"
 )
@@ -78,6 +79,9 @@ type sessionMeta struct {
 	Frames     output.Frames  `json:"frames"`
 	Depth      output.Depth   `json:"depth"`
 	Window     int            `json:"window"`
+	// MapFrame is the map frame and metric scale the files are written in
+	// (zero in sessions of versions before it)
+	MapFrame mapframe.State `json:"map_frame"`
 }
 
 // sessionRun are run's own settings that shape its outputs.
@@ -144,7 +148,7 @@ func (s *sessionOptions) startStream(ctx context.Context, o *runOptions, w *outp
 		return o.newStream(ctx, o.cfg, log)
 	}
 	r := bytes.NewReader(s.rest)
-	counts := output.State{Frames: s.saved.Frames, Depth: s.saved.Depth, Window: s.saved.Window}
+	counts := output.State{Frames: s.saved.Frames, Depth: s.saved.Depth, Window: s.saved.Window, MapFrame: s.saved.MapFrame}
 	if err := output.ReadBody(r, func(br *binstate.Reader) error { return w.LoadState(br, counts) }); err != nil {
 		return nil, &exitCodeError{code: exitBadInput, err: fmt.Errorf("--resume: the session's map: %w", err)}
 	}
@@ -210,7 +214,7 @@ func saveSession(o *runOptions, stream engine.Stream, w *output.Folder, read int
 	st := w.State()
 	meta := &sessionMeta{
 		Input: o.input, Source: o.src, Engine: o.cfg, FramesRead: read,
-		Frames: st.Frames, Depth: st.Depth, Window: st.Window,
+		Frames: st.Frames, Depth: st.Depth, Window: st.Window, MapFrame: st.MapFrame,
 		Run: sessionRun{ConfThreshold: o.confThreshold, Voxel: o.voxel, PixelStride: o.pixelStride,
 			SaveDepth: o.saveDepth, SaveConf: o.saveConf, DepthScale: o.depthScale, ConfScale: o.confScale,
 			Every: o.session.every},

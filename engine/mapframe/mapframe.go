@@ -2,14 +2,16 @@
 // engine's world. The engine's world is the first camera's optical frame
 // (x right, y down, z forward) in model units; the map frame is z-up and
 // x-forward at the start: the robot's base at the first frame is the map's
-// origin, map_T_base(t0) = identity, so map_T_world = base_T_cam(t0). With
-// no base frame known, base_T_cam is the fixed optical-to-body rotation
-// (body x = optical z, body y = −optical x, body z = −optical y).
+// origin, map_T_base(t0) = identity, so map_T_world = base_T_cam(t0) ·
+// world_T_cam(t0)⁻¹ (a model's first pose is the identity or close to it;
+// taking it out makes map_T_base(t0) exactly the identity). With no base
+// frame known, base_T_cam is the fixed optical-to-body rotation (body x =
+// optical z, body y = −optical x, body z = −optical y).
 //
 // A metric scale (metres per model unit; 1 and unknown until set) applies
 // to translations and points:
 //
-//	map_T_cam(t) = base_T_cam(t0) · S_s(world_T_cam(t))
+//	map_T_cam(t) = base_T_cam(t0) · S_s(world_T_cam(t0)⁻¹ · world_T_cam(t))
 //
 // where S_s multiplies the translation by s. The node and `run` keep their
 // trajectory and voxel map in the engine's world and convert at every
@@ -47,7 +49,9 @@ var ErrBadScale = errors.New("mapframe: scale must be a finite number > 0")
 type Frame struct {
 	mu         sync.Mutex
 	fixed      bool
-	mapToWorld geom.Mat4 // map_T_world = base_T_cam(t0)
+	baseToCam  geom.Mat4 // base_T_cam(t0)
+	first      geom.Mat4 // world_T_cam(t0)
+	firstInv   geom.Mat4 // its inverse
 	scale      float64
 	scaleKnown bool
 }
@@ -55,23 +59,38 @@ type Frame struct {
 // New is a frame not yet fixed: until Fix, it converts with the optical
 // to-body rotation, scale 1 (unknown).
 func New() *Frame {
-	return &Frame{mapToWorld: OpticalToBody(), scale: 1}
+	return &Frame{baseToCam: OpticalToBody(), first: identity(), firstInv: identity(), scale: 1}
 }
 
-// Fix sets map_T_world = baseToCam, the camera's pose in the base frame at
-// the map's first frame. Only the first call after New or Reset counts:
-// later ones return false and change nothing. A transform that is not
-// rigid and finite is refused.
+func identity() geom.Mat4 {
+	return geom.Rigid(geom.Mat3{{1, 0, 0}, {0, 1, 0}, {0, 0, 1}}, [3]float64{})
+}
+
+// Fix sets the frame at the map's first frame: baseToCam is the camera's
+// pose in the base frame then (base_T_cam(t0)), with the engine's world
+// being that first camera. Only the first Fix or FixAt after New or Reset
+// counts: later ones return false and change nothing. A transform that is
+// not rigid and finite is refused.
 func (f *Frame) Fix(baseToCam geom.Mat4) (bool, error) {
+	return f.FixAt(baseToCam, identity())
+}
+
+// FixAt is Fix with the engine's pose of the first camera (world_T_cam(t0)),
+// for engines whose world is not exactly the first camera: the map frame
+// is then the first frame's base all the same.
+func (f *Frame) FixAt(baseToCam, firstCamToWorld geom.Mat4) (bool, error) {
 	if _, _, err := geom.Decompose(baseToCam); err != nil {
 		return false, fmt.Errorf("mapframe: base → camera transform: %w", err)
+	}
+	if _, _, err := geom.Decompose(firstCamToWorld); err != nil {
+		return false, fmt.Errorf("mapframe: first camera pose: %w", err)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fixed {
 		return false, nil
 	}
-	f.fixed, f.mapToWorld = true, baseToCam
+	f.fixed, f.baseToCam, f.first, f.firstInv = true, baseToCam, firstCamToWorld, geom.InvertRigid(firstCamToWorld)
 	return true, nil
 }
 
@@ -82,11 +101,11 @@ func (f *Frame) Fixed() bool {
 	return f.fixed
 }
 
-// MapToWorld is map_T_world (the base → camera transform at the first frame).
+// MapToWorld is map_T_world at the current scale: the transform of a
+// world point scaled by it, base_T_cam(t0) · S_s(world_T_cam(t0)⁻¹).
 func (f *Frame) MapToWorld() geom.Mat4 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.mapToWorld
+	m, _ := f.get()
+	return m
 }
 
 // SetScale sets the metric scale, metres per model unit. Everything
@@ -114,14 +133,16 @@ func (f *Frame) Scale() (s float64, known bool) {
 func (f *Frame) Reset() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.fixed, f.mapToWorld, f.scale, f.scaleKnown = false, OpticalToBody(), 1, false
+	f.fixed, f.baseToCam, f.first, f.firstInv, f.scale, f.scaleKnown = false, OpticalToBody(), identity(), identity(), 1, false
 }
 
-// get is a consistent copy of the transform and scale.
+// get is map_T_world at the current scale and the scale: a world point p
+// (and a pose's translation) scaled by s maps through it, as S_s
+// distributes over products of rigid transforms.
 func (f *Frame) get() (geom.Mat4, float64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.mapToWorld, f.scale
+	return geom.Mul4(f.baseToCam, scaled(f.firstInv, f.scale)), f.scale
 }
 
 // scaled is S_s(m): m with its translation multiplied by s.
@@ -167,29 +188,35 @@ func (f *Frame) Points(dst, src []geom.Point) []geom.Point {
 
 // State is a frame as a saved session keeps it (JSON).
 type State struct {
-	Fixed      bool      `json:"fixed"`
-	MapToWorld geom.Mat4 `json:"map_T_world"`
-	Scale      float64   `json:"scale"`
-	ScaleKnown bool      `json:"scale_known"`
+	Fixed bool `json:"fixed"`
+	// BaseToCam is base_T_cam(t0), FirstCamToWorld world_T_cam(t0)
+	BaseToCam       geom.Mat4 `json:"base_T_cam0"`
+	FirstCamToWorld geom.Mat4 `json:"world_T_cam0"`
+	Scale           float64   `json:"scale"`
+	ScaleKnown      bool      `json:"scale_known"`
 }
 
 // State is the frame's state, for a saved session.
 func (f *Frame) State() State {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return State{Fixed: f.fixed, MapToWorld: f.mapToWorld, Scale: f.scale, ScaleKnown: f.scaleKnown}
+	return State{Fixed: f.fixed, BaseToCam: f.baseToCam, FirstCamToWorld: f.first, Scale: f.scale, ScaleKnown: f.scaleKnown}
 }
 
 // Restore sets the frame from a saved state, checking it.
 func (f *Frame) Restore(st State) error {
-	if _, _, err := geom.Decompose(st.MapToWorld); err != nil {
-		return fmt.Errorf("mapframe: saved map_T_world: %w", err)
+	if _, _, err := geom.Decompose(st.BaseToCam); err != nil {
+		return fmt.Errorf("mapframe: saved base_T_cam0: %w", err)
+	}
+	if _, _, err := geom.Decompose(st.FirstCamToWorld); err != nil {
+		return fmt.Errorf("mapframe: saved world_T_cam0: %w", err)
 	}
 	if !(st.Scale > 0) || math.IsInf(st.Scale, 0) {
 		return fmt.Errorf("mapframe: saved scale: %w, not %g", ErrBadScale, st.Scale)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.fixed, f.mapToWorld, f.scale, f.scaleKnown = st.Fixed, st.MapToWorld, st.Scale, st.ScaleKnown
+	f.fixed, f.baseToCam, f.scale, f.scaleKnown = st.Fixed, st.BaseToCam, st.Scale, st.ScaleKnown
+	f.first, f.firstInv = st.FirstCamToWorld, geom.InvertRigid(st.FirstCamToWorld)
 	return nil
 }

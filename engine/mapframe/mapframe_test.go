@@ -184,3 +184,37 @@ func TestBadInputAndState(t *testing.T) {
 		t.Fatal("Reset kept the frame or the scale")
 	}
 }
+
+// An engine whose first pose is not the identity: the map frame is the
+// first frame's base all the same, and later poses keep their motion
+// relative to the first, scaled.
+func TestFixAtFirstPose(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	baseCam := geom.Mul4(randomPose(r, 0.3), OpticalToBody())
+	first := randomPose(r, 2)
+	f := New()
+	if ok, err := f.FixAt(baseCam, first); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	f.SetScale(3)
+	id := geom.Rigid(geom.Mat3{{1, 0, 0}, {0, 1, 0}, {0, 0, 1}}, [3]float64{})
+	if d := maxDiff(f.BasePose(first, baseCam), id); d > 1e-12 {
+		t.Fatalf("map_T_base(t0) off the identity by %g", d)
+	}
+	later := randomPose(r, 2)
+	rel := geom.Mul4(geom.InvertRigid(first), later)
+	for i := range 3 {
+		rel[i][3] *= 3
+	}
+	if d := maxDiff(f.CamPose(later), geom.Mul4(baseCam, rel)); d > 1e-12 {
+		t.Fatalf("CamPose off by %g", d)
+	}
+	st := f.State()
+	g := New()
+	if err := g.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(g.CamPose(later), f.CamPose(later)); d > 1e-12 {
+		t.Fatalf("restored frame off by %g", d)
+	}
+}

@@ -215,6 +215,32 @@ func (m *Map) FilterComments() []string {
 	}
 }
 
+// Frame converts the map's poses and points, which are in the engine's
+// world, into the frame files are written in (engine/mapframe's map frame).
+type Frame interface {
+	CamPose(camToWorld geom.Mat4) geom.Mat4
+	Points(dst, src []geom.Point) []geom.Point
+}
+
+// TrajectoryIn is the trajectory as TUM lines, the camera poses in f.
+func (m *Map) TrajectoryIn(f Frame) []StampedPose {
+	out := make([]StampedPose, 0, len(m.path))
+	for _, p := range m.path {
+		t, q, err := geom.Decompose(f.CamPose(p.CamToWorld))
+		if err != nil {
+			continue // AddPose kept rigid poses only; a frame keeps them rigid
+		}
+		out = append(out, StampedPose{Time: Seconds(p.Stamp), T: t, Q: q})
+	}
+	return out
+}
+
+// SaveIn is Save with the map and the camera trajectory in f.
+func (m *Map) SaveIn(dir string, f Frame, comments ...string) (Saved, error) {
+	pts := m.Points()
+	return m.save(dir, f.Points(pts, pts), m.TrajectoryIn(f), comments)
+}
+
 // Saved says what Save wrote.
 type Saved struct {
 	MapPath, TrajectoryPath string
@@ -225,9 +251,11 @@ type Saved struct {
 // header) and the trajectory (TrajectoryFile) into dir, each atomically
 // (WriteFileAtomic). The directory must exist.
 func (m *Map) Save(dir string, comments ...string) (Saved, error) {
+	return m.save(dir, m.Points(), m.Trajectory(), comments)
+}
+
+func (m *Map) save(dir string, pts []geom.Point, tr []StampedPose, comments []string) (Saved, error) {
 	s := Saved{MapPath: filepath.Join(dir, MapFile), TrajectoryPath: filepath.Join(dir, TrajectoryFile)}
-	pts := m.Points()
-	tr := m.Trajectory()
 	s.Points, s.Poses = len(pts), len(tr)
 	all := append(append([]string(nil), comments...), m.FilterComments()...)
 	err := errors.Join(

@@ -18,6 +18,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/binstate"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/mapframe"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/pipeline"
 	"github.com/lingbotmap/lingbotmap/engine/render"
@@ -29,7 +30,10 @@ import (
 // node's accumulator too), bounded by the explored volume, and are saved at
 // checkpoints; the frames' depth maps are written, each whole, and dropped.
 type Folder struct {
-	opt    Options
+	opt Options
+	// frame is the map frame the files are written in (REP 103/105); the
+	// map keeps the engine's world
+	frame  *mapframe.Frame
 	m      *mapio.Map
 	tum    *mapio.TUMAppender
 	frames Frames
@@ -75,6 +79,12 @@ type Options struct {
 	// OnCheckpoint, when set, runs at every checkpoint, after its files are
 	// written, on the goroutine that wrote them.
 	OnCheckpoint func(ctx context.Context, cp Checkpoint) error
+	// Frame is the map frame the trajectory, map.ply and the preview are
+	// written in, as the node publishes them: z up, x forward at the first
+	// frame (engine/mapframe; its SetScale makes them metric). Nil: a frame
+	// of its own, fixed at the first result with the optical-to-body
+	// rotation (no base frame).
+	Frame *mapframe.Frame
 }
 
 // New starts a Folder: Plan, then Create.
@@ -94,9 +104,14 @@ func Plan(opt Options) (*Folder, error) {
 	if err != nil {
 		return nil, err
 	}
+	frame := opt.Frame
+	if frame == nil {
+		frame = mapframe.New()
+	}
 	return &Folder{
-		opt: opt,
-		m:   m,
+		opt:   opt,
+		frame: frame,
+		m:     m,
 		depth: Depth{Saved: opt.SaveDepth, Scale: opt.DepthScale, Unit: fmt.Sprintf("1/%g of a model depth unit (metres for metric models)", opt.DepthScale),
 			ConfSaved: opt.SaveConf, ConfScale: opt.ConfScale},
 		window: -1,
@@ -126,13 +141,16 @@ func (w *Folder) Create() error {
 		return err
 	}
 	w.tum = tum
-	if tr := w.m.Trajectory(); len(tr) > 0 {
+	if tr := w.m.TrajectoryIn(w.frame); len(tr) > 0 {
 		return w.tum.Append(tr...)
 	}
 	return nil
 }
 
-// Map is the trajectory and voxel map so far.
+// Frame is the map frame the files are written in.
+func (w *Folder) Frame() *mapframe.Frame { return w.frame }
+
+// Map is the trajectory and voxel map so far (in the engine's world).
 func (w *Folder) Map() *mapio.Map { return w.m }
 
 // Frames are the result counts so far.
@@ -148,15 +166,21 @@ func (w *Folder) AddTiming(t pipeline.Timing) {
 }
 
 // Restore makes the writer continue a resumed session: the restored map
-// and counts replace the empty ones, and the trajectory file, if Create
-// has started it empty, gets the map's poses again, so that it holds every
-// row once (Create writes them otherwise).
+// and counts replace the empty ones (LoadState restores the map frame
+// first; without one, the map's first pose fixes it), and the trajectory
+// file, if Create has started it empty, gets the map's poses again, so
+// that it holds every row once (Create writes them otherwise).
 func (w *Folder) Restore(m *mapio.Map, frames Frames) error {
 	w.m, w.frames, w.lastCheckpoint, w.resumedResults = m, frames, frames.Results, frames.Results
+	if p := m.Path(); !w.frame.Fixed() && len(p) > 0 {
+		// a map without its frame (a session of an older version): its
+		// first pose is the first camera's, with no base frame
+		w.frame.FixAt(mapframe.OpticalToBody(), p[0].CamToWorld)
+	}
 	if w.tum == nil {
 		return nil
 	}
-	return w.tum.Append(m.Trajectory()...)
+	return w.tum.Append(m.TrajectoryIn(w.frame)...)
 }
 
 // Close releases the trajectory file (Finish has synced it).
@@ -245,8 +269,16 @@ func (w *Folder) Add(r *engine.Result, v Posted) error {
 	if err := w.m.AddPose(r.Seq, r.Stamp, r.CamToWorld); err != nil {
 		return fmt.Errorf("frame %d: the engine returned an unusable pose: %w", r.Seq, err)
 	}
+	if !w.frame.Fixed() {
+		// the first result (its pose AddPose just checked) fixes the frame
+		w.frame.FixAt(mapframe.OpticalToBody(), r.CamToWorld)
+	}
 	p, _ := w.m.LastPose()
-	if err := w.tum.Append(mapio.StampedPose{Time: mapio.Seconds(p.Stamp), T: p.T, Q: p.Q}); err != nil {
+	pt, pq, err := geom.Decompose(w.frame.CamPose(p.CamToWorld))
+	if err != nil {
+		return fmt.Errorf("frame %d: the pose in the map frame: %w", r.Seq, err)
+	}
+	if err := w.tum.Append(mapio.StampedPose{Time: mapio.Seconds(p.Stamp), T: pt, Q: pq}); err != nil {
 		return err
 	}
 	w.frames.Results++
@@ -332,14 +364,20 @@ func (w *Folder) WaitWrite() error {
 // snapshot takes what a checkpoint writes from the writer's state.
 func (w *Folder) snapshot(rec *Record, start time.Time, final bool) *snapshot {
 	w.fillRecord(rec, start)
+	pts := w.m.Points()
+	unit := "model units (metric scale unknown)"
+	if sc, known := w.frame.Scale(); known {
+		unit = fmt.Sprintf("metres (metric scale %g m per model unit)", sc)
+	}
 	s := &snapshot{
 		results: w.frames.Results, status: rec.Status, final: final,
-		points: w.m.Points(),
+		points: w.frame.Points(pts, pts),
 		comments: append([]string{
 			"lingbotmap " + w.opt.Version,
 			"source " + rec.Input.Path,
 			fmt.Sprintf("frames %d", w.frames.Results),
-			"frame world = first camera, OpenCV axes (x right, y down, z forward)",
+			"frame map (REP 103/105): z up, x forward at the first frame, the first frame's base at the origin",
+			"units " + unit,
 		}, w.m.FilterComments()...),
 		// ranges only grows: the rows up to here stay as they are while
 		// later frames append
@@ -348,7 +386,7 @@ func (w *Folder) snapshot(rec *Record, start time.Time, final bool) *snapshot {
 	}
 	if final {
 		for _, p := range w.m.Path() {
-			s.path = append(s.path, p.T)
+			s.path = append(s.path, geom.TranslationOf(w.frame.CamPose(p.CamToWorld)))
 		}
 	}
 	return s
@@ -401,8 +439,10 @@ func (w *Folder) write(ctx context.Context, s *snapshot) error {
 
 // writePreview draws the trajectory over the map's points into preview.png.
 func (w *Folder) writePreview(positions [][3]float64, pts []geom.Point) error {
+	// seen from above the z-up map: x right, y up
 	img, err := render.TopView(positions, pts, render.TopViewOptions{
-		Title: fmt.Sprintf("%d poses, %d map points (x right, z forward up)", len(positions), len(pts)),
+		Title: fmt.Sprintf("%d poses, %d map points (map frame seen from above: x right, y up)", len(positions), len(pts)),
+		Axes:  &render.Axes{H: 0, V: 1},
 	})
 	if err != nil {
 		return err
@@ -474,10 +514,15 @@ type State struct {
 	Frames Frames `json:"frames"`
 	Depth  Depth  `json:"depth"`
 	Window int    `json:"window"`
+	// MapFrame is the map frame and metric scale (zero in sessions saved
+	// before run wrote a z-up map frame)
+	MapFrame mapframe.State `json:"map_frame"`
 }
 
 // State returns the counts.
-func (w *Folder) State() State { return State{Frames: w.frames, Depth: w.depth, Window: w.window} }
+func (w *Folder) State() State {
+	return State{Frames: w.frames, Depth: w.depth, Window: w.window, MapFrame: w.frame.State()}
+}
 
 // SaveState writes the depth ranges and the map, a saved session's body.
 func (w *Folder) SaveState(bw *binstate.Writer) error {
@@ -519,6 +564,11 @@ func (w *Folder) LoadState(br *binstate.Reader, st State) error {
 	}
 	if err := w.m.LoadState(br); err != nil {
 		return err
+	}
+	if st.MapFrame.Scale != 0 {
+		if err := w.frame.Restore(st.MapFrame); err != nil {
+			return err
+		}
 	}
 	w.ranges, w.files = ranges, files
 	w.frames, w.depth, w.window = st.Frames, st.Depth, st.Window

@@ -28,6 +28,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/golden/replay"
+	"github.com/lingbotmap/lingbotmap/engine/mapframe"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/msgs"
 	"github.com/lingbotmap/lingbotmap/node"
@@ -247,8 +248,9 @@ func TestNodeAgainstRealMaster(t *testing.T) {
 			if d := math.Abs(q.X*q.X + q.Y*q.Y + q.Z*q.Z + q.W*q.W - 1); d > 1e-9 {
 				t.Fatalf("pose %d: quaternion not normalised (|q|²−1 = %g)", i, d)
 			}
-			// Independent check: the reference's world→camera extrinsic, inverted.
-			w2c := geom.InvertRigid(matrixOf(t, p.Pose))
+			// Independent check: the reference's world→camera extrinsic,
+			// inverted, after taking the pose out of the z-up map frame.
+			w2c := geom.InvertRigid(fromMap(replay, matrixOf(t, p.Pose)))
 			for a := range 3 {
 				for b := range 4 {
 					if d := math.Abs(w2c[a][b] - float64(ext[12*i+4*a+b])); d > 2e-5 {
@@ -256,7 +258,7 @@ func TestNodeAgainstRealMaster(t *testing.T) {
 					}
 				}
 			}
-			want := poseOf(t, replay.Reference(i).CamToWorld)
+			want := poseOf(t, mapOf(t, replay).CamPose(replay.Reference(i).CamToWorld))
 			if p.Pose != want {
 				t.Fatalf("pose %d: %+v, stream result %+v", i, p.Pose, want)
 			}
@@ -287,6 +289,7 @@ func TestNodeAgainstRealMaster(t *testing.T) {
 		if len(rec.clouds) != 16 {
 			t.Fatalf("%d clouds, want one per keyframe (16)", len(rec.clouds))
 		}
+		frame := mapOf(t, replay)
 		for i, c := range rec.clouds {
 			if !c.Header.Stamp.Equal(rostest.StampOf(i)) || c.Header.FrameId != "map" {
 				t.Fatalf("cloud %d: stamp %v frame %q", i, c.Header.Stamp, c.Header.FrameId)
@@ -313,9 +316,12 @@ func TestNodeAgainstRealMaster(t *testing.T) {
 					if !(r.Conf[p] > 1.5) {
 						continue
 					}
-					x := geom.Unproject(u, v, float64(r.Depth[p]), r.Intrinsics, r.CamToWorld)
+					w := geom.Unproject(u, v, float64(r.Depth[p]), r.Intrinsics, r.CamToWorld)
+					// in the z-up map frame (REP 103/105)
+					m := frame.Points(nil, []geom.Point{{X: float32(w[0]), Y: float32(w[1]), Z: float32(w[2])}})[0]
+					x := [3]float32{m.X, m.Y, m.Z}
 					g := got[k]
-					if g.X != float32(x[0]) || g.Y != float32(x[1]) || g.Z != float32(x[2]) || g.R != r.RGB[3*p] || g.G != r.RGB[3*p+1] || g.B != r.RGB[3*p+2] {
+					if g.X != x[0] || g.Y != x[1] || g.Z != x[2] || g.R != r.RGB[3*p] || g.G != r.RGB[3*p+1] || g.B != r.RGB[3*p+2] {
 						t.Fatalf("cloud %d point %d (pixel %d,%d): %+v, want %v", i, k, u, v, g, x)
 					}
 					k++
@@ -487,7 +493,7 @@ func TestNodeAgainstRealMaster(t *testing.T) {
 		defer rec2.mu.Unlock()
 		// After the reset the replay starts again at reference frame 0.
 		for i, p := range rec2.poses {
-			if !p.Header.Stamp.Equal(rostest.StampOf(300+i)) || p.Pose != poseOf(t, replay.Reference(i).CamToWorld) {
+			if !p.Header.Stamp.Equal(rostest.StampOf(300+i)) || p.Pose != poseOf(t, mapOf(t, replay).CamPose(replay.Reference(i).CamToWorld)) {
 				t.Fatalf("pose %d after restart: %v %+v", i, p.Header.Stamp, p.Pose)
 			}
 		}
@@ -538,7 +544,24 @@ func TestNodeBaseFrame(t *testing.T) {
 			Position:    geometry_msgs.Point{X: tr.Transform.Translation.X, Y: tr.Transform.Translation.Y, Z: tr.Transform.Translation.Z},
 			Orientation: tr.Transform.Rotation,
 		})
-		got, want := mul4(mapToBase, baseToCam), replay.Reference(i).CamToWorld
+		// the map frame is the base's at the first frame (REP 105):
+		// map_T_cam = base_T_cam · world_T_cam, map_T_base(t0) = identity
+		frame := mapframe.New()
+		frame.FixAt(baseToCam, replay.Reference(0).CamToWorld)
+		got, want := mul4(mapToBase, baseToCam), frame.CamPose(replay.Reference(i).CamToWorld)
+		if i == 0 {
+			for a := range 3 {
+				for b := range 4 {
+					id := 0.0
+					if a == b {
+						id = 1
+					}
+					if math.Abs(mapToBase[a][b]-id) > 1e-6 {
+						t.Fatalf("map → base_link at the first frame is not the identity: %v", mapToBase)
+					}
+				}
+			}
+		}
 		for a := range 3 {
 			for b := range 4 {
 				if d := math.Abs(got[a][b] - want[a][b]); d > 1e-6 {
@@ -667,6 +690,22 @@ func TestNodeLatestPolicyDropsAndCounts(t *testing.T) {
 }
 
 // poseOf is the pose message of a camera→world matrix, as the node builds it.
+// mapOf is the node's map frame for a replay without a base frame or a
+// metric scale: the first camera's body frame (REP 103/105); fromMap
+// takes a pose out of it, back into the engine's world.
+func mapOf(t *testing.T, r *replay.Stream) *mapframe.Frame {
+	t.Helper()
+	f := mapframe.New()
+	if _, err := f.FixAt(mapframe.OpticalToBody(), r.Reference(0).CamToWorld); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func fromMap(r *replay.Stream, m geom.Mat4) geom.Mat4 {
+	return geom.Mul4(r.Reference(0).CamToWorld, geom.Mul4(geom.InvertRigid(mapframe.OpticalToBody()), m))
+}
+
 func poseOf(t *testing.T, m geom.Mat4) geometry_msgs.Pose {
 	t.Helper()
 	tr, q, err := geom.Decompose(m)
