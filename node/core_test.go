@@ -506,7 +506,8 @@ func TestCoreShutdownFlushes(t *testing.T) {
 	logs := c.logs.String()
 	before := strings.Index(logs, "stopping: mapping the frames still in the pipeline")
 	after := strings.Index(logs, "stopping: the engine is done; leaving the ROS graph")
-	if before < 0 || after < before || !strings.Contains(logs, "in_flight=2") {
+	left := strings.Index(logs, "stopped: left the ROS graph")
+	if before < 0 || after < before || left < after || !strings.Contains(logs, "in_flight=2") {
 		t.Errorf("the shutdown did not say what it was doing:\n%s", logs)
 	}
 	for i, p := range poses {

@@ -188,9 +188,11 @@ func (n *Node) Run(ctx context.Context) error {
 		return fmt.Errorf("node: %w", err)
 	}
 	defer func() {
+		t := time.Now()
 		if err := n.tr.Close(); err != nil {
 			n.log.Warn("leaving the ROS graph", "err", err)
 		}
+		n.log.Info("stopped: left the ROS graph", "took", time.Since(t).Round(time.Millisecond))
 	}()
 	cfg, taken, err := ApplyParams(n.cfg, n.tr.Params())
 	if err != nil {
