@@ -298,6 +298,9 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		return err
 	}
 	defer lock.Close()
+	if lock.Unlocked {
+		log.Warn("the output folder's file system has no file locks: a second run into it would not be refused", "out", o.out)
+	}
 	if err := output.RemoveStale(o.out, log); err != nil {
 		return err
 	}

@@ -34,8 +34,12 @@ func (e *InUseError) Error() string {
 }
 
 // DirLock is the ownership of an output folder, held until Close (or the
-// process's end).
-type DirLock struct{ f *os.File }
+// process's end). Unlocked says the file system has no locks: the folder
+// is then not protected from a second run.
+type DirLock struct {
+	f        *os.File
+	Unlocked bool
+}
 
 // Lock makes dir if missing and takes its lock: an *InUseError when a live
 // run holds it.
@@ -48,7 +52,10 @@ func Lock(dir string) (*DirLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("output folder: lock: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	unlocked := false
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); atomicfile.Unsupported(err) {
+		unlocked = true
+	} else if err != nil {
 		defer f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			b, _ := os.ReadFile(path)
@@ -60,7 +67,7 @@ func Lock(dir string) (*DirLock, error) {
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
-	return &DirLock{f: f}, nil
+	return &DirLock{f: f, Unlocked: unlocked}, nil
 }
 
 // Close releases the folder.

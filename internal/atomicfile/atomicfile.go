@@ -41,7 +41,7 @@ func Create(path string) (*File, error) {
 	}
 	// held until the rename or the removal (Close releases it): a live
 	// writer's file is never taken for a stale one
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil && !Unsupported(err) {
 		os.Remove(f.Name())
 		f.Close()
 		return nil, fmt.Errorf("atomicfile: locking %s: %w", f.Name(), err)
@@ -100,6 +100,13 @@ func (f *File) Abort() error {
 	f.done = true
 	rerr := os.Remove(f.Name())
 	return errors.Join(f.Close(), rerr)
+}
+
+// Unsupported reports whether a flock error says the file system has no
+// locks: writing goes on without them there (RemoveStale then cannot tell
+// a live writer's file, and leaves none it cannot lock).
+func Unsupported(err error) bool {
+	return errors.Is(err, syscall.ENOLCK) || errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSYS)
 }
 
 // IsTemp reports whether name (a base name) is of the form of a temporary
@@ -170,8 +177,8 @@ func removeIfStale(path string) (bool, error) {
 	}
 	defer f.Close()
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return false, nil // a live writer's
+		if errors.Is(err, syscall.EWOULDBLOCK) || Unsupported(err) {
+			return false, nil // a live writer's, or no way to know
 		}
 		return false, fmt.Errorf("atomicfile: locking %s: %w", path, err)
 	}
