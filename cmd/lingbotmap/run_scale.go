@@ -458,26 +458,8 @@ func (s *runScale) depthAt(stamp time.Time) (scale.Image, error) {
 // addGround looks for the floor among the frame's points, in the z-up map
 // frame at scale 1.
 func (s *runScale) addGround(r *engine.Result) error {
-	if len(r.Depth) != r.Width*r.Height || r.Width == 0 {
-		return nil
-	}
-	m := s.frame.MapToWorld()
-	const step = 4
-	var pts [][3]float64
-	for v := 0; v < r.Height; v += step {
-		for u := 0; u < r.Width; u += step {
-			d := float64(r.Depth[v*r.Width+u])
-			if !(d > 0) || math.IsInf(d, 0) {
-				continue
-			}
-			pts = append(pts, geom.Apply(m, geom.Unproject(u, v, d, r.Intrinsics, r.CamToWorld)))
-		}
-	}
-	cam := geom.Apply(m, geom.TranslationOf(r.CamToWorld))
-	if err := s.tr.AddGround(pts, cam); err != nil {
-		return err
-	}
-	return nil
+	pts, cam := scale.FloorPoints(r.Depth, r.Width, r.Height, 4, r.Intrinsics, r.CamToWorld, s.frame.MapToWorld())
+	return s.tr.AddGround(pts, cam)
 }
 
 // Status is the scale's state for run.json.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 )
 
 // GroundConfig tunes the camera-height source.
@@ -185,4 +187,25 @@ func sub(a, b [3]float64) [3]float64 { return [3]float64{a[0] - b[0], a[1] - b[1
 func dot(a, b [3]float64) float64    { return a[0]*b[0] + a[1]*b[1] + a[2]*b[2] }
 func cross(a, b [3]float64) [3]float64 {
 	return [3]float64{a[1]*b[2] - a[2]*b[1], a[2]*b[0] - a[0]*b[2], a[0]*b[1] - a[1]*b[0]}
+}
+
+// FloorPoints lifts every step-th pixel of a depth map (w×h, model units)
+// into the z-up map frame at scale 1 for the camera-height source:
+// mapToWorld is the map frame's map_T_world, camToWorld the camera's pose
+// in the engine's world, k its intrinsics. It returns the points and the
+// camera's position in the same frame.
+func FloorPoints(depth []float32, w, h, step int, k geom.Intrinsics, camToWorld, mapToWorld geom.Mat4) (pts [][3]float64, camera [3]float64) {
+	if step < 1 {
+		step = 1
+	}
+	if len(depth) == w*h {
+		for v := 0; v < h; v += step {
+			for u := 0; u < w; u += step {
+				if d := float64(depth[v*w+u]); d > 0 && !math.IsInf(d, 0) {
+					pts = append(pts, geom.Apply(mapToWorld, geom.Unproject(u, v, d, k, camToWorld)))
+				}
+			}
+		}
+	}
+	return pts, geom.Apply(mapToWorld, geom.TranslationOf(camToWorld))
 }
