@@ -161,6 +161,9 @@ func (c Config) Validate() error {
 	if err := c.Scale.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.Scale.Source == scale.SourceOdometry && c.Scale.OdomTopic == "" && c.OdomFrame == "" {
+		bad("odom_frame", "must name the odometry frame for scale.source odometry from /tf (or set scale.odom_topic)")
+	}
 	switch c.ImageTransport {
 	case "raw", "compressed", "both":
 	default:

@@ -61,9 +61,9 @@ type runOptions struct {
 	// scale is the metric scale's settings; depthDir a folder of depth
 	// images for scale.source depth; cameraFrame, baseFrame and
 	// baseToCamera name the camera in the bag's TF tree (run_scale.go).
-	scale                                scale.Settings
-	depthDir                             string
-	cameraFrame, baseFrame, baseToCamera string
+	scale                                           scale.Settings
+	depthDir                                        string
+	cameraFrame, baseFrame, baseToCamera, odomFrame string
 
 	// workers sets the pipeline's prepare and post workers (0: its
 	// default); tests compare against one worker each.
@@ -202,7 +202,7 @@ its saved settings, and ends with the trajectory an uninterrupted run gives.`,
 				return &exitCodeError{code: exitUsage, err: err}
 			}
 			o.cfg, o.sources = all.Engine, src
-			o.scale, o.cameraFrame, o.baseFrame, o.baseToCamera = all.Scale, all.CameraFrame, all.BaseFrame, all.BaseToCamera
+			o.scale, o.cameraFrame, o.baseFrame, o.baseToCamera, o.odomFrame = all.Scale, all.CameraFrame, all.BaseFrame, all.BaseToCamera, all.OdomFrame
 			o.confThreshold, o.voxel, o.pixelStride = all.ConfThreshold, all.MapVoxel, all.CloudStride
 			out := all.Output
 			o.saveDepth, o.saveConf, o.depthScale, o.confScale, o.checkpointEvery = out.SaveDepth, out.SaveConf, out.DepthScale, out.ConfScale, out.CheckpointEvery
@@ -260,6 +260,9 @@ func (o *runOptions) validate() error {
 	}
 	if err := o.scale.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if o.scale.Source == scale.SourceOdometry && o.scale.OdomTopic == "" && o.odomFrame == "" {
+		errs = append(errs, errors.New("'odom_frame' must name the odometry frame for scale.source odometry from /tf (or set scale.odom_topic)"))
 	}
 	return errors.Join(errs...)
 }

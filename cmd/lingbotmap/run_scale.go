@@ -140,7 +140,7 @@ func (s *runScale) openOdometry(o *runOptions) error {
 		}
 	}
 	name := "/tf"
-	s.odomFrame = tf.Name(s.set.OdomFrame)
+	s.odomFrame = tf.Name(o.odomFrame)
 	if s.set.OdomTopic != "" {
 		name = s.set.OdomTopic
 	}

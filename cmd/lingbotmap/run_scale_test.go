@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,7 +17,10 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/golden"
 	"github.com/lingbotmap/lingbotmap/engine/mapframe"
+	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/scale"
+	"github.com/lingbotmap/lingbotmap/engine/traj"
+	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
 	"github.com/lingbotmap/lingbotmap/internal/synthrobot"
 )
@@ -87,6 +94,7 @@ func runSynth(t *testing.T, man *golden.Manifest, input string, set func(o *runO
 	o.cfg.ImageWidth, o.cfg.ScaleFrames = man.Config.ImgW, man.Settings.NumScaleFrames
 	o.cfg.SlidingWindow, o.cfg.MaxFrames = man.Settings.KVSlidingWindow, man.Config.MaxFrameNum
 	o.saveDepth = false
+	o.odomFrame = synthrobot.OdomFrame
 	if filepath.Ext(input) != "" {
 		o.src.Topic = synthrobot.ImageTopic // the depth topic is an image topic too
 	}
@@ -126,23 +134,60 @@ func TestRunMetricScale(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// the metric ground truth: the camera in the odometry frame without
+	// noise, for eval --align se3
+	gt := filepath.Join(dir, "gt.tum")
+	var rows []mapio.StampedPose
+	for k, m := range robot.OdomCamera() {
+		tr, q, err := geom.Decompose(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, mapio.StampedPose{Time: mapio.Seconds(robot.Stamp(k)), T: tr, Q: q})
+	}
+	if err := atomicfile.WriteFile(gt, func(f io.Writer) error { return mapio.WriteTUM(f, rows) }); err != nil {
+		t.Fatal(err)
+	}
+	ate := func(t *testing.T, out string) float64 {
+		t.Helper()
+		js := filepath.Join(t.TempDir(), "eval.json")
+		var shown bytes.Buffer
+		if err := runEval(&evalOptions{est: filepath.Join(out, "trajectory.tum"), ref: gt, opt: traj.DefaultOptions(), align: "se3", jsonOut: js}, &shown); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep traj.Report
+		if err := json.Unmarshal(b, &rep); err != nil || rep.Pairs != 16 {
+			t.Fatalf("eval --json: %v, %d pairs", err, rep.Pairs)
+		}
+		return rep.ATE.RMSE
+	}
+	// unscaled, the trajectory is in model units: se3 cannot match it
+	unscaled := ate(t, runSynth(t, man, clean, func(o *runOptions) {}).out)
+
 	cases := []struct {
 		name, input string
 		set         func(s *scale.Settings, o *runOptions)
 		tol         float64
+		// maxATE is the largest ATE (m) after eval --align se3 against
+		// the metric truth; 0: not compared (stamps of an image folder)
+		maxATE float64
 	}{
-		{"odometry /tf, ROS 1 bag", clean, func(s *scale.Settings, o *runOptions) { s.Source = scale.SourceOdometry }, 0.01},
-		{"odometry /tf, MCAP", cleanMCAP, func(s *scale.Settings, o *runOptions) { s.Source = scale.SourceOdometry }, 0.01},
+		{"odometry /tf, ROS 1 bag", clean, func(s *scale.Settings, o *runOptions) { s.Source = scale.SourceOdometry }, 0.01, 1e-3},
+		{"odometry /tf, MCAP", cleanMCAP, func(s *scale.Settings, o *runOptions) { s.Source = scale.SourceOdometry }, 0.01, 1e-3},
 		{"odometry /odom topic, MCAP", cleanMCAP, func(s *scale.Settings, o *runOptions) {
 			s.Source, s.OdomTopic = scale.SourceOdometry, synthrobot.OdomTopic
-		}, 0.01},
-		{"odometry /tf, 2 % noise, ROS 1 bag", noisyBag, func(s *scale.Settings, o *runOptions) { s.Source = scale.SourceOdometry }, 0.03},
+		}, 0.01, 1e-3},
+		{"odometry /tf, 2 % noise, ROS 1 bag", noisyBag, func(s *scale.Settings, o *runOptions) { s.Source = scale.SourceOdometry }, 0.03, 0.03},
 		{"depth topic (20 % holes, 2 % noise), MCAP", holesMCAP, func(s *scale.Settings, o *runOptions) {
 			s.Source, s.DepthTopic = scale.SourceDepth, synthrobot.DepthTopic
-		}, 0.01},
+		}, 0.01, 1e-3},
 		{"--depth-dir (20 % holes, 2 % noise), image folder", frames, func(s *scale.Settings, o *runOptions) {
 			s.Source, o.depthDir, o.src.FirstK = scale.SourceDepth, depthDir, 16
-		}, 0.01},
+		}, 0.01, 0},
 	}
 	var table []string
 	for _, c := range cases {
@@ -154,7 +199,15 @@ func TestRunMetricScale(t *testing.T) {
 				t.Fatal("run.json has no scale section")
 			}
 			e := st.Scale/synthScale - 1
-			table = append(table, fmt.Sprintf("| %s | %.6g | %+.4f %% | %s |", c.name, st.Scale, 100*e, st.State))
+			a := "–"
+			if c.maxATE > 0 {
+				v := ate(t, o.out)
+				a = fmt.Sprintf("%.3g m", v)
+				if v > c.maxATE {
+					t.Errorf("eval --align se3 against the metric truth: ATE %g m, want ≤ %g m", v, c.maxATE)
+				}
+			}
+			table = append(table, fmt.Sprintf("| %s | %.8g | %+.5f %% | %s | %s |", c.name, st.Scale, 100*e, st.State, a))
 			if st.State != scale.StateKnown || math.Abs(e) > c.tol {
 				t.Errorf("scale %+v; want %g within %g %%", st, synthScale, 100*c.tol)
 			}
@@ -163,7 +216,11 @@ func TestRunMetricScale(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("scale %g m per model unit recovered by run:\n| source | scale | error | state |\n|---|---|---|---|\n%s", synthScale, strings.Join(table, "\n"))
+	t.Logf("scale %g m per model unit recovered by run (ATE: eval --align se3 against the metric truth; unscaled run: %.3g m):\n| source | scale | error | state | ATE |\n|---|---|---|---|---|\n%s",
+		synthScale, unscaled, strings.Join(table, "\n"))
+	if unscaled < 0.05 {
+		t.Errorf("the unscaled run's ATE against the metric truth is %g m: the test cannot tell metres from model units", unscaled)
+	}
 }
 
 // TestRunMetricScaleWithheld: a robot turning in place gives no scale, and
@@ -208,7 +265,7 @@ func TestRunMetricScaleWithheld(t *testing.T) {
 
 	// the odometry frame named wrong: every keyframe skipped, saying so
 	o = runSynth(t, man, filepath.Join(dir, "turn.bag"), func(o *runOptions) {
-		o.scale.Source, o.scale.OdomFrame = scale.SourceOdometry, "wheel_odom"
+		o.scale.Source, o.odomFrame = scale.SourceOdometry, "wheel_odom"
 		o.out = filepath.Join(dir, "wrongframe")
 	})
 	rec = readRunJSON(t, o.out)

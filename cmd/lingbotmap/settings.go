@@ -21,7 +21,7 @@ import (
 // and those of its output folder.
 func runSettings() []string {
 	keys := append(config.Keys(&engine.Config{}), "conf_threshold", "cloud_stride", "map_voxel",
-		"camera_frame", "base_frame", "base_to_camera")
+		"camera_frame", "base_frame", "base_to_camera", "odom_frame")
 	keys = append(keys, config.Keys(&output.Settings{})...)
 	// the metric scale's section (run_scale.go)
 	return append(keys, slices.DeleteFunc(config.Keys(&node.Config{}), func(k string) bool { return !strings.HasPrefix(k, "scale.") })...)

@@ -42,7 +42,7 @@ func settingsCommands() []settingsCommand {
 				(*got)["conf_threshold"], (*got)["map_voxel"], (*got)["cloud_stride"] = o.confThreshold, o.voxel, o.pixelStride
 				(*got)["save_depth"], (*got)["save_conf"], (*got)["depth_scale"] = o.saveDepth, o.saveConf, o.depthScale
 				(*got)["conf_scale"], (*got)["checkpoint_every"] = o.confScale, o.checkpointEvery
-				(*got)["camera_frame"], (*got)["base_frame"], (*got)["base_to_camera"] = o.cameraFrame, o.baseFrame, o.baseToCamera
+				(*got)["camera_frame"], (*got)["base_frame"], (*got)["base_to_camera"], (*got)["odom_frame"] = o.cameraFrame, o.baseFrame, o.baseToCamera, o.odomFrame
 				for k, v := range config.Values(&o.scale) {
 					(*got)["scale."+k] = v
 				}

@@ -55,6 +55,12 @@ type Folder struct {
 	stages          stageTimes
 	mapStart        time.Time
 	resumedResults  int
+	// tumScale is the metric scale the trajectory's last rows were written
+	// at; tumMixed says the file holds rows of two scales (the scale became
+	// known, or moved, part way): Finish then rewrites it whole at the
+	// final scale
+	tumScale float64
+	tumMixed bool
 }
 
 // depthRange is one line of depth_color/ranges.tsv.
@@ -141,6 +147,7 @@ func (w *Folder) Create() error {
 		return err
 	}
 	w.tum = tum
+	w.tumScale, _ = w.frame.Scale()
 	if tr := w.m.TrajectoryIn(w.frame); len(tr) > 0 {
 		return w.tum.Append(tr...)
 	}
@@ -177,6 +184,7 @@ func (w *Folder) Restore(m *mapio.Map, frames Frames) error {
 		// first pose is the first camera's, with no base frame
 		w.frame.FixAt(mapframe.OpticalToBody(), p[0].CamToWorld)
 	}
+	w.tumScale, _ = w.frame.Scale()
 	if w.tum == nil {
 		return nil
 	}
@@ -274,6 +282,10 @@ func (w *Folder) Add(r *engine.Result, v Posted) error {
 		w.frame.FixAt(mapframe.OpticalToBody(), r.CamToWorld)
 	}
 	p, _ := w.m.LastPose()
+	if sc, _ := w.frame.Scale(); sc != w.tumScale {
+		w.tumMixed = w.tumMixed || w.frames.Results > 0
+		w.tumScale = sc
+	}
 	pt, pq, err := geom.Decompose(w.frame.CamPose(p.CamToWorld))
 	if err != nil {
 		return fmt.Errorf("frame %d: the pose in the map frame: %w", r.Seq, err)
@@ -500,8 +512,17 @@ func (w *Folder) WriteRecord(rec *Record, start time.Time) error {
 // Finish writes the last checkpoint with the run's final status, the
 // preview included, and closes the trajectory.
 func (w *Folder) Finish(ctx context.Context, rec *Record, start time.Time) error {
+	var err error
+	if sc, _ := w.frame.Scale(); w.tum != nil && (w.tumMixed || (w.frames.Results > 0 && sc != w.tumScale)) {
+		// rows written before the metric scale was known (or moved) are
+		// rewritten at the final one, so that the whole file is in metres
+		err = errors.Join(w.tum.Close(), atomicfile.WriteFile(filepath.Join(w.opt.Dir, mapio.TrajectoryFile), func(f io.Writer) error {
+			return mapio.WriteTUM(f, w.m.TrajectoryIn(w.frame))
+		}))
+		w.tum = nil
+	}
 	// The hook runs even after a cancelled run: it gets a live context.
-	err := w.checkpoint(context.WithoutCancel(ctx), rec, start, true)
+	err = errors.Join(err, w.checkpoint(context.WithoutCancel(ctx), rec, start, true))
 	if w.tum != nil {
 		err = errors.Join(err, w.tum.Close())
 		w.tum = nil

@@ -20,11 +20,9 @@ type Settings struct {
 	// Source is none (model units), odometry, depth or camera_height.
 	Source string `mapstructure:"source"`
 	// OdomTopic, when set, is a nav_msgs/Odometry topic giving the base's
-	// pose; empty reads odom_frame → the camera frame from /tf at each
-	// image's stamp.
+	// pose; empty reads the odometry frame (the odom_frame setting, REP
+	// 105) → the camera frame from /tf at each image's stamp.
 	OdomTopic string `mapstructure:"odom_topic"`
-	// OdomFrame is the odometry frame looked up in /tf (REP 105).
-	OdomFrame string `mapstructure:"odom_frame"`
 	// DepthTopic is the aligned depth image (sensor_msgs/Image, 16UC1 in
 	// millimetres or 32FC1 in metres).
 	DepthTopic string `mapstructure:"depth_topic"`
@@ -62,7 +60,7 @@ type Settings struct {
 func DefaultSettings() Settings {
 	o, d := DefaultOdometryConfig(), DefaultDepthConfig()
 	return Settings{
-		Source: SourceNone, OdomFrame: "odom",
+		Source:         SourceNone,
 		StampTolerance: 0.05, MaxJump: 1,
 		Window: o.Window, MinBaseline: o.MinBaseline, MinPairs: o.MinPairs,
 		InlierTolerance: o.InlierTolerance, MinInlierFraction: o.MinInlierFraction, MaxSpread: o.MaxSpread,
@@ -102,9 +100,6 @@ func (s Settings) Validate() error {
 	case SourceNone, SourceOdometry, SourceDepth, SourceCameraHeight:
 	default:
 		bad("source", "must be none, odometry, depth or camera_height, not %q", s.Source)
-	}
-	if s.Source == SourceOdometry && s.OdomTopic == "" && s.OdomFrame == "" {
-		bad("odom_frame", "must name the odometry frame when scale.odom_topic is empty")
 	}
 	if s.Source == SourceCameraHeight && (!(s.CameraHeight > 0) || math.IsInf(s.CameraHeight, 0)) {
 		bad("camera_height", "must be > 0 metres with source camera_height, not %g", s.CameraHeight)
