@@ -715,3 +715,60 @@ func TestSaveMapHoldsPublishedPoses(t *testing.T) {
 		t.Fatalf("save_map: %q %v, want %s", r.msg, r.err, want)
 	}
 }
+
+// slowFlush is the golden replay with a phase 1 that never ends on its own:
+// its Flush returns only when its context ends.
+type slowFlush struct {
+	*replay.Stream
+	flushing chan struct{}
+}
+
+func (s *slowFlush) Flush(ctx context.Context) ([]engine.Result, error) {
+	close(s.flushing)
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A second stop (Options.Abort) during the shutdown's flush gives up the
+// frames still in the pipeline: the engine's call ends through its context
+// and Run returns, saying so; without it the node would wait for the
+// model.
+func TestCoreShutdownAbort(t *testing.T) {
+	ref := &slowFlush{Stream: goldenReplay(t), flushing: make(chan struct{})}
+	w, h := ref.Size()
+	tr := nodetest.New("/lbm", nil)
+	logs := &syncLog{}
+	abort := make(chan struct{})
+	n, err := node.New(node.Options{Config: fastConfig(t), Transport: tr, Log: slog.New(slog.NewTextHandler(logs, nil)), Abort: abort,
+		NewStream: func(context.Context, node.Config) (engine.Stream, error) { return ref, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- n.Run(ctx) }()
+	waitFor(t, "the node to subscribe", 5*time.Second, func() bool { return tr.Subscribed("/image") })
+	for i := range 2 {
+		if err := tr.Deliver("/image", frame(i, w, h, "cam"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitDiag(t, tr, map[string]string{"engine_frames_in": "2"})
+	cancel()
+	<-ref.flushing // the shutdown waits on the model
+	if !strings.Contains(logs.String(), "(stop again to skip them)") {
+		t.Errorf("the shutdown did not say how to cut it short:\n%s", logs.String())
+	}
+	close(abort)
+	select {
+	case err := <-runErr:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the second stop")
+	}
+	if l := logs.String(); !strings.Contains(l, "stopping now: the frames still in the pipeline are not mapped") || strings.Contains(l, "finishing the frames in the pipeline") {
+		t.Errorf("the abort was not said, or reported as a failure:\n%s", l)
+	}
+}

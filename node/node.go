@@ -49,6 +49,9 @@ type Options struct {
 	ResumeStream ResumeFactory
 	// Log defaults to slog.Default().
 	Log *slog.Logger
+	// Abort, when closed while the node stops, gives up the frames still
+	// in the pipeline: the model stops at its next step (a second Ctrl-C).
+	Abort <-chan struct{}
 	// Observe, when set, is told of every frame the node finished with, in
 	// frame order, on the delivering goroutine (benchmarks, tests). It must
 	// return quickly.
@@ -95,6 +98,8 @@ type Node struct {
 	// delivering goroutine only); saveNow asks sessionLoop for a save.
 	stepsSinceSave int
 	saveNow        chan struct{}
+	// abort is Options.Abort.
+	abort <-chan struct{}
 
 	// pubMu keeps ~map and ~path publications whole and in order (a reset's
 	// empty map never overtaken by an older one).
@@ -143,6 +148,7 @@ func New(opts Options) (*Node, error) {
 		tfl:       newTFListener(),
 	}
 	nd.resume, nd.resumeStream = opts.Resume, opts.ResumeStream
+	nd.abort = opts.Abort
 	nd.stats.init()
 	if err := nd.live.init(nd.cfg); err != nil {
 		return nil, err
@@ -289,7 +295,7 @@ func (n *Node) Run(ctx context.Context) error {
 	closeAll(inputs)
 	closeAll(services)
 	wg.Wait()
-	n.finish()
+	n.finish(stopPipe)
 	return nil
 }
 
@@ -355,16 +361,35 @@ func sameEngine(a, b Config) bool {
 
 // finish runs after the loops stopped: the frames still queued go through
 // the engine, the engine is flushed, and the final map and path are
-// published.
-func (n *Node) finish() {
+// published; Abort cuts that short (stopModel ends the pipeline's
+// context, which the engine checks between blocks).
+func (n *Node) finish(stopModel context.CancelFunc) {
 	// said before the wait, which a phase 1 in progress makes long (the
 	// model runs on its frames together)
 	st := n.pipe.Stats()
-	n.log.Info("stopping: mapping the frames still in the pipeline, then publishing the final map and path", "queued", st.Queued, "in_flight", st.Waiting)
+	msg := "stopping: mapping the frames still in the pipeline, then publishing the final map and path"
+	if n.abort != nil {
+		msg += " (stop again to skip them)"
+	}
+	n.log.Info(msg, "queued", st.Queued, "in_flight", st.Waiting)
 	t := time.Now()
+	done := make(chan struct{})
+	defer close(done)
+	var aborted atomic.Bool
+	if n.abort != nil {
+		go func() {
+			select {
+			case <-n.abort:
+				aborted.Store(true)
+				n.log.Warn("stopping now: the frames still in the pipeline are not mapped")
+				stopModel()
+			case <-done:
+			}
+		}()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := n.pipe.Close(ctx); err != nil {
+	if err := n.pipe.Close(ctx); err != nil && !aborted.Load() {
 		n.log.Warn("finishing the frames in the pipeline", "err", err)
 	}
 	_ = n.sink.Close(ctx)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
 	"time"
 
@@ -83,12 +84,36 @@ func runNode(ctx context.Context, opts *nodeOptions, args []string) error {
 	if err != nil {
 		return &exitCodeError{code: exitUsage, err: err}
 	}
+	abort, release := secondSignal(ctx)
+	defer release()
 	n, err := node.New(node.Options{Config: cfg, Transport: tr, Log: log, NewStream: newNodeStream(log),
-		Resume: opts.resume, ResumeStream: resumeNodeStream(log)})
+		Resume: opts.resume, ResumeStream: resumeNodeStream(log), Abort: abort})
 	if err != nil {
 		return &exitCodeError{code: exitUsage, err: err}
 	}
 	return n.Run(ctx)
+}
+
+// secondSignal is closed by a stop signal that comes after ctx ended (the
+// first): the node then gives up the frames it was still mapping.
+func secondSignal(ctx context.Context) (<-chan struct{}, func()) {
+	abort, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-done:
+			return
+		}
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, stopSignals()...)
+		defer signal.Stop(ch)
+		select {
+		case <-ch:
+			close(abort)
+		case <-done:
+		}
+	}()
+	return abort, func() { close(done) }
 }
 
 // rosVersion is the --ros flag, or ROS_VERSION (which ROS setup scripts
