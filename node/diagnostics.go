@@ -136,6 +136,7 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 		kv("master_reconnects", ts.Reconnects),
 		kv("ros2_gid_mismatched_peers", ts.GidMismatchedPeers),
 		kv("ros2_graph_unreadable", ts.GraphUnreadable),
+		kv("service_requests_rejected", ts.BadRequests),
 		kv("publish_errors", c.publishErrors.Load()),
 	}
 	c.mu.Lock()

@@ -96,4 +96,7 @@ type TransportStats struct {
 	GidMismatchedPeers int64
 	// GraphUnreadable counts ros_discovery_info samples neither layout reads.
 	GraphUnreadable int64
+	// BadRequests counts service requests rejected unanswered: malformed,
+	// or from a client the transport cannot answer (an unknown ROS 2 RMW).
+	BadRequests int64
 }

@@ -1,6 +1,7 @@
 package ros2
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -370,87 +371,20 @@ func typeName(t uint8) string {
 	return fmt.Sprintf("unknown (%d)", t)
 }
 
-// serveService offers service type srvType at name (resolved): each request
-// is decoded into newReq's value and handle's reply is sent back, as
-// ServeTrigger does for std_srvs/srv/Trigger.
+// serveService offers service type srvType at name (resolved) with the
+// QoS q: each request is decoded into newReq's value and handle's reply is
+// sent back, to clients of either RMW (serve, service.go), as ServeTrigger
+// does for std_srvs/srv/Trigger.
 func (t *Transport) serveService(name, srvType string, q dds.QoS, newReq func() any, handle func(req any) any) (io.Closer, error) {
-	pp, err := t.participant()
-	if err != nil {
-		return nil, err
-	}
 	srv, err := cdr.ServiceByName(srvType)
 	if err != nil {
 		return nil, fmt.Errorf("ros2: service %s: %w", name, err)
 	}
-	q.UserData = "serviceid=" + pp.GUID().String() + "." + name + ";" + typeHashUserData(srv.Hash)
-	w, err := pp.NewWriter(replyTopic(name), srv.Response.DDSName, q)
-	if err != nil {
-		return nil, fmt.Errorf("ros2: offering service %s: %w", name, err)
-	}
-	s := &anyService{t: t, name: name, w: w, newReq: newReq, handle: handle}
-	s.mu.Lock()
-	r, err := pp.NewReader(requestTopic(name), srv.Request.DDSName, q, s.serve)
-	if err != nil {
-		s.mu.Unlock()
-		w.Close()
-		return nil, fmt.Errorf("ros2: offering service %s: %w", name, err)
-	}
-	s.r = r
-	s.mu.Unlock()
-	t.addEntity(t.writers, w.GUID())
-	t.addEntity(t.readers, r.GUID())
-	return s, nil
-}
-
-type anyService struct {
-	t      *Transport
-	name   string
-	w      *dds.Writer
-	newReq func() any
-	handle func(req any) any
-
-	mu   sync.Mutex
-	r    *dds.Reader
-	once sync.Once
-}
-
-func (s *anyService) serve(sample dds.Sample) {
-	s.mu.Lock()
-	r := s.r
-	s.mu.Unlock()
-	req := s.newReq()
-	h, body, err := splitRequest(sample.Data)
-	if err == nil {
-		err = unmarshal(body, req)
-	}
-	if err != nil {
-		s.t.log.Warn("bad service request", "service", s.name, "err", err)
-		return
-	}
-	b, err := marshal(s.handle(req))
-	if err == nil {
-		b, err = joinRequest(h, b)
-	}
-	if err != nil {
-		s.t.log.Error("encoding a service reply", "service", s.name, "err", err)
-		return
-	}
-	ok, err := s.w.WaitClientReader(r, sample.Publication, replyWait)
-	if err != nil || !ok {
-		s.t.log.Warn("service client gone before its reply", "service", s.name, "err", err)
-		return
-	}
-	if err := s.w.Write(b); err != nil {
-		s.t.log.Warn("sending a service reply", "service", s.name, "err", err)
-	}
-}
-
-func (s *anyService) Close() error {
-	var err error
-	s.once.Do(func() {
-		err = errors.Join(s.r.Close(), s.w.Close())
-		s.t.removeEntity(s.t.readers, s.r.GUID())
-		s.t.removeEntity(s.t.writers, s.w.GUID())
+	return t.serve(name, srv, q, func(_ context.Context, body []byte) ([]byte, error) {
+		req := newReq()
+		if err := unmarshal(body, req); err != nil {
+			return nil, err
+		}
+		return marshal(handle(req))
 	})
-	return err
 }

@@ -3,10 +3,11 @@
 // ROS 2 names, QoS, services and command-line conventions, and the
 // ros_discovery_info that makes the node visible to `ros2 node list`.
 //
-// Building: the DDS part is cgo against Debian's Cyclone DDS 0.10
-// (apt-get install cyclonedds-dev) and is compiled only with the build tag
-// "ros2" (go build -tags ros2 ./cmd/lingbotmap); without it New returns
-// dds.ErrNotBuilt and the rest of the program is unchanged.
+// Building: the DDS part is cgo against Debian's Cyclone DDS 0.10 and, for
+// the service clients of rmw_fastrtps (service.go), Fast DDS 2.9 (apt-get
+// install cyclonedds-dev libfastrtps-dev); it is compiled only with the
+// build tag "ros2" (go build -tags ros2 ./cmd/lingbotmap); without it New
+// returns dds.ErrNotBuilt and the rest of the program is unchanged.
 //
 // Testing: go test -tags ros2 ./node/ros2/... as root, with cyclonedds-dev,
 // cyclonedds-tools (idlc) and gcc; the test binaries re-run themselves
@@ -29,10 +30,13 @@ import (
 	"os"
 	"reflect"
 	"sync"
+	"sync/atomic"
 
+	"github.com/lingbotmap/lingbotmap/msgs"
 	"github.com/lingbotmap/lingbotmap/msgs/cdr"
 	"github.com/lingbotmap/lingbotmap/node"
 	"github.com/lingbotmap/lingbotmap/node/ros2/dds"
+	"github.com/lingbotmap/lingbotmap/node/ros2/fastdds"
 )
 
 // Transport is a ROS 2 node's view of DDS. Its methods are safe for
@@ -56,6 +60,14 @@ type Transport struct {
 	// logs is the node logger's /rosout side, when its handler is a
 	// LogHandler (rosout.go).
 	logs *logShared
+
+	// fast is the Fast DDS participant that answers rmw_fastrtps service
+	// clients (service.go), made with the first service; fastTried says
+	// that was attempted (nil fast then: off or failed, logged).
+	fast      *fastdds.Participant
+	fastTried bool
+
+	badRequests atomic.Int64 // service requests rejected (service.go)
 }
 
 var _ node.Transport = (*Transport)(nil)
@@ -155,15 +167,55 @@ func (t *Transport) Params() node.ParamSource { return t.args.Params }
 func (t *Transport) Shutdown() <-chan struct{} { return nil }
 
 // Stats counts the peers whose ros_discovery_info the node cannot share
-// (the other Gid size, or undecodable); DDS has no master to reconnect to.
+// (the other Gid size, or undecodable) and the service requests rejected
+// (malformed, or from an RMW the node cannot answer); DDS has no master to
+// reconnect to.
 func (t *Transport) Stats() node.TransportStats {
 	t.mu.Lock()
 	g := t.graph
 	t.mu.Unlock()
-	if g == nil {
-		return node.TransportStats{}
+	var st node.TransportStats
+	if g != nil {
+		st = g.stats()
 	}
-	return g.stats()
+	st.BadRequests = t.badRequests.Load()
+	return st
+}
+
+// fastParticipant is the Fast DDS participant for rmw_fastrtps service
+// clients, created on first use with the discovery range of the Cyclone
+// one; nil when discovery is off or it could not be created (logged once:
+// those clients' requests are then rejected and counted).
+func (t *Transport) fastParticipant() *fastdds.Participant {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.fastTried || t.closed {
+		return t.fast
+	}
+	t.fastTried = true
+	cfg := fastdds.ParticipantConfig{Domain: t.args.Domain, Peers: t.args.StaticPeers, UserData: "enclave=/;"}
+	switch t.args.Discovery {
+	case DiscoveryOff:
+		t.log.Info("no Fast DDS participant for rmw_fastrtps service clients: discovery is off")
+		return nil
+	case DiscoveryLocalhost:
+		cfg.LocalhostOnly = true
+	}
+	fp, err := fastdds.NewParticipant(cfg)
+	if err != nil {
+		t.log.Error("no Fast DDS participant: rmw_fastrtps service clients get no replies", "err", err)
+		return nil
+	}
+	t.fast = fp
+	t.log.Info("answering rmw_fastrtps service clients through a Fast DDS participant", "participant", fp.GUID().String())
+	return fp
+}
+
+// isBadRequest tells a request that could not be decoded from a failure
+// of the node's own.
+func isBadRequest(err error) bool {
+	var de *msgs.DecodeError
+	return errors.As(err, &de) || errors.Is(err, errBadRequest)
 }
 
 // qosOf maps a topic's role to the QoS ROS 2 users expect.
@@ -328,12 +380,17 @@ func (t *Transport) Close() error {
 	t.closed = true
 	t.cancel()
 	t.closeRosout()
-	pp := t.pp
+	pp, fp := t.pp, t.fast
 	var err error
 	if t.info != nil {
 		err = t.publishInfoLocked(false)
 	}
 	t.mu.Unlock()
+	if fp != nil {
+		if cerr := fp.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
 	if pp != nil {
 		if cerr := pp.Close(); cerr != nil && err == nil {
 			err = cerr

@@ -21,6 +21,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/msgs"
 	"github.com/lingbotmap/lingbotmap/node"
 	"github.com/lingbotmap/lingbotmap/node/ros2/dds"
+	"github.com/lingbotmap/lingbotmap/node/ros2/fastdds"
 	"github.com/lingbotmap/lingbotmap/node/ros2/ros2test"
 )
 
@@ -471,7 +472,11 @@ func TestDiscoveryRanges(t *testing.T) {
 	})
 }
 
-// Malformed requests are dropped; the service keeps answering.
+// Malformed requests are dropped and counted; the service keeps answering.
+// They come from a Fast DDS writer of this process (samples of a second
+// Cyclone participant of this process did not reach the service's Fast DDS
+// readers here); test/jazzy_services_test.go sends malformed requests from
+// Cyclone and Fast DDS writers of another process.
 func TestTriggerServiceSurvivesBadRequests(t *testing.T) {
 	pe := peers(t)
 	tr := connected(t)
@@ -482,31 +487,41 @@ func TestTriggerServiceSurvivesBadRequests(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	pp, err := dds.NewParticipant(dds.ParticipantConfig{})
+	pp, err := fastdds.NewParticipant(fastdds.ParticipantConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pp.Close()
-	w, err := pp.NewWriter("rq/lingbotmap/pauseRequest", "std_srvs::srv::dds_::Trigger_Request_", dds.QoS{Reliable: true, Depth: 10})
+	w, err := pp.NewWriter("rq/lingbotmap/pauseRequest", "std_srvs::srv::dds_::Trigger_Request_", fastdds.QoS{Reliable: true, Depth: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if m, _ := w.Matched(); m > 0 {
+		// the service's two request readers (service.go)
+		if m, _ := w.Matched(); m >= 2 {
 			break
 		}
 		if time.Now().After(end) {
 			t.Fatal("the service never matched the writer")
 		}
 	}
-	for _, b := range [][]byte{{}, {0, 1, 0, 0, 1, 2, 3}, {0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0}, {7, 7, 7, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}} {
-		if err := w.Write(b); err != nil {
+	// No body at all; an unknown encapsulation.
+	bad := [][]byte{{0, 1, 0, 0}, {7, 7, 7, 7, 0, 0, 0, 0}}
+	for _, b := range bad {
+		if err := w.Write(b, fastdds.Identity{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	p := startPeer(t, pe.Client, "trigger", "/lingbotmap/pause")
 	p.waitLine(t, "trigger reply: mine=1 success=1 message=paused")
 	p.wait(t)
+	// Each malformed request is counted once (on /diagnostics), though it
+	// reaches both request readers.
+	for end := time.Now().Add(10 * time.Second); tr.Stats().BadRequests != int64(len(bad)); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("Stats().BadRequests = %d, want %d (the malformed requests)", tr.Stats().BadRequests, len(bad))
+		}
+	}
 	if n := calls.Load(); n != 1 {
 		t.Errorf("handler called %d times; malformed requests must not reach it", n)
 	}

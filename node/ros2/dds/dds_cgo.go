@@ -182,6 +182,22 @@ func (w *Writer) WaitClientReader(rd *Reader, pub uint64, timeout time.Duration)
 	}
 }
 
+// WaitParticipantReader waits up to timeout until w has matched a reader
+// of the participant whose GUID prefix is prefix (a service client's reply
+// reader, known by its request writer's GUID).
+func (w *Writer) WaitParticipantReader(prefix [12]byte, timeout time.Duration) bool {
+	end := time.Now().Add(timeout)
+	for {
+		if C.lbm_reader_of_participant(w.ent, (*C.uchar)(unsafe.Pointer(&prefix[0]))) == 1 {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // Close deletes the writer; matched readers see it go.
 func (w *Writer) Close() error {
 	var err error
@@ -282,6 +298,14 @@ func (r *Reader) run(deliver func(Sample)) {
 
 // GUID is the reader's GUID.
 func (r *Reader) GUID() GUID { return r.guid }
+
+// WriterGUID is the GUID of the matched writer this reader knows as pub
+// (a Sample's Publication); false when that writer is gone.
+func (r *Reader) WriterGUID(pub uint64) (GUID, bool) {
+	var g GUID
+	ok := C.lbm_publication_guid(r.ent, C.dds_instance_handle_t(pub), (*C.uchar)(unsafe.Pointer(&g[0]))) == 1
+	return g, ok
+}
 
 // Matched is the number of writers the reader is matched with now.
 func (r *Reader) Matched() (int, error) {

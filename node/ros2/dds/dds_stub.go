@@ -49,6 +49,9 @@ func (w *Writer) WaitClientReader(*Reader, uint64, time.Duration) (bool, error) 
 // Close does nothing in this build.
 func (w *Writer) Close() error { return nil }
 
+// WaitParticipantReader returns false in this build.
+func (w *Writer) WaitParticipantReader([12]byte, time.Duration) bool { return false }
+
 // Reader is a DDS data reader (not available: built without "ros2").
 type Reader struct{}
 
@@ -57,6 +60,9 @@ func (r *Reader) GUID() GUID { return GUID{} }
 
 // Matched returns ErrNotBuilt in this build.
 func (r *Reader) Matched() (int, error) { return 0, ErrNotBuilt }
+
+// WriterGUID returns false in this build.
+func (r *Reader) WriterGUID(uint64) (GUID, bool) { return GUID{}, false }
 
 // Close does nothing in this build.
 func (r *Reader) Close() error { return nil }

@@ -310,3 +310,25 @@ int lbm_client_reader_matched(dds_entity_t rd, dds_entity_t wr, dds_instance_han
   }
   return 0;
 }
+
+int lbm_publication_guid(dds_entity_t rd, dds_instance_handle_t pub, unsigned char out[16]) {
+  dds_builtintopic_endpoint_t *ep = dds_get_matched_publication_data(rd, pub);
+  if (ep == NULL) return 0;
+  memcpy(out, ep->key.v, 16);
+  dds_builtintopic_free_endpoint(ep);
+  return 1;
+}
+
+int lbm_reader_of_participant(dds_entity_t wr, const unsigned char prefix[12]) {
+  dds_instance_handle_t hs[256];
+  dds_return_t n = dds_get_matched_subscriptions(wr, hs, 256);
+  if (n > 256) n = 256;
+  for (dds_return_t i = 0; i < n; i++) {
+    dds_builtintopic_endpoint_t *r = dds_get_matched_subscription_data(wr, hs[i]);
+    if (r == NULL) continue;
+    int same = memcmp(r->key.v, prefix, 12) == 0;
+    dds_builtintopic_free_endpoint(r);
+    if (same) return 1;
+  }
+  return 0;
+}

@@ -46,4 +46,12 @@ void lbm_release(struct ddsi_serdata *d);
 // -1 the client's request writer is gone.
 int lbm_client_reader_matched(dds_entity_t rd, dds_entity_t wr, dds_instance_handle_t pub);
 
+// lbm_publication_guid writes the GUID of the writer that reader rd knows
+// as pub into out: 1 done, 0 that writer is gone.
+int lbm_publication_guid(dds_entity_t rd, dds_instance_handle_t pub, unsigned char out[16]);
+
+// lbm_reader_of_participant reports whether writer wr has matched a reader
+// whose GUID starts with prefix (12 bytes, a participant's): 1 yes, 0 no.
+int lbm_reader_of_participant(dds_entity_t wr, const unsigned char prefix[12]);
+
 #endif
