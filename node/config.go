@@ -14,6 +14,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"github.com/lingbotmap/lingbotmap/engine/occgrid"
 	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/engine/scale"
 )
@@ -77,6 +78,35 @@ type Config struct {
 	// Output is what `lingbotmap run` writes besides the trajectory and the
 	// map; the node ignores it.
 	Output output.Settings `mapstructure:",squash"`
+	// PublishGrid sends the nav_msgs/OccupancyGrid on /map (what nav2
+	// reads), projected from the z-up map at the map rate.
+	PublishGrid bool `mapstructure:"publish_grid"`
+	// GridResolution is a grid cell's edge (map units: metres once the
+	// metric scale is known).
+	GridResolution float64 `mapstructure:"grid_resolution"`
+	// GridMinZ and GridMaxZ bound the obstacle band: map points at these
+	// heights (z up, from the first frame's base) are obstacles.
+	GridMinZ float64 `mapstructure:"grid_min_z"`
+	GridMaxZ float64 `mapstructure:"grid_max_z"`
+	// GridFloorZ is the lowest floor height: points from it up to the band
+	// mark their cells free.
+	GridFloorZ float64 `mapstructure:"grid_floor_z"`
+	// GridMinHits is the map points a cell needs to be an obstacle.
+	GridMinHits int `mapstructure:"grid_min_hits"`
+	// GridRayRange is how far cells are marked free from the cameras
+	// towards the obstacles they saw (0: not at all).
+	GridRayRange float64 `mapstructure:"grid_ray_range"`
+	// GridExtent fixes the grid: "x y width height" (the lower-left corner
+	// and the size, map units); empty fits it around the map.
+	GridExtent string `mapstructure:"grid_extent"`
+	// OdometryIn is the frame of ~odom's pose: "map" or "odom" (odom_frame,
+	// through the last map → odom).
+	OdometryIn string `mapstructure:"odometry_in"`
+	// OdomPoseVariance and OdomTwistVariance are the diagonal of ~odom's
+	// pose and twist covariances (nav2 and robot_localization want them
+	// non-zero).
+	OdomPoseVariance  float64 `mapstructure:"odom_pose_variance"`
+	OdomTwistVariance float64 `mapstructure:"odom_twist_variance"`
 	// MapRate is the most map messages per second.
 	MapRate float64 `mapstructure:"map_rate" param:"positive,dynamic"`
 	// MaxPathLength caps the poses kept in ~path and saved by ~save_map
@@ -125,6 +155,7 @@ func DefaultConfig() Config {
 	e.Windowed = true
 	e.WindowMode = engine.WindowLive
 	e.OverlapSize = 32
+	grid := occgrid.DefaultConfig()
 	return Config{
 		Engine:              e,
 		ImageTransport:      "raw",
@@ -139,6 +170,16 @@ func DefaultConfig() Config {
 		CloudStride:         1,
 		MapVoxel:            0.05,
 		Output:              output.DefaultSettings(),
+		PublishGrid:         true,
+		GridResolution:      grid.Resolution,
+		GridMinZ:            grid.MinZ,
+		GridMaxZ:            grid.MaxZ,
+		GridFloorZ:          grid.FloorZ,
+		GridMinHits:         grid.MinHits,
+		GridRayRange:        grid.RayRange,
+		OdometryIn:          "map",
+		OdomPoseVariance:    0.01,
+		OdomTwistVariance:   0.01,
 		MapRate:             1,
 		MaxPathLength:       18000,
 		DiagnosticsRate:     1,
@@ -213,6 +254,24 @@ func (c Config) Validate() error {
 	if !(c.MapVoxel >= mapio.MinVoxelSize) || math.IsInf(c.MapVoxel, 0) {
 		bad("map_voxel", "must be a finite number ≥ %g metres, not %g (voxel indices are 32-bit: a smaller voxel leaves most points out of the map)", mapio.MinVoxelSize, c.MapVoxel)
 	}
+	if _, err := c.GridConfig(); err != nil {
+		bad("grid_*", "%v", err)
+	}
+	switch c.OdometryIn {
+	case "map":
+	case "odom":
+		if c.OdomFrame == "" {
+			bad("odometry_in", "odom needs odom_frame")
+		}
+	default:
+		bad("odometry_in", "must be map or odom, not %q", c.OdometryIn)
+	}
+	if !(c.OdomPoseVariance > 0) || math.IsInf(c.OdomPoseVariance, 0) {
+		bad("odom_pose_variance", "must be a finite number > 0, not %g", c.OdomPoseVariance)
+	}
+	if !(c.OdomTwistVariance > 0) || math.IsInf(c.OdomTwistVariance, 0) {
+		bad("odom_twist_variance", "must be a finite number > 0, not %g", c.OdomTwistVariance)
+	}
 	if !(c.MapRate > 0) || math.IsInf(c.MapRate, 0) {
 		bad("map_rate", "must be > 0 per second, not %g", c.MapRate)
 	}
@@ -239,6 +298,24 @@ func (c Config) Validate() error {
 		bad("ros2_gid_size", "must be 0 (follow ROS_DISTRO), 16 (Iron and later) or 24 (Humble), not %d", c.ROS2GidSize)
 	}
 	return errors.Join(errs...)
+}
+
+// GridConfig is the occupancy grid's configuration from the grid_*
+// settings.
+func (c Config) GridConfig() (occgrid.Config, error) {
+	g := occgrid.DefaultConfig()
+	g.Resolution, g.MinZ, g.MaxZ, g.FloorZ = c.GridResolution, c.GridMinZ, c.GridMaxZ, c.GridFloorZ
+	g.MinHits, g.RayRange = c.GridMinHits, c.GridRayRange
+	if c.GridExtent != "" {
+		var x, y, w, h float64
+		if n, err := fmt.Sscanf(c.GridExtent, "%g %g %g %g", &x, &y, &w, &h); err != nil || n != 4 ||
+			math.IsNaN(x+y+w+h) || math.IsInf(x+y+w+h, 0) || !(w > 0) || !(h > 0) {
+			return g, fmt.Errorf("grid_extent must be \"x y width height\" (finite, width and height > 0), not %q", c.GridExtent)
+		}
+		g.Origin = &[2]float64{x, y}
+		g.Width, g.Height = int(math.Ceil(w/g.Resolution)), int(math.Ceil(h/g.Resolution))
+	}
+	return g, g.Check()
 }
 
 func validFrameID(s string) bool {

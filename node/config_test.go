@@ -231,6 +231,8 @@ func otherValue(t *testing.T, key string, v reflect.Value) (string, any) {
 		"window_mode":       {"reference", "reference"},
 		"cloud_reliability": {"best_effort", "best_effort"},
 		"ros2_gid_size":     {"24", 24},
+		"grid_extent":       {"-5 -5 10 10", "-5 -5 10 10"},
+		"odometry_in":       {"map", "map"},
 	}
 	if s, ok := special[key]; ok {
 		return s.text, s.val

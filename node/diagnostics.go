@@ -21,6 +21,8 @@ type counters struct {
 	received, processed, pausedFrames, droppedOnClose, engineErrors, publishErrors, rejectedResults atomic.Int64
 	cacheFull                                                                                       atomic.Bool  // set when the engine reported ErrCacheFull; cleared by ~reset
 	paramRefused                                                                                    atomic.Int64 // parameter changes refused (params.go)
+	// the occupancy grid: maps it could not be made of, occupied cells of the last one
+	gridErrors, gridOccupied atomic.Int64
 
 	mu         sync.Mutex
 	skipped    map[string]int64  // by kind (msgs.DecodeError kinds, size_change, camera_info)
@@ -138,6 +140,8 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 		kv("ros2_graph_unreadable", ts.GraphUnreadable),
 		kv("service_requests_rejected", ts.BadRequests),
 		kv("publish_errors", c.publishErrors.Load()),
+		kv("grid_errors", c.gridErrors.Load()),
+		kv("grid_occupied_cells", c.gridOccupied.Load()),
 	}
 	c.mu.Lock()
 	if c.modelN > 0 {

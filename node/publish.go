@@ -13,12 +13,13 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/tf2_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/msgs"
 )
 
 // outputs are the node's publishers.
 type outputs struct {
-	pose, path, odom, cloud, mapPub, depth, tf, tfStatic, diag Publisher
+	pose, path, odom, cloud, mapPub, depth, depthInfo, grid, tf, tfStatic, diag Publisher
 }
 
 // advertise opens every publisher.
@@ -35,6 +36,9 @@ func (n *Node) advertise() error {
 		{&n.out.cloud, "~cloud", &sensor_msgs.PointCloud2{}, RoleOutput},
 		{&n.out.mapPub, "~map", &sensor_msgs.PointCloud2{}, RoleLatched},
 		{&n.out.depth, "~depth", &sensor_msgs.Image{}, RoleOutput},
+		{&n.out.depthInfo, "~depth/camera_info", &sensor_msgs.CameraInfo{}, RoleOutput},
+		// nav2's map_server topic, where planners look for the map
+		{&n.out.grid, "/map", &nav_msgs.OccupancyGrid{}, RoleLatched},
 		{&n.out.tf, "/tf", &tf2_msgs.TFMessage{}, RoleTF},
 		{&n.out.tfStatic, "/tf_static", &tf2_msgs.TFMessage{}, RoleTFStatic},
 		{&n.out.diag, "/diagnostics", &diagnostic_msgs.DiagnosticArray{}, RoleOutput},
@@ -121,9 +125,18 @@ func (n *Node) publishMap(force bool) {
 	n.mapDirty = false
 	n.lastMap = time.Now()
 	pts, stamp := n.m.Points(), n.lastStamp
+	var path []mapio.PathPose
+	if n.cfg.PublishGrid {
+		path = n.m.Path()
+	}
 	n.mu.Unlock()
-	cloud := cloudOf(n.frame.Points(pts, pts))
-	n.write(n.out.mapPub, msgs.PointCloud2(std_msgs.Header{Stamp: stamp, FrameId: n.cfg.MapFrame}, cloud))
+	pts = n.frame.Points(pts, pts)
+	n.write(n.out.mapPub, msgs.PointCloud2(std_msgs.Header{Stamp: stamp, FrameId: n.cfg.MapFrame}, cloudOf(pts)))
+	if n.cfg.PublishGrid {
+		if g := n.occupancyGrid(pts, path, stamp); g != nil {
+			n.write(n.out.grid, g)
+		}
+	}
 }
 
 // mapLoop publishes ~map and ~path off the frame path, each at most MapRate

@@ -32,6 +32,11 @@ type publisher struct {
 	staticSent bool
 	// saved is what the last Checkpoint wrote, for ~save_session's answer
 	saved string
+	// the previous odometry pose and its stamp, for the twist, and the
+	// last map → odom (the early goroutine's)
+	prevOdom      *geom.Mat4
+	prevOdomStamp time.Time
+	mapOdom       *geom.Mat4
 }
 
 var (
@@ -90,18 +95,19 @@ func (p *publisher) Early(o pipeline.Output[std_msgs.Header]) any {
 	}
 	n.write(n.out.pose, &geometry_msgs.PoseStamped{Header: mapHdr, Pose: msgs.Pose(t, q)})
 	written := time.Now()
-	n.write(n.out.odom, &nav_msgs.Odometry{
-		Header:       mapHdr,
-		ChildFrameId: child,
-		Pose:         geometry_msgs.PoseWithCovariance{Pose: msgs.Pose(ct, cq)},
-	})
-	if n.now().PublishTF {
+	if n.now().PublishTF || n.cfg.OdometryIn == "odom" {
 		if n.cfg.OdomFrame != "" {
-			n.publishMapOdom(child, r.Stamp, mapChild)
-		} else {
+			if m, ok := n.mapToOdom(child, r.Stamp, mapChild); ok {
+				p.mapOdom = &m
+				if n.now().PublishTF {
+					n.publishTF(n.out.tf, n.cfg.MapFrame, n.cfg.OdomFrame, r.Stamp, m)
+				}
+			}
+		} else if n.now().PublishTF {
 			n.publishTF(n.out.tf, n.cfg.MapFrame, child, r.Stamp, mapChild)
 		}
 	}
+	p.publishOdometry(mapHdr, child, mapChild, ct, cq)
 	if fromConfig && n.cfg.PublishCameraTF && !p.staticSent {
 		// base_to_camera goes out once (latched), unless the camera has a
 		// parent from elsewhere by now
@@ -110,10 +116,10 @@ func (p *publisher) Early(o pipeline.Output[std_msgs.Header]) any {
 	return written
 }
 
-// publishMapOdom publishes map → odom = map_T_base · (odom_T_base at the
-// image's stamp)⁻¹ (REP 105). Odometry older than the image by more than
+// mapToOdom is map → odom = map_T_base · (odom_T_base at the image's
+// stamp)⁻¹ (REP 105). Odometry older than the image by more than
 // tf_tolerance, or none, gives a diagnostic and no transform for the frame.
-func (n *Node) publishMapOdom(base string, stamp time.Time, mapBase geom.Mat4) {
+func (n *Node) mapToOdom(base string, stamp time.Time, mapBase geom.Mat4) (geom.Mat4, bool) {
 	odomBase, err := n.tfl.buf.Lookup(n.cfg.OdomFrame, base, stamp, n.tfTolerance())
 	if err != nil {
 		kind := "odom_missing"
@@ -121,9 +127,37 @@ func (n *Node) publishMapOdom(base string, stamp time.Time, mapBase geom.Mat4) {
 			kind = "odom_stale"
 		}
 		n.tfIssue(kind, fmt.Errorf("no map → %s for the image at %s: %w", n.cfg.OdomFrame, stamp.UTC().Format(time.RFC3339Nano), err))
-		return
+		return geom.Mat4{}, false
 	}
-	n.publishTF(n.out.tf, n.cfg.MapFrame, n.cfg.OdomFrame, stamp, geom.Mul4(mapBase, geom.InvertRigid(odomBase)))
+	return geom.Mul4(mapBase, geom.InvertRigid(odomBase)), true
+}
+
+// publishOdometry sends ~odom: the pose of child in the map (or, with
+// odometry_in odom, in odom_frame through the last map → odom; in the map,
+// labelled so, until there is one), the twist in child from the previous
+// pose, and the configured covariances.
+func (p *publisher) publishOdometry(mapHdr std_msgs.Header, child string, mapChild geom.Mat4, t [3]float64, q geom.Quat) {
+	n := p.n
+	hdr := mapHdr
+	if n.cfg.OdometryIn == "odom" && p.mapOdom != nil {
+		if pt, pq, err := geom.Decompose(geom.Mul4(geom.InvertRigid(*p.mapOdom), mapChild)); err == nil {
+			hdr.FrameId, t, q = n.cfg.OdomFrame, pt, pq
+		}
+	}
+	odom := &nav_msgs.Odometry{
+		Header:       hdr,
+		ChildFrameId: child,
+		Pose:         geometry_msgs.PoseWithCovariance{Pose: msgs.Pose(t, q), Covariance: covariance(n.cfg.OdomPoseVariance)},
+		Twist:        geometry_msgs.TwistWithCovariance{Covariance: covariance(n.cfg.OdomTwistVariance)},
+	}
+	// a body velocity of child: the same whichever frame the pose is in
+	if p.prevOdom != nil {
+		if tw, ok := twistBetween(*p.prevOdom, mapChild, mapHdr.Stamp.Sub(p.prevOdomStamp).Seconds()); ok {
+			odom.Twist.Twist = tw
+		}
+	}
+	p.prevOdom, p.prevOdomStamp = &mapChild, mapHdr.Stamp
+	n.write(n.out.odom, odom)
 }
 
 // built is what post made of one result for deliver.
@@ -131,6 +165,7 @@ type built struct {
 	depth     *sensor_msgs.Image
 	cloud     *sensor_msgs.PointCloud2 // nil for non-keyframes
 	hdr       std_msgs.Header          // the cloud's, for one built late
+	depthInfo *sensor_msgs.CameraInfo  // the depth image's size and K
 	pts       []geom.Point             // the cloud's points, for the map
 	pointsErr error                    // depth that cannot be unprojected
 }
@@ -161,7 +196,9 @@ func (p *publisher) Post(r *engine.Result, h std_msgs.Header) (any, error) {
 			}
 		}
 	}
-	b.depth = msgs.DepthImage(std_msgs.Header{Seq: seq, Stamp: r.Stamp, FrameId: n.camFrame(h)}, r.Width, r.Height, r.Depth)
+	dh := std_msgs.Header{Seq: seq, Stamp: r.Stamp, FrameId: n.camFrame(h)}
+	b.depth = msgs.DepthImage(dh, r.Width, r.Height, r.Depth)
+	b.depthInfo = depthInfo(dh, int(b.depth.Width), int(b.depth.Height), r.Intrinsics)
 	return b, nil
 }
 
@@ -242,6 +279,7 @@ func (n *Node) publishResult(r *engine.Result, b *built) {
 		n.write(n.out.cloud, b.cloud)
 	}
 	n.write(n.out.depth, b.depth)
+	n.write(n.out.depthInfo, b.depthInfo)
 }
 
 // Checkpoint saves the session (~save_session, session_save_every) with

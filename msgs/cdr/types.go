@@ -115,6 +115,11 @@ func newCatalog() *catalog {
 		nest("header", header), seqOf(nest("poses", poseStamped))}})
 	add(nav_msgs.Odometry{}, &typeDesc{name: "nav_msgs/msg/Odometry", fields: []field{
 		nest("header", header), prim("child_frame_id", tString), nest("pose", poseCov), nest("twist", twistCov)}})
+	mapMeta := add(nav_msgs.MapMetaData{}, &typeDesc{name: "nav_msgs/msg/MapMetaData", fields: []field{
+		nest("map_load_time", tm), prim("resolution", tFloat32), prim("width", tUint32), prim("height", tUint32),
+		nest("origin", pose)}})
+	add(nav_msgs.OccupancyGrid{}, &typeDesc{name: "nav_msgs/msg/OccupancyGrid", fields: []field{
+		nest("header", header), nest("info", mapMeta), seqOf(prim("data", tInt8))}})
 	add(tf2_msgs.TFMessage{}, &typeDesc{name: "tf2_msgs/msg/TFMessage", fields: []field{
 		seqOf(nest("transforms", tfStamped))}})
 
