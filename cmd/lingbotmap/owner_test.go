@@ -302,3 +302,13 @@ func TestRunRandomModelWarns(t *testing.T) {
 		t.Errorf("run.json of a run with weights says weights %q, meaningful %v", rec.Weights, rec.Meaningful)
 	}
 }
+
+// TestRunResumeHintNamesSession: --resume of a folder without a session
+// names the flag that saves one (--session; --checkpoint-every alone saves
+// none), with exit 2.
+func TestRunResumeHintNamesSession(t *testing.T) {
+	code, msg := runCLI(t, "run", "--resume", t.TempDir())
+	if code != exitUsage || !strings.Contains(msg, "a run with --session saves one") {
+		t.Fatalf("exit %d, message %q", code, msg)
+	}
+}
