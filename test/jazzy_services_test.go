@@ -34,8 +34,11 @@ func triggerReplies(dir string) []struct{ name, reply string } {
 	}
 }
 
-// TestJazzyServices calls every service of the node with the real `ros2
-// service call` of Jazzy under each of its RMWs and checks each reply.
+// TestJazzyServices calls every std_srvs/srv/Trigger service of the node
+// with the real `ros2 service call` of Jazzy under each of its RMWs and
+// checks each reply, then a parameter service and `ros2 param
+// list/describe/set/get` (list_parameters, describe_parameters,
+// set_parameters, get_parameters) the same way.
 // rmw_cyclonedds clients are answered by the node's Cyclone DDS side,
 // rmw_fastrtps ones (Jazzy's default RMW) by its Fast DDS side: their
 // clients keep only replies whose related sample identity names their
@@ -58,6 +61,26 @@ func TestJazzyServices(t *testing.T) {
 				t.Errorf("%s: ros2 service call %s: want %q in:\n%s", rmw, name, want, out)
 			} else {
 				t.Logf("%s: ros2 service call %s: replied", rmw, name)
+			}
+		}
+		// The rcl_interfaces parameter services go the same way.
+		out := j.ros2(60*time.Second, "service", "call", "/srvnode/get_parameters", "rcl_interfaces/srv/GetParameters", "{names: [save_dir]}")
+		if want := "string_value='" + dir + "'"; !strings.Contains(out, want) {
+			t.Errorf("%s: ros2 service call /srvnode/get_parameters: want %q in:\n%s", rmw, want, out)
+		}
+		for _, c := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"param", "list", "/srvnode"}, "  save_dir\n"},
+			{[]string{"param", "describe", "/srvnode", "save_dir"}, "Type: string"},
+			{[]string{"param", "set", "/srvnode", "save_dir", dir}, "Set parameter successful"},
+			{[]string{"param", "get", "/srvnode", "save_dir"}, "String value is: " + dir},
+		} {
+			if out := j.ros2(60*time.Second, c.args...); !strings.Contains(out, c.want) {
+				t.Errorf("%s: ros2 %s: want %q in:\n%s", rmw, strings.Join(c.args, " "), c.want, out)
+			} else {
+				t.Logf("%s: ros2 %s: answered", rmw, strings.Join(c.args, " "))
 			}
 		}
 	}
