@@ -141,6 +141,22 @@ func TestJazzyParams(t *testing.T) {
 	j.ros2Until(60*time.Second, "Double value is: 4.5", "param", "get", "/lingbotmap", "map_rate", "--no-daemon")
 	mustContain(t, "ros2 param get save_dir (reloaded)", param("get", "/lingbotmap", "save_dir"), "String value is: "+second)
 	mustContain(t, "ros2 param get image_width (reloaded)", param("get", "/lingbotmap", "image_width"), "Integer value is: 154")
+
+	// Jazzy's default RMW: the same services answer rmw_fastrtps_cpp clients
+	f := jazzyEnv(t, rmwFastDDS)
+	fparam := func(args ...string) string {
+		t.Helper()
+		return f.ros2(60*time.Second, append(append([]string{"param"}, args...), "--no-daemon")...)
+	}
+	mustContain(t, "ros2 param list (Fast DDS)",
+		f.ros2Until(60*time.Second, "  map_rate\n", "param", "list", "/lingbotmap", "--no-daemon"), "  use_sim_time\n", "  cuda.pdl\n")
+	mustContain(t, "ros2 param get (Fast DDS)", fparam("get", "/lingbotmap", "map_rate"), "Double value is: 4.5")
+	mustContain(t, "ros2 param set (Fast DDS)", fparam("set", "/lingbotmap", "map_rate", "5.5"), "Set parameter successful")
+	mustContain(t, "ros2 param set queue_size (Fast DDS)", fparam("set", "/lingbotmap", "queue_size", "8"),
+		"Setting parameter failed: parameter 'queue_size' is read-only while the node runs")
+	mustContain(t, "ros2 param describe (Fast DDS)", fparam("describe", "/lingbotmap", "queue_size"),
+		"Type: integer", "Read only: true", "Min value: 1")
+	mustContain(t, "ros2 param dump (Fast DDS)", fparam("dump", "/lingbotmap"), "map_rate: 5.5", "save_dir: "+second)
 }
 
 func TestJazzyRosout(t *testing.T) {
@@ -172,6 +188,8 @@ func TestJazzyRosout(t *testing.T) {
 	t.Run("default", func(t *testing.T) {
 		startROS2Node(t, ros2NodeArgs(t, "lbm_info", 154)...)
 		j.ros2Until(60*time.Second, "level: 20", "topic", "echo", "--once", "/rosout", "rcl_interfaces/msg/Log")
+		// and under Jazzy's default RMW
+		jazzyEnv(t, rmwFastDDS).ros2Until(60*time.Second, "name: lbm_info", "topic", "echo", "--once", "/rosout", "rcl_interfaces/msg/Log")
 	})
 
 	// --disable-rosout-logs: the node publishes nothing on /rosout

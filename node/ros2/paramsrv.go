@@ -371,18 +371,17 @@ func typeName(t uint8) string {
 	return fmt.Sprintf("unknown (%d)", t)
 }
 
-// serveService offers service type srvType at name (resolved) with the
-// QoS q: each request is decoded into newReq's value and handle's reply is
-// sent back, to clients of either RMW (serve, service.go), as ServeTrigger
-// does for std_srvs/srv/Trigger.
+// serveService offers service type srvType at name (resolved) through the
+// transport's service plumbing (service.go, both RMWs' clients): each
+// request is decoded into newReq's value and handle's reply is sent back.
 func (t *Transport) serveService(name, srvType string, q dds.QoS, newReq func() any, handle func(req any) any) (io.Closer, error) {
 	srv, err := cdr.ServiceByName(srvType)
 	if err != nil {
 		return nil, fmt.Errorf("ros2: service %s: %w", name, err)
 	}
-	return t.serve(name, srv, q, func(_ context.Context, body []byte) ([]byte, error) {
+	return t.serve(name, srv, q, func(_ context.Context, b []byte) ([]byte, error) {
 		req := newReq()
-		if err := unmarshal(body, req); err != nil {
+		if err := unmarshal(b, req); err != nil {
 			return nil, err
 		}
 		return marshal(handle(req))
