@@ -211,6 +211,8 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 	outside := n.m.Stats().Outside
 	n.mu.Unlock()
 	vals = append(vals, kv("map_points_outside", outside))
+	// the metric scale: whether poses, clouds and the map are in metres
+	vals = append(vals, n.scale.diagnostics(kv)...)
 
 	problems := skippedTotal + dropped + tfTotal
 	level, message := diagnostic_msgs.DiagnosticStatus_OK, "mapping"

@@ -30,6 +30,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/mapframe"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/pipeline"
+	"github.com/lingbotmap/lingbotmap/node/tf"
 )
 
 // StreamFactory builds the engine once the configuration is final
@@ -83,7 +84,10 @@ type Node struct {
 	frame *mapframe.Frame
 	// tfl holds the robot's TF tree (tfio.go); lastBaseCam is the last
 	// base → camera it gave (the early goroutine's)
-	tfl         *tfListener
+	tfl *tfListener
+	// scale is the metric scale's component (scale.go); nil without a
+	// source
+	scale       *nodeScale
 	lastBaseCam *geom.Mat4
 	paused      atomic.Bool
 	nextSeq     atomic.Uint64
@@ -149,6 +153,14 @@ func New(opts Options) (*Node, error) {
 	}
 	nd.resume, nd.resumeStream = opts.Resume, opts.ResumeStream
 	nd.abort = opts.Abort
+	sc, err := newNodeScale(nd.cfg.Scale, nd.frame)
+	if err != nil {
+		return nil, err
+	}
+	if sc != nil {
+		sc.odomTF, sc.lookup = tf.Name(nd.cfg.OdomFrame), nd.tfl.buf.Lookup
+	}
+	nd.scale = sc
 	nd.stats.init()
 	if err := nd.live.init(nd.cfg); err != nil {
 		return nil, err
@@ -251,6 +263,16 @@ func (n *Node) Run(ctx context.Context) error {
 		n.pipe.Close(pipeCtx)
 		return err
 	}
+	if n.scale != nil {
+		// the robot's odometry or depth topic, before the images
+		scaleSubs, err := n.scale.subscribe(n.tr)
+		if err != nil {
+			closeAll(tfSubs)
+			n.pipe.Close(pipeCtx)
+			return err
+		}
+		tfSubs = append(tfSubs, scaleSubs...)
+	}
 	n.waitBaseCamera(runCtx)
 	inputs, err := n.subscribe(runCtx)
 	if err != nil {
@@ -329,6 +351,9 @@ func (n *Node) setup(ctx context.Context) error {
 			return fmt.Errorf("node: parameter 'base_to_camera': %w", err)
 		}
 		n.baseToCam = &m
+		if n.scale != nil {
+			n.scale.baseToCam = &m
+		}
 	}
 	var err error
 	n.m, err = mapio.NewMap(mapio.MapConfig{

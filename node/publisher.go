@@ -218,6 +218,14 @@ func (p *publisher) Add(o pipeline.Output[std_msgs.Header]) {
 		rep.Kind, rep.Window = o.Result.Kind, o.Result.Window
 		rep.PoseWritten, _ = o.Early.(time.Time)
 		n.publishResult(o.Result, o.Value.(*built))
+		if n.scale != nil {
+			// in frame order, after the frame's outputs: the scale it
+			// gives applies from the next frame on
+			n.mu.Lock()
+			size := n.size
+			n.mu.Unlock()
+			n.scale.add(o.Result, n.camFrame(o.Meta), size)
+		}
 		n.countStep()
 	}
 	if n.observe != nil {

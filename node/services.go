@@ -61,6 +61,9 @@ func (n *Node) reset(ctx context.Context) error {
 		n.m.Reset()
 		// the next frame is a new first camera, in the model's units anew
 		n.frame.Reset()
+		if n.scale != nil {
+			n.scale.tr.Reset()
+		}
 		n.lastStamp = time.Time{}
 		n.mapDirty, n.pathDirty = true, true
 		n.size = [2]int{}
