@@ -143,6 +143,11 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 		kv("grid_errors", c.gridErrors.Load()),
 		kv("grid_occupied_cells", c.gridOccupied.Load()),
 	}
+	// what DDS discovery has matched, per topic: a publisher can start once
+	// its topic's count includes it, and an output reaches a subscriber
+	// once counted
+	vals = append(vals, matchedValues("publishers_matched:", ts.MatchedPublishers)...)
+	vals = append(vals, matchedValues("subscribers_matched:", ts.MatchedSubscribers)...)
 	c.mu.Lock()
 	if c.modelN > 0 {
 		vals = append(vals,
@@ -236,4 +241,18 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 			Values:     vals,
 		}},
 	}, problems
+}
+
+// matchedValues are prefix+topic: count, sorted by topic.
+func matchedValues(prefix string, counts map[string]int) []diagnostic_msgs.KeyValue {
+	topics := make([]string, 0, len(counts))
+	for name := range counts {
+		topics = append(topics, name)
+	}
+	sort.Strings(topics)
+	out := make([]diagnostic_msgs.KeyValue, 0, len(topics))
+	for _, name := range topics {
+		out = append(out, diagnostic_msgs.KeyValue{Key: prefix + name, Value: strconv.Itoa(counts[name])})
+	}
+	return out
 }

@@ -99,4 +99,9 @@ type TransportStats struct {
 	// BadRequests counts service requests rejected unanswered: malformed,
 	// or from a client the transport cannot answer (an unknown ROS 2 RMW).
 	BadRequests int64
+	// MatchedPublishers and MatchedSubscribers count, per topic, the remote
+	// writers matched with the node's readers and the remote readers
+	// matched with its writers (ROS 2; nil where the transport has no such
+	// count).
+	MatchedPublishers, MatchedSubscribers map[string]int
 }

@@ -37,10 +37,16 @@ var (
 	buildDir  string
 )
 
+// atExit runs after the package's tests (the ros2 build's binary folder).
+var atExit []func()
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
+	}
+	for _, f := range atExit {
+		f()
 	}
 	os.Exit(code)
 }

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -113,20 +114,32 @@ func ros2Peers(t *testing.T) string {
 }
 
 // ros2Binary builds ./cmd/lingbotmap with -tags ros2 once per test process,
-// into the user's cache directory beside the peers (outside the checkout;
-// each run replaces it).
+// into a directory of this process's own under the user's cache directory
+// (outside the checkout; removed by TestMain): test processes of other
+// packages or checkouts that build at the same time never write or run each
+// other's binary.
 func ros2Binary(t *testing.T) string {
 	t.Helper()
 	if b := os.Getenv(envBin); b != "" {
 		return b
 	}
 	ros2BuildOnce.Do(func() {
-		dir, err := os.UserCacheDir()
+		cache, err := os.UserCacheDir()
 		if err != nil {
 			ros2BuildErr = err
 			return
 		}
-		ros2Bin = filepath.Join(dir, "lingbotmap", "ros2bin", "lingbotmap")
+		parent := filepath.Join(cache, "lingbotmap", "ros2bin")
+		if ros2BuildErr = os.MkdirAll(parent, 0o755); ros2BuildErr != nil {
+			return
+		}
+		dir, err := os.MkdirTemp(parent, "build-")
+		if err != nil {
+			ros2BuildErr = err
+			return
+		}
+		atExit = append(atExit, func() { os.RemoveAll(dir) })
+		ros2Bin = filepath.Join(dir, "lingbotmap")
 		out, err := exec.Command("go", "build", "-tags", "ros2", "-o", ros2Bin, "../cmd/lingbotmap").CombinedOutput()
 		if err != nil {
 			ros2BuildErr = fmt.Errorf("%v\n%s", err, out)
@@ -222,6 +235,7 @@ type peerNodeEntity struct {
 type peer struct {
 	name   string
 	cmd    *exec.Cmd
+	stdin  io.WriteCloser // set by startPeerStdin
 	mu     sync.Mutex
 	events []peerEvent
 	log    bytes.Buffer // everything it printed, for failure messages
@@ -230,6 +244,18 @@ type peer struct {
 
 // startPeer runs a program of the peers' directory (a .js file through node).
 func startPeer(t *testing.T, prog string, args ...string) *peer {
+	t.Helper()
+	return startPeerWith(t, false, prog, args...)
+}
+
+// startPeerStdin is startPeer with a pipe to the peer's stdin (p.stdin), for
+// the publishers' --stdin.
+func startPeerStdin(t *testing.T, prog string, args ...string) *peer {
+	t.Helper()
+	return startPeerWith(t, true, prog, args...)
+}
+
+func startPeerWith(t *testing.T, withStdin bool, prog string, args ...string) *peer {
 	t.Helper()
 	dir := ros2Peers(t)
 	var cmd *exec.Cmd
@@ -246,6 +272,11 @@ func startPeer(t *testing.T, prog string, args ...string) *peer {
 	}
 	p := &peer{name: prog + " " + strings.Join(args, " "), cmd: cmd, done: make(chan error, 1)}
 	cmd.Stderr = lockedWriter{p}
+	if withStdin {
+		if p.stdin, err = cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", p.name, err)
 	}
@@ -365,6 +396,9 @@ func (p *peer) stop() {
 		p.done <- err
 		return
 	default:
+	}
+	if p.stdin != nil {
+		p.stdin.Close()
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGINT)
 	select {

@@ -27,7 +27,7 @@ go test -count=1 -timeout 25m ./...
 
 # ROS 2: the transport links Cyclone DDS (build tag ros2). Its tests, bag play
 # over DDS and the node's end-to-end tests against the independent peers of
-# test/ros2peers (built once into ~/.cache/lingbotmap/ros2peers) each re-run
+# test/ros2peers (built once into ~/.cache/lingbotmap/ros2peers/<hash>) each re-run
 # their test binary inside ../shared/tools/netns-run.sh, a private network
 # namespace with only loopback: no DDS packet leaves the machine.
 bash test/ros2peers/build.sh >/dev/null

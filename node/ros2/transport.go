@@ -54,8 +54,12 @@ type Transport struct {
 	graph   *graphWatch // reads the peers' ros_discovery_info
 	readers map[dds.GUID]struct{}
 	writers map[dds.GUID]struct{}
-	closed  bool
-	gid     int // the Gid size of the ros_discovery_info we write
+	// subs and pubs name the topic of each open reader and writer, for the
+	// matched counts in Stats.
+	subs   map[*dds.Reader]string
+	pubs   map[*dds.Writer]string
+	closed bool
+	gid    int // the Gid size of the ros_discovery_info we write
 
 	// logs is the node logger's /rosout side, when its handler is a
 	// LogHandler (rosout.go).
@@ -88,6 +92,7 @@ func New(a Args, log *slog.Logger) (*Transport, error) {
 	t := &Transport{
 		args: a, log: log.With("transport", "ros2"), ctx: ctx, cancel: cancel,
 		readers: map[dds.GUID]struct{}{}, writers: map[dds.GUID]struct{}{},
+		subs: map[*dds.Reader]string{}, pubs: map[*dds.Writer]string{},
 	}
 	if h, ok := log.Handler().(*LogHandler); ok {
 		t.logs = h.sh
@@ -169,16 +174,38 @@ func (t *Transport) Shutdown() <-chan struct{} { return nil }
 // Stats counts the peers whose ros_discovery_info the node cannot share
 // (the other Gid size, or undecodable) and the service requests rejected
 // (malformed, or from an RMW the node cannot answer); DDS has no master to
-// reconnect to.
+// reconnect to. It also counts, per topic, the remote endpoints DDS has
+// matched with the node's readers and writers, which tests and users can
+// wait on instead of guessing when discovery is done.
 func (t *Transport) Stats() node.TransportStats {
 	t.mu.Lock()
 	g := t.graph
+	subs := make(map[*dds.Reader]string, len(t.subs))
+	for r, name := range t.subs {
+		subs[r] = name
+	}
+	pubs := make(map[*dds.Writer]string, len(t.pubs))
+	for w, name := range t.pubs {
+		pubs[w] = name
+	}
 	t.mu.Unlock()
 	var st node.TransportStats
 	if g != nil {
 		st = g.stats()
 	}
 	st.BadRequests = t.badRequests.Load()
+	st.MatchedPublishers = map[string]int{}
+	for r, name := range subs {
+		if n, err := r.Matched(); err == nil {
+			st.MatchedPublishers[name] += n
+		}
+	}
+	st.MatchedSubscribers = map[string]int{}
+	for w, name := range pubs {
+		if n, err := w.Matched(); err == nil {
+			st.MatchedSubscribers[name] += n
+		}
+	}
 	return st
 }
 
@@ -277,6 +304,9 @@ func (t *Transport) Advertise(spec node.TopicSpec) (node.Publisher, error) {
 		return nil, fmt.Errorf("ros2: advertising %s: %w", spec.Name, err)
 	}
 	t.addEntity(t.writers, w.GUID())
+	t.mu.Lock()
+	t.pubs[w] = spec.Name
+	t.mu.Unlock()
 	return &publisher{t: t, w: w, name: spec.Name, typ: reflect.TypeOf(spec.Type)}, nil
 }
 
@@ -305,6 +335,9 @@ func (p *publisher) Write(msg any) error {
 func (p *publisher) Close() error {
 	var err error
 	p.once.Do(func() {
+		p.t.mu.Lock()
+		delete(p.t.pubs, p.w)
+		p.t.mu.Unlock()
 		err = p.w.Close()
 		p.t.removeEntity(p.t.writers, p.w.GUID())
 	})
@@ -334,7 +367,13 @@ func (t *Transport) Subscribe(spec node.TopicSpec, handle func(msg any, err erro
 		return nil, fmt.Errorf("ros2: subscribing to %s: %w", spec.Name, err)
 	}
 	t.addEntity(t.readers, r.GUID())
+	t.mu.Lock()
+	t.subs[r] = spec.Name
+	t.mu.Unlock()
 	return closerFunc(func() error {
+		t.mu.Lock()
+		delete(t.subs, r)
+		t.mu.Unlock()
 		err := r.Close()
 		t.removeEntity(t.readers, r.GUID())
 		return err

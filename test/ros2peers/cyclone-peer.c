@@ -6,16 +6,24 @@
 // Commands (all output is one JSON object per line on stdout):
 //
 //   pub-images [--compressed] [--reliable] [--topic T] [--period-ms MS]
-//              [--first K] [--frame-id F] [--stamp-offset S] [--readers R] DIR N
+//              [--first K] [--frame-id F] [--stamp-offset S] [--readers R]
+//              [--stdin] DIR N
 //       publishes the first N *.png files of DIR (sorted) as
 //       sensor_msgs/msg/Image rgb8 (decoded with libpng) on T (default
 //       /camera/image_raw), or with --compressed as CompressedImage, format
 //       "png", the file's bytes as they are (default T: /camera/image_raw/compressed).
 //       Frame i (counting from K) is stamped 1700000000 s + i * 0.1 s + S.
 //       Publishing starts once R readers (default 1) have matched.
-//   pub-bad [--topic T] KIND
+//       With --stdin it sends frame after frame as lines arrive on stdin,
+//       one line each, and ends at EOF without waiting for anything: the
+//       test says when a reader is ready for each best-effort sample (the
+//       writer's side of a match comes before the reader's, and a sample
+//       sent at a loaded reader can be dropped), not a fixed wait.
+//   pub-bad [--topic T] [--stdin] KIND
 //       publishes one bad Image: KIND is "encoding" (yuv422), "step" (step
 //       smaller than a row) or "short" (data shorter than step * height).
+//       With --stdin it sends once a line arrives on stdin, and again
+//       for each further line until EOF.
 //   listen [--secs S] [--dump DIR] KIND:TOPIC[:tl][:be] ...
 //       subscribes to every TOPIC with the type that KIND names (pose, path,
 //       odom, cloud, image, tf, diag, pei) and prints each message; a
@@ -132,6 +140,14 @@ static int wait_acked(dds_entity_t wr) {
 
 // ---- publishing frames ----
 
+// await_go reads one line of stdin: the test's go for the next sample. It
+// returns 0 at EOF.
+static int await_go(void) {
+  char line[64];
+  if (!fgets(line, sizeof line, stdin)) return 0;
+  return 1;
+}
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 // list_pngs returns the sorted *.png paths of dir.
@@ -183,13 +199,14 @@ static void stamp_of(int i, double offset, builtin_interfaces_msg_dds__Time_ *t)
 }
 
 static int cmd_pub_images(dds_entity_t pp, int argc, char **argv) {
-  int compressed = 0, reliable = 0, period_ms = 100, first = 0, readers = 1;
+  int compressed = 0, reliable = 0, period_ms = 100, first = 0, readers = 1, go = 0;
   double stamp_offset = 0;
   const char *topic = NULL, *frame_id = "camera_optical";
   int a = 0;
   for (; a < argc && !strncmp(argv[a], "--", 2); a++) {
     if (!strcmp(argv[a], "--compressed")) compressed = 1;
     else if (!strcmp(argv[a], "--reliable")) reliable = 1;
+    else if (!strcmp(argv[a], "--stdin")) go = 1;
     else if (!strcmp(argv[a], "--topic") && a + 1 < argc) topic = argv[++a];
     else if (!strcmp(argv[a], "--period-ms") && a + 1 < argc) period_ms = atoi(argv[++a]);
     else if (!strcmp(argv[a], "--first") && a + 1 < argc) first = atoi(argv[++a]);
@@ -214,9 +231,14 @@ static int cmd_pub_images(dds_entity_t pp, int argc, char **argv) {
   fflush(stdout);
   if (!matched) return 1;
   // The writer sees the match before the reader may: a best-effort sample
-  // sent at once can reach a reader that is not yet set up for it.
-  dds_sleepfor(DDS_MSECS(300));
+  // sent at once can reach a reader that is not yet set up for it. With
+  // --stdin the test, which sees the reader's side, says when.
+  if (!go) dds_sleepfor(DDS_MSECS(300));
   for (int i = first; i < first + n && !stop_requested; i++) {
+    if (go && !await_go()) {
+      printf("{\"event\":\"error\",\"what\":\"stdin ended after %d of %d frames\"}\n", i - first, n);
+      return 1;
+    }
     dds_return_t rc;
     size_t len = 0;
     uint64_t sum;
@@ -251,22 +273,28 @@ static int cmd_pub_images(dds_entity_t pp, int argc, char **argv) {
     printf(",\"bytes\":%zu,\"fnv1a\":\"%016" PRIx64 "\",\"rc\":%d}\n", len, sum, (int)rc);
     fflush(stdout);
     if (rc != 0) return 1;
-    dds_sleepfor(DDS_MSECS(period_ms));
+    if (!go) dds_sleepfor(DDS_MSECS(period_ms));
   }
   if (reliable) return wait_acked(wr) ? 0 : 1;
-  // Best effort: nothing to wait for but the last sample leaving.
+  // Best effort: nothing to wait for but the last sample leaving; with
+  // --stdin the test has seen it arrive before it closes stdin.
+  if (go) {
+    while (await_go()) {}
+    return 0;
+  }
   dds_sleepfor(DDS_MSECS(500));
   return 0;
 }
 
 static int cmd_pub_bad(dds_entity_t pp, int argc, char **argv) {
   const char *topic = "/camera/image_raw";
-  int a = 0;
+  int a = 0, go = 0;
   for (; a < argc && !strncmp(argv[a], "--", 2); a++) {
     if (!strcmp(argv[a], "--topic") && a + 1 < argc) topic = argv[++a];
+    else if (!strcmp(argv[a], "--stdin")) go = 1;
     else { fprintf(stderr, "pub-bad: unknown option %s\n", argv[a]); return 2; }
   }
-  if (argc - a != 1) { fprintf(stderr, "usage: pub-bad [--topic T] encoding|step|short\n"); return 2; }
+  if (argc - a != 1) { fprintf(stderr, "usage: pub-bad [--topic T] [--stdin] encoding|step|short\n"); return 2; }
   const char *kind = argv[a];
   char *dt = dds_topic("rt/", topic, "");
   dds_entity_t tp = dds_create_topic(pp, &sensor_msgs_msg_dds__Image__desc, dt, NULL, NULL);
@@ -274,8 +302,12 @@ static int cmd_pub_bad(dds_entity_t pp, int argc, char **argv) {
   dds_entity_t wr = dds_create_writer(pp, tp, make_qos(1, 0, 5), NULL);
   if (wr < 0) die("create_writer", wr);
   if (!wait_writer_matched(wr, 30, 1)) { printf("{\"event\":\"matched\",\"topic\":\"%s\",\"ok\":false}\n", topic); return 1; }
-  // As in pub-images: the reader may not be ready for a best-effort sample yet.
-  dds_sleepfor(DDS_MSECS(300));
+  printf("{\"event\":\"matched\",\"topic\":\"%s\",\"ok\":true}\n", topic);
+  fflush(stdout);
+  // As in pub-images: the reader may not be ready for a best-effort sample
+  // yet; with --stdin the test says when it is.
+  if (!go) dds_sleepfor(DDS_MSECS(300));
+  else if (!await_go()) return 1;
   sensor_msgs_msg_dds__Image_ m;
   memset(&m, 0, sizeof m);
   m.header_.frame_id_ = "camera_optical";
@@ -287,9 +319,14 @@ static int cmd_pub_bad(dds_entity_t pp, int argc, char **argv) {
   else if (!strcmp(kind, "short")) len = 24 * 3;
   else { fprintf(stderr, "pub-bad: unknown kind %s\n", kind); return 2; }
   m.data_._buffer = calloc(len, 1); m.data_._length = m.data_._maximum = len;
-  dds_return_t rc = dds_write(wr, &m);
-  printf("{\"event\":\"published\",\"kind\":\"%s\",\"rc\":%d}\n", kind, (int)rc);
-  fflush(stdout);
+  // With --stdin, each further line sends the sample again (a best-effort
+  // reader may have dropped it), until EOF.
+  dds_return_t rc;
+  do {
+    rc = dds_write(wr, &m);
+    printf("{\"event\":\"published\",\"kind\":\"%s\",\"rc\":%d}\n", kind, (int)rc);
+    fflush(stdout);
+  } while (rc == 0 && go && await_go());
   return rc == 0 && wait_acked(wr) ? 0 : 1;
 }
 

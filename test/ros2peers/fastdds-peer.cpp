@@ -10,6 +10,8 @@
 //       truncated   the payload ends inside the header's frame_id
 //       overlength  the data sequence claims more bytes than follow
 //       huge        the encoding string claims 4 GB
+//       With a last argument --stdin it sends once a line arrives on stdin,
+//       and again for each further line until EOF.
 //
 // It talks over loopback unicast only (metatraffic port 7460, initial peers
 // 7410 + 2i): the Cyclone side lists 127.0.0.1 as a peer (see README.md).
@@ -146,7 +148,7 @@ static int sub_pose(const std::string &topic, int want, int secs) {
   return got >= want ? 0 : 1;
 }
 
-static int pub_corrupt(const std::string &topic, const std::string &kind) {
+static int pub_corrupt(const std::string &topic, const std::string &kind, bool go) {
   Wr w;
   w.u32(1700000000); w.u32(0);  // stamp
   if (kind == "truncated") {
@@ -184,10 +186,22 @@ static int pub_corrupt(const std::string &topic, const std::string &kind) {
     printf("{\"event\":\"matched\",\"topic\":\"%s\",\"ok\":false}\n", topic.c_str());
     return 1;
   }
-  Raw r{w.b};
-  bool ok = wr->write(&r);
-  printf("{\"event\":\"published\",\"kind\":\"%s\",\"bytes\":%zu,\"ok\":%s}\n", kind.c_str(), r.b.size(), ok ? "true" : "false");
+  printf("{\"event\":\"matched\",\"topic\":\"%s\",\"ok\":true}\n", topic.c_str());
   fflush(stdout);
+  // With --stdin the test says when the reader has matched too (the writer's
+  // side of a match comes first, and a best-effort reader drops what comes
+  // before its side).
+  // Each further line sends the sample again (a best-effort reader may have
+  // dropped it), until EOF.
+  char line[64];
+  if (go && !fgets(line, sizeof line, stdin)) return 1;
+  Raw r{w.b};
+  bool ok;
+  do {
+    ok = wr->write(&r);
+    printf("{\"event\":\"published\",\"kind\":\"%s\",\"bytes\":%zu,\"ok\":%s}\n", kind.c_str(), r.b.size(), ok ? "true" : "false");
+    fflush(stdout);
+  } while (ok && go && fgets(line, sizeof line, stdin));
   // The sample is lost if the writer goes before the reader has it (a fixed
   // wait is not enough on a loaded machine): wait for its acknowledgement.
   bool acked = ok && wr->wait_for_acknowledgments(eprosima::fastrtps::Duration_t(60, 0)) == ReturnCode_t::RETCODE_OK;
@@ -200,7 +214,8 @@ static int pub_corrupt(const std::string &topic, const std::string &kind) {
 
 int main(int argc, char **argv) {
   if ((argc == 4 || argc == 5) && !strcmp(argv[1], "sub-pose")) return sub_pose(argv[2], atoi(argv[3]), argc == 5 ? atoi(argv[4]) : 60);
-  if (argc == 4 && !strcmp(argv[1], "pub-corrupt")) return pub_corrupt(argv[2], argv[3]);
-  fprintf(stderr, "usage: fastdds-peer sub-pose TOPIC N [SECS] | pub-corrupt TOPIC truncated|overlength|huge\n");
+  if ((argc == 4 || (argc == 5 && !strcmp(argv[4], "--stdin"))) && !strcmp(argv[1], "pub-corrupt"))
+    return pub_corrupt(argv[2], argv[3], argc == 5);
+  fprintf(stderr, "usage: fastdds-peer sub-pose TOPIC N [SECS] | pub-corrupt TOPIC truncated|overlength|huge [--stdin]\n");
   return 2;
 }
