@@ -119,6 +119,12 @@ type Config struct {
 	// SessionSaveEvery, when positive, saves the session into save_dir as
 	// ~save_session does every that many processed frames (0 = never).
 	SessionSaveEvery int `mapstructure:"session_save_every" param:"min=0"`
+	// Localization keeps the map as it is (one loaded with --resume):
+	// frames are still tracked and their poses, odometry, TF, clouds and
+	// depth published, but their points no longer go into the voxel map,
+	// so ~map, /map and ~save_map's map.ply stay the loaded map. The engine
+	// itself still takes keyframes into its own state as it always does.
+	Localization bool `mapstructure:"localization"`
 	// MasterCheckInterval is how often (seconds) the node checks that the
 	// ROS master still knows it, to re-register after a master restart.
 	MasterCheckInterval float64 `mapstructure:"master_check_interval" param:"positive"`

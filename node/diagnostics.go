@@ -140,6 +140,7 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 		kv("ros2_graph_unreadable", ts.GraphUnreadable),
 		kv("service_requests_rejected", ts.BadRequests),
 		kv("publish_errors", c.publishErrors.Load()),
+		kv("localization", n.cfg.Localization),
 		kv("grid_errors", c.gridErrors.Load()),
 		kv("grid_occupied_cells", c.gridOccupied.Load()),
 	}

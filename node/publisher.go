@@ -273,7 +273,7 @@ func (n *Node) publishResult(r *engine.Result, b *built) {
 	if b.cloud == nil && b.pts != nil && b.pointsErr == nil {
 		b.cloud = msgs.PointCloud2(b.hdr, cloudOf(n.frame.Points(nil, b.pts)))
 	}
-	if b.cloud != nil {
+	if b.cloud != nil && !n.cfg.Localization {
 		n.m.AddFramePoints(b.pts)
 		n.mapDirty = true
 	}

@@ -262,3 +262,37 @@ func TestNodeSessionKeepsHeldFramesHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeLocalizationKeepsTheMap: a node resumed from a saved session with
+// localization on tracks and publishes the new frames (path, clouds) but
+// its map stays the saved one; resumed without it, the same frames grow
+// the map.
+func TestNodeLocalizationKeepsTheMap(t *testing.T) {
+	cfg := goldenNodeConfig(t)
+	cfg.SaveDir = t.TempDir()
+	cfg.MapVoxel = 0.001
+	first, stop := runEngineNode(t, cfg, "", 0, 7, 7)
+	if _, err := first.Call("/lbm/save_session"); err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	saved := first.Last("/lbm/map").(*sensor_msgs.PointCloud2).Width
+	mapAfter := func(localize bool) (uint32, int) {
+		c := cfg
+		c.Localization = localize
+		tr, stop := runEngineNode(t, c, cfg.SaveDir, 7, 12, 12)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		return tr.Last("/lbm/map").(*sensor_msgs.PointCloud2).Width, len(tr.Messages("/lbm/cloud"))
+	}
+	kept, clouds := mapAfter(true)
+	if kept != saved || saved == 0 || clouds == 0 {
+		t.Fatalf("localization: the map has %d points after 5 more frames (%d clouds published), the saved one %d", kept, clouds, saved)
+	}
+	if grown, _ := mapAfter(false); grown <= saved {
+		t.Fatalf("without localization the map has %d points after 5 more frames, the saved one %d: the test shows nothing", grown, saved)
+	}
+}
