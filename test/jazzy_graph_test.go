@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lingbotmap/lingbotmap/engine/mapframe"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
 	"github.com/lingbotmap/lingbotmap/node/ros1/rostest"
 )
@@ -208,7 +209,8 @@ func TestJazzyTopics(t *testing.T) {
 	t.Logf("bag play: %s", strings.TrimSpace(play))
 
 	frames := rostest.Frames(t, n)
-	want := engineResults(t, frames, width)
+	// in the node's z-up map frame (base_to_camera is the optical-to-body rotation)
+	want := inMapFrame(t, engineResults(t, frames, width), mapframe.OpticalToBody())
 	for i, s := range subs {
 		s.waitOutput(t, fmt.Sprintf(`"n": %d,`, n-1), 90*time.Second)
 		var got []peerEvent
