@@ -110,9 +110,9 @@ func TestJazzyParams(t *testing.T) {
 	}
 
 	// The types on the wire are Jazzy's.
-	mustContain(t, "ros2 topic info -v /parameter_events",
-		j.ros2(60*time.Second, "topic", "info", "-v", "/parameter_events", "--no-daemon"),
-		"Node name: lingbotmap", parameterEventHash)
+	mustContain(t, "ros2 topic info -v /parameter_events: the node's publisher",
+		endpointOf(j.ros2(60*time.Second, "topic", "info", "-v", "/parameter_events", "--no-daemon"), "lingbotmap"),
+		"Endpoint type: PUBLISHER", parameterEventHash, "RELIABLE", "VOLATILE", "KEEP_LAST (1000)")
 
 	// dump, then a new node started from the dump has the changed values
 	dump := param("dump", "/lingbotmap")
@@ -169,8 +169,10 @@ func TestJazzyRosout(t *testing.T) {
 	// of the change that came before it is not.
 	startROS2Node(t, ros2NodeArgs(t, "lingbotmap", 154, "--log-level", "warn")...)
 	j.ros2Until(60*time.Second, "  map_rate\n", "param", "list", "/lingbotmap", "--no-daemon")
-	mustContain(t, "ros2 topic info -v /rosout", j.ros2(60*time.Second, "topic", "info", "-v", "/rosout", "--no-daemon"),
-		"Node name: lingbotmap", logHash, "RELIABLE", "TRANSIENT_LOCAL", "KEEP_LAST (1000)")
+	// the node's own endpoint (the CLI's node publishes /rosout too)
+	mustContain(t, "ros2 topic info -v /rosout: the node's publisher",
+		endpointOf(j.ros2(60*time.Second, "topic", "info", "-v", "/rosout", "--no-daemon"), "lingbotmap"),
+		"Endpoint type: PUBLISHER", logHash, "RELIABLE", "TRANSIENT_LOCAL", "KEEP_LAST (1000)", "Lifespan: 10000000000 nanoseconds")
 	echo := j.start("ros2", "topic", "echo", "/rosout", "rcl_interfaces/msg/Log")
 	j.ros2Until(60*time.Second, "Subscription count: 1", "topic", "info", "/rosout", "--no-daemon")
 	j.ros2(60*time.Second, "param", "set", "/lingbotmap", "map_rate", "3.0", "--no-daemon")
@@ -215,4 +217,16 @@ func echoedValue(echo, key string) string {
 		}
 	}
 	return ""
+}
+
+// endpointOf is the part of `ros2 topic info -v` that describes the
+// endpoints of node (from its "Node name:" line to the next one).
+func endpointOf(info, node string) string {
+	var out []string
+	for _, block := range strings.Split(info, "Node name: ")[1:] {
+		if strings.HasPrefix(block, node+"\n") {
+			out = append(out, block)
+		}
+	}
+	return strings.Join(out, "")
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/lingbotmap/lingbotmap/msgs/cdr"
 	"github.com/lingbotmap/lingbotmap/node/ros2/dds"
@@ -18,9 +19,8 @@ import (
 const rosoutTopic = "/rosout"
 
 // rosoutQoS is rcl's for /rosout: reliable, transient local, keep last
-// 1000 (rcl also gives each line a lifespan of 10 s, which the DDS layer
-// here does not set; lifespan does not decide whether endpoints match).
-var rosoutQoS = dds.QoS{Reliable: true, TransientLocal: true, Depth: 1000}
+// 1000, each line valid for 10 s (a late subscriber gets the last 10 s).
+var rosoutQoS = dds.QoS{Reliable: true, TransientLocal: true, Depth: 1000, Lifespan: 10 * time.Second}
 
 // levelFatal is rcl's FATAL as a slog level, above slog.LevelError.
 const levelFatal = slog.LevelError + 4

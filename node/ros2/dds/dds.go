@@ -12,6 +12,7 @@ package dds
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrNotBuilt is returned by NewParticipant in a binary built without the
@@ -38,6 +39,9 @@ type QoS struct {
 	Depth int
 	// (optional) UserData is the endpoint's USER_DATA, e.g. "typehash=RIHS01_…;".
 	UserData string
+	// (optional) Lifespan, when positive, is how long a writer's samples
+	// stay valid (rcl gives /rosout 10 s); 0 is forever.
+	Lifespan time.Duration
 }
 
 // GUID is a DDS entity's 16-byte global identifier.

@@ -77,7 +77,7 @@ func withQoS(q QoS, f func(*C.lbm_qos)) {
 	if depth < 1 {
 		depth = 1
 	}
-	cq := C.lbm_qos{depth: C.int32_t(min(depth, math.MaxInt32))}
+	cq := C.lbm_qos{depth: C.int32_t(min(depth, math.MaxInt32)), lifespan_ns: C.int64_t(q.Lifespan)}
 	if q.Reliable {
 		cq.reliable = 1
 	}

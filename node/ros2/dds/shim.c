@@ -221,6 +221,7 @@ static dds_qos_t *make_qos(const lbm_qos *q) {
   dds_data_representation_id_t r = DDS_DATA_REPRESENTATION_XCDR1;
   dds_qset_data_representation(d, 1, &r);
   if (q->user_data_len > 0) dds_qset_userdata(d, q->user_data, q->user_data_len);
+  if (q->lifespan_ns > 0) dds_qset_lifespan(d, q->lifespan_ns);
   return d;
 }
 

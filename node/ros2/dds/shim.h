@@ -22,6 +22,7 @@ typedef struct lbm_qos {
   int32_t depth;       // keep-last depth (>= 1)
   const void *user_data;
   size_t user_data_len;
+  int64_t lifespan_ns; // > 0: the samples' lifespan
 } lbm_qos;
 
 // lbm_participant creates a participant on domain; a non-empty xml creates
