@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/golden"
 	"github.com/lingbotmap/lingbotmap/engine/mapframe"
@@ -275,4 +277,59 @@ func TestRunMetricScaleWithheld(t *testing.T) {
 	if !slices.Contains([]int{16}, rec.Frames.Results) {
 		t.Errorf("%d results, want 16", rec.Frames.Results)
 	}
+}
+
+// floorStream answers like fakeStream, each camera at the same height
+// above a flat floor: the lower half of every 128×96 depth map is the
+// floor, floorHeight model units below the camera (the world's y is down),
+// the upper half a wall far ahead.
+type floorStream struct{ *fakeStream }
+
+const floorHeight = 1.25
+
+func (s floorStream) floor(rs []engine.Result) []engine.Result {
+	const w, h, f = 128, 96, 80.0
+	for i := range rs {
+		r := &rs[i]
+		r.Width, r.Height, r.Intrinsics = w, h, [4]float64{f, f, w / 2, h / 2}
+		r.Depth, r.Conf, r.RGB = make([]float32, w*h), make([]float32, w*h), make([]uint8, 3*w*h)
+		for v := range h {
+			for u := range w {
+				d := 30.0
+				if dy := (float64(v) - h/2) / f; dy > 0 {
+					d = math.Min(d, floorHeight/dy)
+				}
+				r.Depth[v*w+u], r.Conf[v*w+u] = float32(d), 3
+			}
+		}
+	}
+	return rs
+}
+
+func (s floorStream) Push(ctx context.Context, f engine.Frame) ([]engine.Result, error) {
+	rs, err := s.fakeStream.Push(ctx, f)
+	return s.floor(rs), err
+}
+
+func (s floorStream) Flush(ctx context.Context) ([]engine.Result, error) {
+	rs, err := s.fakeStream.Flush(ctx)
+	return s.floor(rs), err
+}
+
+// The camera-height source through run: the floor below a camera 0.8 m up
+// gives 0.8 / floorHeight metres per model unit.
+func TestRunMetricScaleCameraHeight(t *testing.T) {
+	fs := floorStream{&fakeStream{scale: 3}}
+	o := testRunOptions(t, nil)
+	o.newStream = func(context.Context, engine.Config, *slog.Logger) (engine.Stream, error) { return fs, nil }
+	o.scale.Source, o.scale.CameraHeight = scale.SourceCameraHeight, 0.8
+	if err := runRun(context.Background(), o, true); err != nil {
+		t.Fatal(err)
+	}
+	st := readRunJSON(t, o.out).Scale
+	want := 0.8 / floorHeight
+	if st == nil || st.State != scale.StateKnown || math.Abs(st.Scale/want-1) > 0.01 {
+		t.Fatalf("camera height: %+v, want scale %g", st, want)
+	}
+	t.Logf("camera height over a synthetic floor: scale %.8g, error %+.5f %%", st.Scale, 100*(st.Scale/want-1))
 }
