@@ -156,6 +156,9 @@ func (n *Node) resumeSession(ctx context.Context, dir string) (engine.Stream, er
 		if err := n.frame.Restore(*meta.MapFrame); err != nil {
 			return nil, fmt.Errorf("node: resume: %s: %w", path, err)
 		}
+		if sc, known := n.frame.Scale(); known && n.scale != nil {
+			n.scale.tr.Resumed(sc)
+		}
 	} else if meta.Size != [2]int{} {
 		// the map started before the frame was saved: its first camera's
 		// base pose is the configured one

@@ -395,6 +395,9 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		stream.Close()
 		return err
 	}
+	if sc, known := w.Frame().Scale(); known && m.scale != nil {
+		m.scale.tr.Resumed(sc) // a resumed session's map frame is metric already
+	}
 	if err := w.WriteRecord(rec, start); err != nil {
 		stream.Close()
 		return err

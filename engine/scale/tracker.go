@@ -172,6 +172,16 @@ func (t *Tracker) AddGround(points [][3]float64, camera [3]float64) error {
 	return t.updateLocked(t.gnd.Estimate())
 }
 
+// Resumed says a saved session brought the map frame's scale s: the
+// outputs are in metres already, and the estimate goes on from new samples.
+func (t *Tracker) Resumed(s float64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s > 0 && !math.IsInf(s, 0) {
+		t.st.State, t.st.Scale, t.st.Reason = StateKnown, s, "restored from the saved session"
+	}
+}
+
 // Reset forgets the samples (a new map: new model units); the map frame
 // forgets its scale itself.
 func (t *Tracker) Reset() {

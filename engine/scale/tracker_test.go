@@ -174,3 +174,19 @@ func TestSettingsValidate(t *testing.T) {
 		t.Errorf("camera_height 0: %v", err)
 	}
 }
+
+func TestTrackerResumed(t *testing.T) {
+	tr, err := NewTracker(odomSettings(), &frameStub{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Resumed(1.5)
+	if st := tr.Status(); st.State != StateKnown || st.Scale != 1.5 {
+		t.Errorf("resumed: %+v", st)
+	}
+	// too little motion after the resume keeps the restored scale
+	tr.AddOdometry([3]float64{}, [3]float64{})
+	if st := tr.Status(); st.State != StateKnown || st.Scale != 1.5 || !strings.Contains(st.Reason, "not enough motion") {
+		t.Errorf("after a still keyframe: %+v", st)
+	}
+}
