@@ -84,7 +84,7 @@ func (c *counters) setCameraInfo(s string) {
 // diagnosticsLoop publishes /diagnostics at DiagnosticsRate until ctx ends.
 func (n *Node) diagnosticsLoop(ctx context.Context) {
 	cfg, changed := n.live.get()
-	tick := time.NewTicker(time.Duration(float64(time.Second) / cfg.DiagnosticsRate))
+	tick := time.NewTicker(period(cfg.DiagnosticsRate))
 	defer tick.Stop()
 	var lastProblems int64
 	for {
@@ -93,7 +93,7 @@ func (n *Node) diagnosticsLoop(ctx context.Context) {
 			return
 		case <-changed: // diagnostics_rate may have changed: it applies at once
 			cfg, changed = n.live.get()
-			tick.Reset(time.Duration(float64(time.Second) / cfg.DiagnosticsRate))
+			tick.Reset(period(cfg.DiagnosticsRate))
 			continue
 		case <-tick.C:
 		}

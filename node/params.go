@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/lingbotmap/lingbotmap/config"
 )
@@ -252,4 +253,12 @@ func sameValue(v reflect.Value, x any) bool {
 		return false
 	}
 	return reflect.DeepEqual(tmp.Interface(), v.Interface())
+}
+
+// period is the interval of rate events a second, kept between 1 ms and a
+// day: any positive rate is a valid setting, and a ticker takes neither a
+// zero nor an overflowed interval.
+func period(rate float64) time.Duration {
+	p := float64(time.Second) / rate
+	return time.Duration(min(max(p, float64(time.Millisecond)), float64(24*time.Hour)))
 }

@@ -121,6 +121,16 @@ func TestCoreLiveParams(t *testing.T) {
 		t.Errorf("refusals not logged:\n%s", logs.String())
 	}
 
+	// Extreme rates are valid settings and crash nothing.
+	for _, r := range []float64{1e300, 1e-300, 5e-324} {
+		if err := h.SetParams(map[string]any{"map_rate": r, "diagnostics_rate": r}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.SetParams(map[string]any{"diagnostics_rate": 50.0}); err != nil {
+		t.Fatal(err)
+	}
+
 	// save_dir applies to the next ~save_map; publish_tf to the next frame.
 	dir := filepath.Join(t.TempDir(), "moved")
 	if err := h.SetParams(map[string]any{"save_dir": dir, "publish_tf": false, "map_rate": 2.5}); err != nil {

@@ -117,7 +117,7 @@ func (n *Node) publishMap(force bool) {
 	n.pubMu.Lock()
 	defer n.pubMu.Unlock()
 	n.mu.Lock()
-	interval := time.Duration(float64(time.Second) / n.now().MapRate)
+	interval := period(n.now().MapRate)
 	if !n.mapDirty || (!force && time.Since(n.lastMap) < interval) {
 		n.mu.Unlock()
 		return
@@ -144,7 +144,7 @@ func (n *Node) publishMap(force bool) {
 // their cost must not fall on every frame.
 func (n *Node) mapLoop(ctx context.Context) {
 	cfg, changed := n.live.get()
-	tick := time.NewTicker(time.Duration(float64(time.Second) / cfg.MapRate))
+	tick := time.NewTicker(period(cfg.MapRate))
 	defer tick.Stop()
 	for {
 		select {
@@ -152,7 +152,7 @@ func (n *Node) mapLoop(ctx context.Context) {
 			return
 		case <-changed: // map_rate may have changed: it applies at once
 			cfg, changed = n.live.get()
-			tick.Reset(time.Duration(float64(time.Second) / cfg.MapRate))
+			tick.Reset(period(cfg.MapRate))
 		case <-tick.C:
 			n.publishPath(false)
 			n.publishMap(false)
