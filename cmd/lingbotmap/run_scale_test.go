@@ -18,7 +18,6 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/golden"
-	"github.com/lingbotmap/lingbotmap/engine/mapframe"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/scale"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
@@ -42,42 +41,13 @@ func goldenRobot(t *testing.T) (*synthrobot.Robot, *golden.Manifest) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	man, err := golden.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := golden.Open(dir, golden.OutputsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	poseEnc, err := st.Float32("pose_enc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	depth, err := st.Float32("depth")
-	if err != nil {
-		t.Fatal(err)
-	}
 	frames, err := shared.Path("data", "courthouse")
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, h := man.Config.ImgW, man.Config.ImgH
-	r := &synthrobot.Robot{
-		Start: time.Unix(1700000000, 0), Period: 100 * time.Millisecond,
-		Scale: synthScale, Seed: 7,
-		DepthW: w, DepthH: h,
-	}
-	c, s := math.Cos(math.Pi/6), math.Sin(math.Pi/6)
-	r.OdomFromWorld = geom.Rigid(geom.Mat3{{c, -s, 0}, {s, c, 0}, {0, 0, 1}}, [3]float64{3, -2, 0.1})
-	r.BaseToCamera = geom.Mul4(geom.Rigid(geom.Mat3{{1, 0, 0}, {0, 1, 0}, {0, 0, 1}}, [3]float64{0.1, 0, 0.3}), mapframe.OpticalToBody())
-	for k := range 16 {
-		var enc [9]float32
-		copy(enc[:], poseEnc[9*k:])
-		r.CamToWorld = append(r.CamToWorld, geom.PoseEncToCamToWorld(enc))
-		r.Images = append(r.Images, filepath.Join(frames, fmt.Sprintf("%06d.png", k)))
-		r.Depth = append(r.Depth, depth[k*w*h:(k+1)*w*h])
+	r, man, err := synthrobot.FromGolden(dir, frames, synthScale)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return r, man
 }

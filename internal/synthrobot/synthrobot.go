@@ -27,6 +27,7 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/tf2_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/golden"
 	"github.com/lingbotmap/lingbotmap/msgs"
 	"github.com/lingbotmap/lingbotmap/msgs/bag"
 	"github.com/lingbotmap/lingbotmap/msgs/mcapbag"
@@ -266,4 +267,45 @@ func format(path string) string {
 		return "png"
 	}
 	return "jpeg"
+}
+
+// FromGolden is a robot around a golden case (engine/golden): its frames
+// (frames/NNNNNN.png), the engine's trajectory and depth for them (the
+// reference's, which the engine reproduces), a camera 0.3 m above the base
+// and 0.1 m ahead looking along x, the odometry frame turned 30° about z
+// and moved, frames 100 ms apart from 1700000000 s.
+func FromGolden(goldenDir, frames string, scale float64) (*Robot, *golden.Manifest, error) {
+	man, err := golden.Load(goldenDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := golden.Open(goldenDir, golden.OutputsFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer st.Close()
+	poseEnc, err := st.Float32("pose_enc")
+	if err != nil {
+		return nil, nil, err
+	}
+	depth, err := st.Float32("depth")
+	if err != nil {
+		return nil, nil, err
+	}
+	w, h, n := man.Config.ImgW, man.Config.ImgH, len(poseEnc)/9
+	if len(depth) != n*w*h {
+		return nil, nil, fmt.Errorf("synthrobot: golden depth has %d values for %d frames of %d×%d", len(depth), n, w, h)
+	}
+	r := &Robot{Start: time.Unix(1700000000, 0), Period: 100 * time.Millisecond, Scale: scale, Seed: 7, DepthW: w, DepthH: h}
+	c, s := math.Cos(math.Pi/6), math.Sin(math.Pi/6)
+	r.OdomFromWorld = geom.Rigid(geom.Mat3{{c, -s, 0}, {s, c, 0}, {0, 0, 1}}, [3]float64{3, -2, 0.1})
+	r.BaseToCamera = geom.Rigid(geom.Mat3{{0, 0, 1}, {-1, 0, 0}, {0, -1, 0}}, [3]float64{0.1, 0, 0.3})
+	for k := range n {
+		var enc [9]float32
+		copy(enc[:], poseEnc[9*k:])
+		r.CamToWorld = append(r.CamToWorld, geom.PoseEncToCamToWorld(enc))
+		r.Images = append(r.Images, filepath.Join(frames, fmt.Sprintf("%06d.png", k)))
+		r.Depth = append(r.Depth, depth[k*w*h:(k+1)*w*h])
+	}
+	return r, man, nil
 }
