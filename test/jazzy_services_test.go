@@ -119,9 +119,10 @@ rclpy.shutdown()
 // keep several calls to each of three services in flight at once: every call
 // gets its own service's reply. The client pairs replies with calls by the
 // sequence number of the reply's related sample identity
-// (rmw_fastrtps_shared_cpp/src/rmw_response.cpp lines 86-88), which the node
-// copies from each request's sample identity (rmw_request.cpp lines
-// 111-117, 134-136 on the server side of rmw_fastrtps).
+// (rmw_fastrtps 8.4.1, rmw_fastrtps_shared_cpp/src/rmw_response.cpp lines
+// 86-88), which the node copies from each request's sample identity
+// (rmw_request.cpp lines 111-117, 134-136 on the server side of
+// rmw_fastrtps).
 func TestJazzyServiceConcurrentFastDDS(t *testing.T) {
 	if !inNetns(t) {
 		return

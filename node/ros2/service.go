@@ -37,8 +37,8 @@ import (
 //     Fast DDS readers; Cyclone writers announce themselves before their
 //     first sample, so Cyclone clients lose nothing to them either.
 //   - An rmw_fastrtps client calls once its request writer has matched as
-//     many readers as its reply reader has writers
-//     (rmw_service_server_is_available.cpp:77-89). The service has two
+//     many readers as its reply reader has writers (rmw_fastrtps 8.4.1,
+//     rmw_service_server_is_available.cpp:111-127). The service has two
 //     reply writers (Cyclone's, Fast DDS's), so it has two request readers
 //     on the Fast DDS participant; each request arrives at both and is
 //     served once. rmw_cyclonedds clients pair the request reader and reply
