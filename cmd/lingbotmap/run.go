@@ -487,6 +487,17 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	rec.Timings.DecodeS = fr.read.Seconds()
 	rec.Timings.ModelS = m.st.model.Seconds()
 
+	if w.Frames().Results == 0 && o.session.resume == "" && rec.Status != output.StatusCompleted {
+		// a run that mapped nothing leaves nothing in the way of the next
+		m.prog.finish()
+		if err := w.Discard(); err != nil {
+			return errors.Join(runErr, err)
+		}
+		if interrupted {
+			return fmt.Errorf("interrupted before any frame was mapped; nothing was left in %s: %w", o.out, context.Cause(ctx))
+		}
+		return fmt.Errorf("%w (no frame was mapped; nothing was left in %s)", runErr, o.out)
+	}
 	m.prog.phase("saving map.ply, preview.png and run.json")
 	werr := w.Finish(ctx, rec, start)
 	m.prog.finish()

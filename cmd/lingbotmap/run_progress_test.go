@@ -97,11 +97,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestRunInterruptInPhase1Speaks: a signal during phase 1 is answered at
-// once with what the run is doing, and its last message says how to go
-// on: without --session, or before the first session save, that it cannot
-// be resumed (TestRunInterruptSaysResume covers the --resume command).
-func TestRunInterruptInPhase1Speaks(t *testing.T) {
+// TestRunInterruptSpeaks: a signal is answered at once with what the run
+// is doing, and its last message says how to go on: without --session, or
+// before the first session save, that it cannot be resumed
+// (TestRunInterruptSaysResume covers the --resume command).
+func TestRunInterruptSpeaks(t *testing.T) {
 	for _, session := range []bool{false, true} {
 		fs := &fakeStream{scale: 3}
 		o := testRunOptions(t, fs)
@@ -112,7 +112,7 @@ func TestRunInterruptInPhase1Speaks(t *testing.T) {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		stopped := make(chan struct{})
 		fs.onPush = func(n int) error {
-			if n == 2 { // inside phase 1
+			if n == 5 { // after phase 1's results
 				cancel(errors.New("interrupt signal received"))
 				// the answer comes before the model's step ends
 				waitLog(t, &logs, "stopping: the model ends its current step")
@@ -173,5 +173,38 @@ func TestRunInterruptSaysResume(t *testing.T) {
 	}
 	if code, msg := runCLI(t, "run", "--resume", out, "--quiet"); code != exitOK {
 		t.Fatalf("the command it named: exit %d: %s", code, msg)
+	}
+}
+
+// TestRunInterruptedBeforeAnyResultLeavesNothing: a run stopped in phase 1,
+// before any frame was mapped, removes what it had started (run.json, the
+// empty trajectory, depth/), so the same command runs again without
+// --force.
+func TestRunInterruptedBeforeAnyResultLeavesNothing(t *testing.T) {
+	fs := &fakeStream{scale: 3}
+	o := testRunOptions(t, fs)
+	o.cfg.ScaleFrames = 3
+	var logs syncBuffer
+	o.stderr = &logs
+	ctx, cancel := context.WithCancelCause(context.Background())
+	fs.onPush = func(n int) error {
+		if n == 2 { // inside phase 1
+			cancel(errors.New("interrupt signal received"))
+			waitLog(t, &logs, "stopping: the model ends its current step")
+		}
+		return nil
+	}
+	err := runRun(ctx, o, false)
+	if err == nil || !strings.Contains(err.Error(), "interrupted before any frame was mapped; nothing was left in") {
+		t.Fatalf("the run ended with %v", err)
+	}
+	if files := folderBytes(t, o.out); len(files) != 0 {
+		t.Fatalf("the run that mapped nothing left %v", files)
+	}
+	again := &fakeStream{scale: 3}
+	o2 := testRunOptions(t, again)
+	o2.out, o2.cfg.ScaleFrames = o.out, 3
+	if err := runRun(context.Background(), o2, false); err != nil {
+		t.Fatalf("the same run again, without --force: %v", err)
 	}
 }

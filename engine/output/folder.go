@@ -530,6 +530,23 @@ func (w *Folder) Finish(ctx context.Context, rec *Record, start time.Time) error
 	return err
 }
 
+// Discard removes what Create and the results so far wrote (the folder's
+// run outputs, by Names), for a run that mapped nothing: it leaves nothing
+// in the way of the next run. Only for a folder Prepare found free.
+func (w *Folder) Discard() error {
+	w.Close()
+	if err := w.WaitWrite(); err != nil {
+		return err
+	}
+	var errs []error
+	for _, name := range Names() {
+		if err := os.RemoveAll(filepath.Join(w.opt.Dir, name)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // State is where a Folder's counts stand, for a saved session's header.
 type State struct {
 	Frames Frames `json:"frames"`
