@@ -101,6 +101,25 @@ func TestCoreScaleFromOdometry(t *testing.T) {
 			if math.Abs(s/nodeScale-1) > 0.01 {
 				t.Errorf("scale %g, want %g within 1 %%", s, nodeScale)
 			}
+			// REP 105 in metres: with the scale known, map → odom =
+			// map_T_base · odom_T_base⁻¹ is the same rigid transform at
+			// every frame (before, model units and metres mix)
+			if !viaTopic {
+				var late []geom.Mat4
+				for _, ts := range transformsTo(tr, "/tf", "odom") {
+					if !ts.Header.Stamp.Before(stampOf(12)) {
+						late = append(late, matOfTF(t, ts.Transform))
+					}
+				}
+				if len(late) != n-12 {
+					t.Fatalf("%d map → odom transforms for frames 12 to %d", len(late), n-1)
+				}
+				for i, m := range late {
+					if d := maxDiff4(m, late[len(late)-1]); d > 1e-5 {
+						t.Errorf("map → odom at frame %d differs from the last by %g", 12+i, d)
+					}
+				}
+			}
 			// the path published from then on is in metres: its steps are
 			// the camera's × the scale
 			if err := c.stop(); err != nil {
