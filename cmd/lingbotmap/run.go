@@ -179,12 +179,19 @@ map.ply and run.json every --checkpoint-every frames, each file whole or not at
 all, so a crash or a kill leaves readable files; run.json's "status" says
 whether the run is in_progress, completed, interrupted, partial_input or
 failed. Ctrl-C, SIGTERM and SIGHUP stop the run and write what was computed
-so far. A folder holding a previous run's outputs is refused unless --force.
+so far. A folder holding a previous run's outputs is refused unless --force,
+and one another run is writing is refused (OUT/.lingbotmap.lock). A run that
+fails to start, or ends before mapping a frame, leaves nothing behind.
 
 With --session every checkpoint also saves the whole session (engine state,
 map, trajectory, input position) atomically into OUT/session/ (large: the KV
 cache); "run --resume OUT" continues a stopped or killed run from there with
-its saved settings, and ends with the trajectory an uninterrupted run gives.`,
+its saved settings (flags that differ from them are refused) once the
+images it wrote are checked, and ends with the trajectory an uninterrupted
+run gives.
+
+Without --weights the run uses the random test model: its outputs are noise
+(a warning says so, and run.json's "meaningful" is false).`,
 		Args: cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if bindErr != nil {
