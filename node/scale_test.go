@@ -3,6 +3,7 @@ package node_test
 import (
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -188,5 +189,41 @@ func TestCoreScaleFromDepth(t *testing.T) {
 	}
 	if got := diagValue(d, "scale_issue"); got == "" {
 		t.Error("no scale_issue for the refused depth image")
+	}
+}
+
+// Odometry that stops: the frames after it find only odometry older than
+// the tolerance, are left out of the estimate with the reason, and are
+// still mapped.
+func TestCoreScaleStaleOdometry(t *testing.T) {
+	ref := goldenReplay(t)
+	w, h := ref.Size()
+	cfg := fastConfig(t)
+	cfg.BaseFrame, cfg.OdomFrame = "base_link", "odom"
+	cfg.Scale.Source = scale.SourceOdometry
+	baseCam := geom.Mul4(geom.Rigid(geom.Mat3{{1, 0, 0}, {0, 1, 0}, {0, 0, 1}}, [3]float64{0.2, 0, 0.5}), mapframe.OpticalToBody())
+	tr := nodetest.New("/lbm", nil)
+	startCore(t, cfg, ref, tr, "/tf_static")
+	if err := tr.Deliver("/tf_static", tfMsg("base_link", "cam_optical", stampOf(0), baseCam), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the camera subscription", 5*time.Second, func() bool { return tr.Subscribed("/image") })
+	const n, odomUntil = 12, 8
+	for i := range n {
+		if i < odomUntil {
+			if err := tr.Deliver("/tf", tfMsg("odom", "base_link", stampOf(i), robotOdom(ref.Reference(i).CamToWorld, baseCam)), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tr.Deliver("/image", frame(i, w, h, "cam_optical"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := waitDiag(t, tr, map[string]string{"frames_processed": strconv.Itoa(n), "scale_skipped": strconv.Itoa(n - odomUntil)})
+	if issue := diagValue(d, "scale_issue"); !strings.Contains(issue, "no odometry odom → cam_optical") || !strings.Contains(issue, "extrapolat") {
+		t.Errorf("scale_issue %q", issue)
+	}
+	if got := diagValue(d, "scale_keyframes"); got != strconv.Itoa(odomUntil) {
+		t.Errorf("scale_keyframes %s, want %d", got, odomUntil)
 	}
 }
