@@ -19,53 +19,53 @@ type Config struct {
 	// model of ModelSize (no meaningful map; for tests and demos).
 	Weights string `mapstructure:"weights"`
 	// ModelSize picks the random model when Weights is empty: "tiny" or "full".
-	ModelSize string `mapstructure:"model_size"`
+	ModelSize string `mapstructure:"model_size" param:"oneof=tiny|full"`
 	// Seed for the random model.
 	Seed int64 `mapstructure:"seed"`
 	// Device is "cpu" or "cuda".
-	Device string `mapstructure:"device"`
+	Device string `mapstructure:"device" param:"oneof=cpu|cuda"`
 	// Threads for the CPU backend (0 = all cores).
-	Threads int `mapstructure:"threads"`
+	Threads int `mapstructure:"threads" param:"min=0"`
 	// Precision of the CUDA backend: "bf16" (the reference's production
 	// path), "fp32" (exact, slower) or "fp8" (bf16 with the KV cache in FP8
 	// e4m3: half its memory). The CPU backend computes in fp32; with fp8
 	// it rounds its KV cache to e4m3 as the GPU does.
-	Precision string `mapstructure:"precision"`
+	Precision string `mapstructure:"precision" param:"oneof=bf16|fp32|fp8"`
 	// SelectedLayers are the aggregator layers the heads read; empty means
 	// the released model's choice for its depth ([4 11 17 23] for 24 layers).
 	SelectedLayers []int `mapstructure:"selected_layers"`
 
 	// ImageWidth is the model input width (518 for the released model); images
 	// are resized to it keeping the aspect ratio, height rounded to the patch size.
-	ImageWidth int `mapstructure:"image_width"`
+	ImageWidth int `mapstructure:"image_width" param:"min=14"`
 
 	// ScaleFrames are run together at the start of the stream (or window).
-	ScaleFrames int `mapstructure:"scale_frames"`
+	ScaleFrames int `mapstructure:"scale_frames" param:"min=1"`
 	// SlidingWindow is the number of live keyframes kept in the KV cache.
-	SlidingWindow int `mapstructure:"sliding_window"`
+	SlidingWindow int `mapstructure:"sliding_window" param:"min=1"`
 	// MaxFrames caps committed frames per cache reset (the 3D RoPE table size).
 	MaxFrames int `mapstructure:"max_frames"`
 	// CacheHeadroom is the number of spare KV pages beyond scale frames +
 	// sliding window. The reference keeps 16; 2 is enough (one frame appended
 	// before the eviction, one deferred in flow mode) and saves a page of
 	// every global block per unit (about 98 MB at 518×378 in bf16).
-	CacheHeadroom int `mapstructure:"cache_headroom"`
+	CacheHeadroom int `mapstructure:"cache_headroom" param:"min=2"`
 	// CameraIterations of the camera head's refinement.
-	CameraIterations int `mapstructure:"camera_iterations"`
+	CameraIterations int `mapstructure:"camera_iterations" param:"min=1"`
 
 	// KeyframeInterval: every Nth streaming frame is a keyframe (1 = all).
-	KeyframeInterval int `mapstructure:"keyframe_interval"`
+	KeyframeInterval int `mapstructure:"keyframe_interval" param:"min=1"`
 	// FlowThreshold > 0 chooses keyframes by mean reprojection flow in pixels
 	// instead of the interval.
-	FlowThreshold float64 `mapstructure:"flow_threshold"`
+	FlowThreshold float64 `mapstructure:"flow_threshold" param:"min=0"`
 	// MaxNonKeyframeGap forces a keyframe after this many frames (flow mode).
-	MaxNonKeyframeGap int `mapstructure:"max_non_keyframe_gap"`
+	MaxNonKeyframeGap int `mapstructure:"max_non_keyframe_gap" param:"min=1"`
 
 	// Windowed restarts the cache every WindowSize slots (scale frames +
 	// keyframes) and stitches windows with a similarity transform.
 	Windowed    bool `mapstructure:"windowed"`
 	WindowSize  int  `mapstructure:"window_size"`
-	OverlapSize int  `mapstructure:"overlap_size"`
+	OverlapSize int  `mapstructure:"overlap_size" param:"min=0"`
 	// WindowMode is how windows are joined: "reference" stitches them as the
 	// reference does (a window's last overlap results wait for the next
 	// window, which replaces them; window 0 waits for a second window), for
@@ -75,7 +75,7 @@ type Config struct {
 	// fixed-interval windows whose overlap_size is at least scale_frames + 1;
 	// otherwise, and with flow windows, windows change serially). A live
 	// window re-runs only its scale frames from the overlap.
-	WindowMode string `mapstructure:"window_mode"`
+	WindowMode string `mapstructure:"window_mode" param:"oneof=reference|live"`
 
 	// CUDA tunes the CUDA backend; the CPU backend ignores it.
 	CUDA CUDAConfig `mapstructure:"cuda"`
