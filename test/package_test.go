@@ -28,7 +28,7 @@ for v in ("1", "2"):
 	common := "diagnostic_msgs geometry_msgs nav_msgs sensor_msgs std_srvs tf2_msgs"
 	want := map[string]struct{ build, only string }{
 		"1": {"catkin", "catkin rosbag rviz"},
-		"2": {"ament_cmake", "ament_cmake rcl_interfaces ros2launch rviz2"},
+		"2": {"ament_cmake", "ament_cmake cyclonedds fastrtps rcl_interfaces ros2launch rviz2"},
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	if len(lines) != 2 {
