@@ -233,6 +233,7 @@ func otherValue(t *testing.T, key string, v reflect.Value) (string, any) {
 		"ros2_gid_size":     {"24", 24},
 		"grid_extent":       {"-5 -5 10 10", "-5 -5 10 10"},
 		"odometry_in":       {"map", "map"},
+		"scale.source":      {"depth", "depth"},
 	}
 	if s, ok := special[key]; ok {
 		return s.text, s.val
