@@ -97,6 +97,9 @@ func TestRunMetricScale(t *testing.T) {
 	holes := *robot
 	holes.DepthHoles, holes.DepthNoise, holes.DepthOffset = 0.2, 0.02, 10*time.Millisecond
 	holesMCAP := bagOf("depth.mcap", &holes)
+	mm := holes
+	mm.DepthEncoding = "16UC1"
+	mmBag := bagOf("depth16.bag", &mm)
 	depthDir := filepath.Join(dir, "depth")
 	if err := holes.WriteDepthDir(depthDir); err != nil {
 		t.Fatal(err)
@@ -155,6 +158,9 @@ func TestRunMetricScale(t *testing.T) {
 		}, 0.01, 1e-3},
 		{"odometry /tf, 2 % noise, ROS 1 bag", noisyBag, func(s *scale.Settings, o *runOptions) { s.Source = scale.SourceOdometry }, 0.03, 0.03},
 		{"depth topic (20 % holes, 2 % noise), MCAP", holesMCAP, func(s *scale.Settings, o *runOptions) {
+			s.Source, s.DepthTopic = scale.SourceDepth, synthrobot.DepthTopic
+		}, 0.01, 1e-3},
+		{"depth topic 16UC1 mm (20 % holes, 2 % noise), ROS 1 bag", mmBag, func(s *scale.Settings, o *runOptions) {
 			s.Source, s.DepthTopic = scale.SourceDepth, synthrobot.DepthTopic
 		}, 0.01, 1e-3},
 		{"--depth-dir (20 % holes, 2 % noise), image folder", frames, func(s *scale.Settings, o *runOptions) {
@@ -230,6 +236,24 @@ func TestRunMetricScaleWithheld(t *testing.T) {
 	rec = readRunJSON(t, o.out)
 	if st := rec.Scale; st == nil || st.State != scale.StateEstimating || st.Skipped != 16 || !strings.Contains(st.Issue, "no depth image") {
 		t.Errorf("depth beyond the stamp tolerance: %+v", st)
+	}
+	if rec.Frames.Results != 16 {
+		t.Errorf("%d results, want 16", rec.Frames.Results)
+	}
+
+	// a depth topic in another encoding: refused frame by frame, saying so
+	rgb := *robot
+	rgb.DepthEncoding = "rgb8"
+	rgbBag := filepath.Join(dir, "rgb.mcap")
+	if err := rgb.WriteBag(rgbBag); err != nil {
+		t.Fatal(err)
+	}
+	o = runSynth(t, man, rgbBag, func(o *runOptions) {
+		o.scale.Source, o.scale.DepthTopic = scale.SourceDepth, synthrobot.DepthTopic
+	})
+	rec = readRunJSON(t, o.out)
+	if st := rec.Scale; st == nil || st.State != scale.StateEstimating || st.Skipped != 16 || !strings.Contains(st.Issue, `depth encoding "rgb8" is not supported`) {
+		t.Errorf("a depth topic in rgb8: %+v", st)
 	}
 	if rec.Frames.Results != 16 {
 		t.Errorf("%d results, want 16", rec.Frames.Results)

@@ -81,6 +81,10 @@ type Robot struct {
 	// DepthOffset shifts the depth stamps from the images' (within the
 	// tolerance a reader matches with).
 	DepthOffset time.Duration
+	// DepthEncoding is the depth topic's encoding: "" or 32FC1 (metres),
+	// 16UC1 (millimetres), or any other, written as 8-bit RGB pixels under
+	// that name (for readers that must refuse it).
+	DepthEncoding string
 }
 
 // Stamp is frame k's stamp.
@@ -224,7 +228,7 @@ func (r *Robot) WriteBag(path string) (err error) {
 		}
 		if r.Depth != nil {
 			ds := stamp.Add(r.DepthOffset)
-			d := msgs.DepthImage(std_msgs.Header{Stamp: ds, FrameId: CameraFrame}, r.DepthW, r.DepthH, r.SensorDepth(k))
+			d := r.depthMsg(std_msgs.Header{Stamp: ds, FrameId: CameraFrame}, k)
 			if err := w.Write(DepthTopic, ds, d); err != nil {
 				return fmt.Errorf("synthrobot: %s: %w", DepthTopic, err)
 			}
@@ -308,4 +312,25 @@ func FromGolden(goldenDir, frames string, scale float64) (*Robot, *golden.Manife
 		r.Depth = append(r.Depth, depth[k*w*h:(k+1)*w*h])
 	}
 	return r, man, nil
+}
+
+// depthMsg is frame k's depth image in DepthEncoding.
+func (r *Robot) depthMsg(h std_msgs.Header, k int) *sensor_msgs.Image {
+	switch r.DepthEncoding {
+	case "", "32FC1":
+		return msgs.DepthImage(h, r.DepthW, r.DepthH, r.SensorDepth(k))
+	case "16UC1":
+		d := r.SensorDepth(k)
+		data := make([]byte, 2*len(d))
+		for i, v := range d {
+			mm := math.Round(float64(v) * 1000)
+			if mm > 65535 || !(mm > 0) {
+				mm = 0
+			}
+			data[2*i], data[2*i+1] = uint8(uint16(mm)), uint8(uint16(mm)>>8)
+		}
+		return &sensor_msgs.Image{Header: h, Width: uint32(r.DepthW), Height: uint32(r.DepthH), Encoding: "16UC1", Step: uint32(2 * r.DepthW), Data: data}
+	}
+	return &sensor_msgs.Image{Header: h, Width: uint32(r.DepthW), Height: uint32(r.DepthH), Encoding: r.DepthEncoding,
+		Step: uint32(3 * r.DepthW), Data: make([]byte, 3*r.DepthW*r.DepthH)}
 }
