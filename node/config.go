@@ -65,8 +65,8 @@ type Config struct {
 	// TFTolerance is how much older than an image (seconds) the transforms
 	// it needs from /tf may be.
 	TFTolerance float64 `mapstructure:"tf_tolerance"`
-	// TFWait is how long (seconds) the first frame waits for the base →
-	// camera transform on /tf or /tf_static before using BaseToCamera.
+	// TFWait is how long (seconds) the node waits at start for the base →
+	// camera transform on /tf or /tf_static when BaseToCamera is not set.
 	TFWait float64 `mapstructure:"tf_wait"`
 
 	// ConfThreshold keeps cloud points whose depth confidence is above it.

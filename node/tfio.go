@@ -204,9 +204,11 @@ func (n *Node) baseToCamera(camFrame string, stamp time.Time) (m geom.Mat4, from
 // for the robot's tree to connect base_frame and camera_frame (without
 // camera_frame, whose name the first image brings, for any transform
 // naming base_frame), so that no frame waits for it, and says when it
-// never comes.
+// never comes. With base_to_camera set it does not wait: the first frame
+// takes the tree's transform if it has come, else the fallback.
 func (n *Node) waitBaseCamera(ctx context.Context) {
-	if n.cfg.BaseFrame == "" {
+	// with base_to_camera set there is a fallback: the node starts at once
+	if n.cfg.BaseFrame == "" || n.baseToCam != nil {
 		return
 	}
 	ready := func() error {
@@ -233,11 +235,7 @@ func (n *Node) waitBaseCamera(ctx context.Context) {
 			return
 		case <-deadline.C:
 		}
-		fallback := "the base_to_camera setting"
-		if n.baseToCam == nil {
-			fallback = "the camera at the base's origin, looking along its x axis (set base_to_camera)"
-		}
-		n.log.Warn("no base → camera transform on /tf or /tf_static yet; until one comes the node uses "+fallback,
+		n.log.Warn("no base → camera transform on /tf or /tf_static yet; until one comes the node takes the camera at the base's origin, looking along its x axis (set base_to_camera)",
 			"base_frame", n.cfg.BaseFrame, "camera_frame", n.cfg.CameraFrame, "waited_s", n.cfg.TFWait, "err", err)
 		return
 	}
