@@ -75,6 +75,9 @@ func (p *publisher) Early(o pipeline.Output[std_msgs.Header]) any {
 			n.frame.FixAt(mapframe.OpticalToBody(), r.CamToWorld)
 		}
 	}
+	// read before the poses are converted: once it says known, the map
+	// frame holds the scale they are converted with
+	unscaled := n.scale.unscaled()
 	mapCam := n.frame.CamPose(r.CamToWorld)
 	t, q, err := geom.Decompose(mapCam)
 	if err != nil {
@@ -97,7 +100,7 @@ func (p *publisher) Early(o pipeline.Output[std_msgs.Header]) any {
 	written := time.Now()
 	if n.now().PublishTF || n.cfg.OdometryIn == "odom" {
 		if n.cfg.OdomFrame != "" {
-			if m, ok := n.mapToOdom(child, r.Stamp, mapChild); ok {
+			if m, ok := n.mapToOdom(child, r.Stamp, mapChild, unscaled); ok {
 				p.mapOdom = &m
 				if n.now().PublishTF {
 					n.publishTF(n.out.tf, n.cfg.MapFrame, n.cfg.OdomFrame, r.Stamp, m)
@@ -118,8 +121,15 @@ func (p *publisher) Early(o pipeline.Output[std_msgs.Header]) any {
 
 // mapToOdom is map → odom = map_T_base · (odom_T_base at the image's
 // stamp)⁻¹ (REP 105). Odometry older than the image by more than
-// tf_tolerance, or none, gives a diagnostic and no transform for the frame.
-func (n *Node) mapToOdom(base string, stamp time.Time, mapBase geom.Mat4) (geom.Mat4, bool) {
+// tf_tolerance, or none, gives a diagnostic and no transform for the frame,
+// as does a metric scale configured but not known yet (unscaled says why;
+// the caller reads it before converting mapBase).
+func (n *Node) mapToOdom(base string, stamp time.Time, mapBase geom.Mat4, unscaled error) (geom.Mat4, bool) {
+	if err := unscaled; err != nil {
+		// map_T_base in model units against odometry in metres: withheld
+		n.tfIssue("odom_unscaled", fmt.Errorf("no map → %s for the image at %s: %w", n.cfg.OdomFrame, stamp.UTC().Format(time.RFC3339Nano), err))
+		return geom.Mat4{}, false
+	}
 	odomBase, err := n.tfl.buf.Lookup(n.cfg.OdomFrame, base, stamp, n.tfTolerance())
 	if err != nil {
 		kind := "odom_missing"

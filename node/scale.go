@@ -265,3 +265,15 @@ func (s *nodeScale) odomCamera(camFrame string, stamp time.Time) (geom.Mat4, str
 	}
 	return geom.Mul4(odomBase, baseCam), frame, nil
 }
+
+// unscaled says why the map is not in metres yet while a scale source is
+// configured (nil: no source, or the scale is known).
+func (s *nodeScale) unscaled() error {
+	if s == nil {
+		return nil
+	}
+	if st := s.tr.Status(); st.State != scale.StateKnown {
+		return fmt.Errorf("the metric scale is not known yet (scale.source %s: %s)", st.Source, st.Reason)
+	}
+	return nil
+}

@@ -107,23 +107,29 @@ func TestCoreScaleFromOdometry(t *testing.T) {
 			if math.Abs(s/nodeScale-1) > 0.01 {
 				t.Errorf("scale %g, want %g within 1 %%", s, nodeScale)
 			}
-			// REP 105 in metres: with the scale known, map → odom =
-			// map_T_base · odom_T_base⁻¹ is the same rigid transform at
-			// every frame (before, model units and metres mix)
+			// REP 105 in metres: map → odom = map_T_base · odom_T_base⁻¹
+			// goes out only once the scale is known (before, model units
+			// and metres would mix; /diagnostics counts tf_odom_unscaled),
+			// and is then the same rigid transform at every frame
 			if !viaTopic {
 				var late []geom.Mat4
+				first := -1
 				for _, ts := range transformsTo(tr, "/tf", "odom") {
-					if !ts.Header.Stamp.Before(stampOf(12)) {
-						late = append(late, matOfTF(t, ts.Transform))
+					if first < 0 {
+						first = int(ts.Header.Stamp.Sub(stampOf(0)) / (100 * time.Millisecond))
 					}
+					late = append(late, matOfTF(t, ts.Transform))
 				}
-				if len(late) != n-12 {
-					t.Fatalf("%d map → odom transforms for frames 12 to %d", len(late), n-1)
+				if first < 4 || first > 12 || len(late) != n-first {
+					t.Fatalf("%d map → odom transforms, the first at frame %d; want one for each frame from the scale on (at frame 4 to 12)", len(late), first)
 				}
 				for i, m := range late {
 					if d := maxDiff4(m, late[len(late)-1]); d > 1e-5 {
-						t.Errorf("map → odom at frame %d differs from the last by %g", 12+i, d)
+						t.Errorf("map → odom at frame %d differs from the last by %g", first+i, d)
 					}
+				}
+				if got := diagValue(d, "tf_odom_unscaled"); got != strconv.Itoa(first) {
+					t.Errorf("tf_odom_unscaled %s, want %d (frames 0 to %d)", got, first, first-1)
 				}
 			}
 			// the path published from then on is in metres: its steps are
