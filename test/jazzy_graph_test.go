@@ -37,6 +37,8 @@ var nodeOutputs = []struct {
 	{"/lingbotmap/cloud", "sensor_msgs/msg/PointCloud2", false, "point_step: 16"},
 	{"/lingbotmap/map", "sensor_msgs/msg/PointCloud2", true, "point_step: 16"},
 	{"/lingbotmap/depth", "sensor_msgs/msg/Image", false, "encoding: 32FC1"},
+	{"/lingbotmap/depth/camera_info", "sensor_msgs/msg/CameraInfo", false, "distortion_model: plumb_bob"},
+	{"/map", "nav_msgs/msg/OccupancyGrid", true, "  map_load_time:"},
 	{"/tf", "tf2_msgs/msg/TFMessage", false, "child_frame_id: base_link"},
 	{"/tf_static", "tf2_msgs/msg/TFMessage", true, "child_frame_id: camera"},
 	{"/diagnostics", "diagnostic_msgs/msg/DiagnosticArray", false, "key: frames_received"},
