@@ -15,10 +15,11 @@
 //       Frame i (counting from K) is stamped 1700000000 s + i * 0.1 s + S.
 //       Publishing starts once R readers (default 1) have matched.
 //       With --stdin it sends frame after frame as lines arrive on stdin,
-//       one line each, and ends at EOF without waiting for anything: the
-//       test says when a reader is ready for each best-effort sample (the
-//       writer's side of a match comes before the reader's, and a sample
-//       sent at a loaded reader can be dropped), not a fixed wait.
+//       one line each, and ends at EOF (the test's sign that the last one
+//       arrived): the test says when a reader is ready for each
+//       best-effort sample (the writer's side of a match comes before the
+//       reader's, and a sample sent at a loaded reader can be dropped), not
+//       a fixed wait.
 //   pub-bad [--topic T] [--stdin] KIND
 //       publishes one bad Image: KIND is "encoding" (yuv422), "step" (step
 //       smaller than a row) or "short" (data shorter than step * height).
@@ -275,14 +276,14 @@ static int cmd_pub_images(dds_entity_t pp, int argc, char **argv) {
     if (rc != 0) return 1;
     if (!go) dds_sleepfor(DDS_MSECS(period_ms));
   }
+  // With --stdin the writer stays until the test, having seen the last
+  // sample arrive, closes stdin: a writer deleted at once may take a sample
+  // still being sent with it (to a best-effort reader, whatever this
+  // writer's reliability, nothing is acknowledged).
+  if (go) while (await_go()) {}
   if (reliable) return wait_acked(wr) ? 0 : 1;
-  // Best effort: nothing to wait for but the last sample leaving; with
-  // --stdin the test has seen it arrive before it closes stdin.
-  if (go) {
-    while (await_go()) {}
-    return 0;
-  }
-  dds_sleepfor(DDS_MSECS(500));
+  // Best effort: nothing to wait for but the last sample leaving.
+  if (!go) dds_sleepfor(DDS_MSECS(500));
   return 0;
 }
 
