@@ -100,10 +100,13 @@ func TestROS2PeersAgree(t *testing.T) {
 	for _, kind := range []string{"truncated", "overlength", "huge"} {
 		runPeer(t, 60*time.Second, "fastdds-peer", "pub-corrupt", "/peer/bad", kind)
 	}
-	got := bad.waitFor(t, "the bad images", 3, 10*time.Second, func(e peerEvent) bool { return e.Event == "msg" })
-	time.Sleep(500 * time.Millisecond)
-	if got = bad.msgs(""); len(got) != 3 || got[0].Encoding != "yuv422" || got[1].Step != 10 || got[2].DataLen != 24*3 {
-		t.Fatalf("Cyclone decoded %d bad images (want the 3 valid CDR ones, not the corrupt ones): %+v", len(got), got)
+	// A last valid one marks the end: every corrupt sample was acknowledged
+	// by the listener's reader before it was sent, so one that Cyclone had
+	// wrongly accepted would be printed before it (one reader, in order).
+	runPeer(t, 30*time.Second, "cyclone-peer", "pub-bad", "--topic", "/peer/bad", "encoding")
+	got := bad.waitFor(t, "the bad images and the last one", 4, 30*time.Second, func(e peerEvent) bool { return e.Event == "msg" })
+	if len(got) != 4 || got[0].Encoding != "yuv422" || got[1].Step != 10 || got[2].DataLen != 24*3 || got[3].Encoding != "yuv422" {
+		t.Fatalf("Cyclone decoded %d bad images (want the 3 valid CDR ones and the last, not the corrupt ones): %+v", len(got), got)
 	}
 
 	srv := startPeer(t, "cyclone-peer", "serve", "--secs", "60", "/peer/trigger")
