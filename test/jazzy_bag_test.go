@@ -17,6 +17,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,7 +115,19 @@ print('metadata', m.version, m.ros_distro, m.message_count, [(x.topic_metadata.n
 	// publisher are all in the graph before the first frame goes out.
 	j.ros2Until(60*time.Second, "Subscription count: 3", "topic", "info", "/camera/image_raw", "--no-daemon")
 	j.ros2Until(60*time.Second, "Subscription count: 3", "topic", "info", "/lingbotmap/pose", "--no-daemon")
-	j.ros2(60*time.Second, "service", "call", "/rosbag2_player/resume", "rosbag2_interfaces/srv/Resume")
+	// The graph lists an endpoint before DDS has matched it. The node's pose
+	// writer is volatile: it must have matched the three subscribers. Its
+	// image reader is best effort: it drops a frame that comes before its
+	// side of the match with the player, or while it is behind on a loaded
+	// machine. So the player sends one frame at a time (play_next), each
+	// once the node's /diagnostics has counted the one before.
+	diag := j.start("ros2", "topic", "echo", "/diagnostics", "diagnostic_msgs/msg/DiagnosticArray")
+	waitDiagEcho(t, diag, "subscribers_matched:/lingbotmap/pose", 3)
+	waitDiagEcho(t, diag, "publishers_matched:/camera/image_raw", 1)
+	for i := range bagFrames {
+		j.ros2(60*time.Second, "service", "call", "/rosbag2_player/play_next", "rosbag2_interfaces/srv/PlayNext")
+		waitDiagEcho(t, diag, "frames_received", i+1)
+	}
 	deadline := time.Now().Add(3 * time.Minute)
 	for strings.Count(echo.out.String(), "nanosec:") < bagFrames {
 		if time.Now().After(deadline) {
@@ -259,5 +273,25 @@ print('metadata', m.version, m.ros_distro, m.message_count, [(x.topic_metadata.n
 			t.Fatalf("ros2 topic echo of the replay: %d of %d images:\n%s", strings.Count(replay.out.String(), "nanosec:"), bagFrames, replay.out.String())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitDiagEcho waits until the newest value of key in the /diagnostics that
+// ros2 topic echo printed is at least want.
+func waitDiagEcho(t *testing.T, echo *jazzyProc, key string, want int) {
+	t.Helper()
+	re := regexp.MustCompile(`key: ` + regexp.QuoteMeta(key) + `\s+value: '(\d+)'`)
+	last := func() int {
+		m := re.FindAllStringSubmatch(echo.out.String(), -1)
+		if len(m) == 0 {
+			return -1
+		}
+		v, _ := strconv.Atoi(m[len(m)-1][1])
+		return v
+	}
+	for deadline := time.Now().Add(60 * time.Second); last() < want; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("/diagnostics %s = %d after 60s, want %d", key, last(), want)
+		}
 	}
 }
