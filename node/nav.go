@@ -26,27 +26,34 @@ const gridCameras = 256
 // occupancyGrid projects the map's points (in the map frame) into the grid
 // with the cameras of path; nil when the grid cannot be made (counted).
 func (n *Node) occupancyGrid(pts []geom.Point, path []mapio.PathPose, stamp time.Time) *nav_msgs.OccupancyGrid {
-	cfg, err := n.cfg.GridConfig()
+	g, err := n.gridOf(pts, path)
 	if err == nil {
-		p3 := make([][3]float64, len(pts))
-		for i, p := range pts {
-			p3[i] = [3]float64{float64(p.X), float64(p.Y), float64(p.Z)}
-		}
-		var cams [][3]float64
-		step := max(1, (len(path)+gridCameras-1)/gridCameras)
-		for i := len(path) - 1; i >= 0; i -= step {
-			cams = append(cams, geom.TranslationOf(n.frame.CamPose(path[i].CamToWorld)))
-		}
-		var g *occgrid.Grid
-		if g, err = occgrid.Project(p3, cams, cfg); err == nil {
-			n.stats.gridOccupied.Store(int64(g.Occupied))
-			return gridMsg(g, std_msgs.Header{Stamp: stamp, FrameId: n.cfg.MapFrame})
-		}
+		n.stats.gridOccupied.Store(int64(g.Occupied))
+		return gridMsg(g, std_msgs.Header{Stamp: stamp, FrameId: n.cfg.MapFrame})
 	}
 	if n.stats.gridErrors.Add(1) == 1 {
 		n.log.Warn("the occupancy grid cannot be made (reported once; counted in /diagnostics as grid_errors)", "err", err)
 	}
 	return nil
+}
+
+// gridOf projects the map's points (in the map frame) into the grid with
+// the cameras of path.
+func (n *Node) gridOf(pts []geom.Point, path []mapio.PathPose) (*occgrid.Grid, error) {
+	cfg, err := n.cfg.GridConfig()
+	if err != nil {
+		return nil, err
+	}
+	p3 := make([][3]float64, len(pts))
+	for i, p := range pts {
+		p3[i] = [3]float64{float64(p.X), float64(p.Y), float64(p.Z)}
+	}
+	var cams [][3]float64
+	step := max(1, (len(path)+gridCameras-1)/gridCameras)
+	for i := len(path) - 1; i >= 0; i -= step {
+		cams = append(cams, geom.TranslationOf(n.frame.CamPose(path[i].CamToWorld)))
+	}
+	return occgrid.Project(p3, cams, cfg)
 }
 
 // gridMsg is a grid as nav_msgs/OccupancyGrid: row-major from the origin

@@ -2,8 +2,10 @@ package node_test
 
 import (
 	"math"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,8 +13,10 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/occgrid"
 	"github.com/lingbotmap/lingbotmap/msgs"
 	"github.com/lingbotmap/lingbotmap/msgs/cdr"
+	"github.com/lingbotmap/lingbotmap/node"
 )
 
 // What nav2 reads: /map's OccupancyGrid (decoded from its CDR bytes) has
@@ -62,6 +66,23 @@ func TestCoreNavOutputs(t *testing.T) {
 		m, _ := tr.Last("/lbm/map").(*sensor_msgs.PointCloud2)
 		return m != nil && m.Header.Stamp.Equal(stampOf(n-1))
 	})
+
+	// ~save_map writes the same grid as map_server's map.pgm and map.yaml
+	dir := t.TempDir()
+	tr.SetParam("save_dir", dir)
+	if msg, err := tr.Call("/lbm/save_map"); err != nil || !strings.Contains(msg, "occupancy grid") {
+		t.Fatalf("save_map: %q %v", msg, err)
+	}
+	saved, err := occgrid.ReadMapServer(filepath.Join(dir, node.GridFileBase+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := tr.Last("/map").(*nav_msgs.OccupancyGrid)
+	if uint32(saved.Width) != pub.Info.Width || uint32(saved.Height) != pub.Info.Height || float32(saved.Resolution) != pub.Info.Resolution ||
+		saved.OriginX != pub.Info.Origin.Position.X || saved.OriginY != pub.Info.Origin.Position.Y || !slices.Equal(saved.Data, pub.Data) {
+		t.Fatalf("map.yaml holds a %d × %d grid from (%g, %g), /map a %d × %d one from (%g, %g), or their cells differ",
+			saved.Width, saved.Height, saved.OriginX, saved.OriginY, pub.Info.Width, pub.Info.Height, pub.Info.Origin.Position.X, pub.Info.Origin.Position.Y)
+	}
 
 	// the grid as a ROS 2 reader gets it
 	wire, err := cdr.Marshal(tr.Last("/map").(*nav_msgs.OccupancyGrid))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
@@ -81,7 +82,12 @@ func (n *Node) reset(ctx context.Context) error {
 	return nil
 }
 
-// saveMap writes map.ply and trajectory.tum into the directory named by the
+// GridFileBase names the occupancy grid's map_server files (map.pgm,
+// map.yaml) that ~save_map writes.
+const GridFileBase = "map"
+
+// saveMap writes map.ply, trajectory.tum and the occupancy grid as
+// map_server's map.pgm and map.yaml into the directory named by the
 // save_dir parameter at the time of the call (ROS 1: rosparam set
 // ~save_dir), or the save_dir setting. ~save_session (session.go) writes
 // the whole session there.
@@ -100,12 +106,22 @@ func (n *Node) saveMap(ctx context.Context) (string, error) {
 	// The map is not safe for concurrent use: publishing waits for the files.
 	n.mu.Lock()
 	saved, err := n.m.SaveIn(dir, n.frame, n.frameComments()...)
+	pts, path := n.m.Points(), n.m.Path()
 	n.mu.Unlock()
 	if err != nil {
 		return "", fmt.Errorf("saving the map: %w", err)
 	}
 	n.log.Info("map saved", "ply", saved.MapPath, "points", saved.Points, "tum", saved.TrajectoryPath, "poses", saved.Poses)
-	return fmt.Sprintf("wrote %d points to %s and %d poses to %s", saved.Points, saved.MapPath, saved.Poses, saved.TrajectoryPath), nil
+	msg := fmt.Sprintf("wrote %d points to %s and %d poses to %s", saved.Points, saved.MapPath, saved.Poses, saved.TrajectoryPath)
+	// the occupancy grid as nav2's map_server loads it
+	g, err := n.gridOf(n.frame.Points(pts, pts), path)
+	if err == nil {
+		err = g.WriteMapServer(dir, GridFileBase)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s, but not the occupancy grid: %w", msg, err)
+	}
+	return fmt.Sprintf("%s and a %d × %d occupancy grid to %s", msg, g.Width, g.Height, filepath.Join(dir, GridFileBase+".yaml")), nil
 }
 
 // saveDir is the save_dir parameter at the time of the call, or the

@@ -3,6 +3,10 @@ package occgrid
 import (
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -156,5 +160,67 @@ func TestConfigAndLimits(t *testing.T) {
 	empty, err := Project(nil, nil, DefaultConfig())
 	if err != nil || empty.Occupied != 0 {
 		t.Fatalf("empty map: %v, %+v", err, empty)
+	}
+}
+
+// The grid written as map_server files and read back by map_server's
+// trinary rule is the same grid, row 0 of the PGM being the top.
+func TestMapServerRoundTrip(t *testing.T) {
+	pts := [][3]float64{{1, 0.5, 0.5}, {1, 0.5, 0.6}, {1.2, 2, 1}, {1.2, 2, 1.1}, {-0.5, 1, -0.1}}
+	cfg := DefaultConfig()
+	cfg.Resolution = 0.1
+	g, err := Project(pts, [][3]float64{{0, 0, 0}}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Occupied == 0 || g.Free == 0 || g.Occupied+g.Free == len(g.Data) {
+		t.Fatalf("the test grid needs all three kinds of cell: %d occupied, %d free of %d", g.Occupied, g.Free, len(g.Data))
+	}
+	dir := t.TempDir()
+	if err := g.WriteMapServer(dir, "map"); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadMapServer(filepath.Join(dir, "map.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Width != g.Width || back.Height != g.Height || back.Resolution != g.Resolution || back.OriginX != g.OriginX || back.OriginY != g.OriginY {
+		t.Fatalf("read back %d × %d at %g from (%g, %g), wrote %d × %d at %g from (%g, %g)", back.Width, back.Height, back.Resolution,
+			back.OriginX, back.OriginY, g.Width, g.Height, g.Resolution, g.OriginX, g.OriginY)
+	}
+	if !slices.Equal(back.Data, g.Data) || back.Occupied != g.Occupied || back.Free != g.Free {
+		t.Fatalf("cells differ after the round trip")
+	}
+	// the PGM's first pixel row is the grid's top row (highest y)
+	raw, err := os.ReadFile(filepath.Join(dir, "map.pgm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, pix, err := parsePGM(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cx, cy, ok := g.Cell(1.2, 2)
+	if !ok || g.At(cx, cy) != Occupied {
+		t.Fatal("the obstacle at (1.2, 2) is not an occupied cell")
+	}
+	if p := pix[(g.Height-1-cy)*g.Width+cx]; p != PGMOccupied {
+		t.Fatalf("pixel of the obstacle at (1.2, 2) is %d, want %d", p, PGMOccupied)
+	}
+	y, err := os.ReadFile(filepath.Join(dir, "map.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"image: map.pgm", "mode: trinary", "negate: 0", "occupied_thresh: 0.65", "origin: ["} {
+		if !strings.Contains(string(y), want) {
+			t.Errorf("map.yaml lacks %q:\n%s", want, y)
+		}
+	}
+	// a truncated image is refused
+	if err := os.WriteFile(filepath.Join(dir, "map.pgm"), raw[:len(raw)-3], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadMapServer(filepath.Join(dir, "map.yaml")); err == nil {
+		t.Fatal("a truncated PGM was read")
 	}
 }
