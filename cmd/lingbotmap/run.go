@@ -107,7 +107,12 @@ func newRunWriter(o *runOptions) (*output.Folder, error) {
 
 // planRunWriter is newRunWriter with nothing written yet (output.Plan).
 func planRunWriter(o *runOptions) (*output.Folder, error) {
+	grid, err := runDefaults().GridConfig()
+	if err != nil {
+		return nil, err
+	}
 	return output.Plan(output.Options{
+		Grid:    &grid,
 		Dir:     o.out,
 		Version: o.version,
 		Map: mapio.MapConfig{
@@ -505,7 +510,7 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 		}
 		return fmt.Errorf("%w (no frame was mapped; nothing was left in %s)", runErr, o.out)
 	}
-	m.prog.phase("saving map.ply, preview.png and run.json")
+	m.prog.phase("saving map.ply, preview.png, the grid and run.json")
 	werr := w.Finish(ctx, rec, start)
 	m.prog.finish()
 	if werr != nil {

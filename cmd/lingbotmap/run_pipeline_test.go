@@ -108,7 +108,7 @@ func TestRunPipelineMatchesSerial(t *testing.T) {
 	outputs["serial"] = o.out
 
 	files := outputFiles(t, outputs["serial"])
-	if len(files) != 3*n+4 { // depth, depth_color, conf per frame; ranges.tsv, trajectory, map, preview
+	if len(files) != 3*n+7 { // depth, depth_color, conf per frame; ranges.tsv, trajectory, map, preview, map.pgm, map.yaml, grid.png
 		t.Fatalf("the serial path wrote %d files: %v", len(files), files)
 	}
 	for name, dir := range outputs {

@@ -70,7 +70,7 @@ func TestRunSaysWhatItDoes(t *testing.T) {
 	out := logs.String()
 	at := 0
 	for _, want := range []string{"loading the model", "phase 1: reading the 3 scale frames", "phase 1: the model runs on the 3 scale frames together",
-		`msg=mapping`, "flushing: the model's last frames", "saving map.ply, preview.png and run.json"} {
+		`msg=mapping`, "flushing: the model's last frames", "saving map.ply, preview.png, the grid and run.json"} {
 		i := strings.Index(out[at:], want)
 		if i < 0 {
 			t.Fatalf("after byte %d the log lacks %q:\n%s", at, want, out)

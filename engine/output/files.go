@@ -20,6 +20,13 @@ import (
 // PreviewFile is the top view of the trajectory over the map.
 const PreviewFile = "preview.png"
 
+// GridBase names the occupancy grid's nav2 map_server files (map.pgm,
+// map.yaml); GridPreviewFile is the grid drawn beside the top view.
+const (
+	GridBase        = "map"
+	GridPreviewFile = "grid.png"
+)
+
 // PreviousRunError is an output folder that holds a previous run's
 // outputs.
 type PreviousRunError struct {
@@ -34,7 +41,7 @@ func (e *PreviousRunError) Error() string {
 // Names are what a run writes into its folder; a folder holding any of
 // them (or a temporary file of one) holds a previous run.
 func Names() []string {
-	return []string{mapio.TrajectoryFile, mapio.MapFile, RecordFile, PreviewFile, "depth", "depth_color", "conf", SessionDir}
+	return []string{mapio.TrajectoryFile, mapio.MapFile, RecordFile, PreviewFile, GridBase + ".pgm", GridBase + ".yaml", GridPreviewFile, "depth", "depth_color", "conf", SessionDir}
 }
 
 // Prepare makes the output folder, refuses one that holds a previous run's

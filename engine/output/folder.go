@@ -20,6 +20,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/mapframe"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"github.com/lingbotmap/lingbotmap/engine/occgrid"
 	"github.com/lingbotmap/lingbotmap/engine/pipeline"
 	"github.com/lingbotmap/lingbotmap/engine/render"
 	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
@@ -91,6 +92,9 @@ type Options struct {
 	// of its own, fixed at the first result with the optical-to-body
 	// rotation (no base frame).
 	Frame *mapframe.Frame
+	// Grid makes the occupancy grid written at the end (map.pgm, map.yaml,
+	// grid.png); nil: occgrid.DefaultConfig.
+	Grid *occgrid.Config
 }
 
 // New starts a Folder: Plan, then Create.
@@ -431,7 +435,7 @@ func (w *Folder) write(ctx context.Context, s *snapshot) error {
 		}))
 	}
 	if s.final {
-		errs = append(errs, w.writePreview(s.path, s.points))
+		errs = append(errs, w.writePreview(s.path, s.points), w.writeGrid(s.path, s.points))
 	}
 	// run.json only when the files it describes are whole.
 	if err := errors.Join(errs...); err != nil {
@@ -462,6 +466,39 @@ func (w *Folder) writePreview(positions [][3]float64, pts []geom.Point) error {
 	return WritePNG(filepath.Join(w.opt.Dir, PreviewFile), img)
 }
 
+// writeGrid projects the map into the occupancy grid and writes it as nav2
+// map_server files and, beside the top view, into grid.png.
+func (w *Folder) writeGrid(positions [][3]float64, pts []geom.Point) error {
+	cfg := occgrid.DefaultConfig()
+	if w.opt.Grid != nil {
+		cfg = *w.opt.Grid
+	}
+	p3 := make([][3]float64, len(pts))
+	for i, p := range pts {
+		p3[i] = [3]float64{float64(p.X), float64(p.Y), float64(p.Z)}
+	}
+	g, err := occgrid.Project(p3, positions, cfg)
+	if err != nil {
+		return fmt.Errorf("occupancy grid: %w", err)
+	}
+	if err := g.WriteMapServer(w.opt.Dir, GridBase); err != nil {
+		return err
+	}
+	top, err := render.TopView(positions, pts, render.TopViewOptions{
+		Width: 800, Height: 800, Axes: &render.Axes{H: 0, V: 1},
+		Title: fmt.Sprintf("map from above (x right, y up): %d points, %d poses", len(pts), len(positions)),
+	})
+	if err != nil {
+		return err
+	}
+	gv, err := render.GridView(g, positions, render.GridViewOptions{Width: 800, Height: 800,
+		Title: fmt.Sprintf("/map grid %d x %d of %g: black occupied, white free, grey unknown", g.Width, g.Height, g.Resolution)})
+	if err != nil {
+		return err
+	}
+	return WritePNG(filepath.Join(w.opt.Dir, GridPreviewFile), render.SideBySide(top, gv))
+}
+
 // fillRecord fills run.json's counts and timings from what was written so
 // far.
 func (w *Folder) fillRecord(rec *Record, start time.Time) {
@@ -473,7 +510,8 @@ func (w *Folder) fillRecord(rec *Record, start time.Time) {
 	rec.Depth = w.depth
 	rec.Frames.Results, rec.Frames.Scale, rec.Frames.Keyframes = w.frames.Results, w.frames.Scale, w.frames.Keyframes
 	rec.Frames.NonKeyframes, rec.Frames.Windows = w.frames.NonKeyframes, w.frames.Windows
-	rec.Outputs = map[string]string{"trajectory": mapio.TrajectoryFile, "map": mapio.MapFile, "preview": PreviewFile}
+	rec.Outputs = map[string]string{"trajectory": mapio.TrajectoryFile, "map": mapio.MapFile, "preview": PreviewFile,
+		"grid": GridBase + ".yaml", "grid_image": GridBase + ".pgm", "grid_preview": GridPreviewFile}
 	if w.opt.SaveDepth {
 		rec.Outputs["depth"] = "depth/"
 		rec.Outputs["depth_color"] = "depth_color/"

@@ -19,6 +19,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/binstate"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"github.com/lingbotmap/lingbotmap/engine/occgrid"
 )
 
 // result is frame i of a camera moving along x over a wall 2 m away
@@ -149,6 +150,20 @@ func TestFolderWritesEveryOutput(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, PreviewFile)); err != nil {
 		t.Error(err)
+	}
+	// the occupancy grid as map_server files and beside the top view
+	g, err := occgrid.ReadMapServer(filepath.Join(dir, got.Outputs["grid"]))
+	if err != nil || g.Width*g.Height == 0 || g.Free == 0 {
+		t.Fatalf("map.yaml: %+v %v", g, err)
+	}
+	pf, err := os.Open(filepath.Join(dir, GridPreviewFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pf.Close()
+	pc, err := png.DecodeConfig(pf)
+	if err != nil || pc.Width != 1600 || pc.Height != 800 {
+		t.Errorf("grid.png: %+v %v", pc, err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"github.com/lingbotmap/lingbotmap/engine/occgrid"
 )
 
 // decode round-trips an image through PNG, as a viewer would read the file.
@@ -200,5 +201,40 @@ func TestWriteGray16(t *testing.T) {
 	}
 	if _, err := WriteGray16(&buf, vals, 4, 2, 0); err == nil {
 		t.Error("zero scale accepted")
+	}
+}
+
+// A grid view paints each cell in its map_server shade at the right place
+// (x right, y up) and refuses a malformed grid.
+func TestGridView(t *testing.T) {
+	g := &occgrid.Grid{Width: 4, Height: 2, Resolution: 1, OriginX: 0, OriginY: 0,
+		Data: []int8{occgrid.Occupied, occgrid.Free, occgrid.Unknown, occgrid.Unknown, occgrid.Free, occgrid.Free, occgrid.Free, occgrid.Occupied}}
+	img, err := GridView(g, nil, GridViewOptions{Width: 400, Height: 220})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the view frames the grid with a 5 % pad: find each cell centre's pixel
+	v := newView(Axes{H: 0, V: 1}, image.Rect(0, 20, 400, 220), bounds{0, 4, 0, 2})
+	for cy := range 2 {
+		for cx := range 4 {
+			px, py := v.pixel([3]float64{float64(cx) + 0.5, float64(cy) + 0.5, 0})
+			want := UnknownColor()
+			switch g.At(cx, cy) {
+			case occgrid.Occupied:
+				want = OccupiedColor()
+			case occgrid.Free:
+				want = FreeColor()
+			}
+			if got := img.RGBAAt(int(px), int(py)); got != want {
+				t.Errorf("cell (%d, %d) at pixel (%.0f, %.0f) is %v, want %v", cx, cy, px, py, got, want)
+			}
+		}
+	}
+	if _, err := GridView(&occgrid.Grid{Width: 2, Height: 2, Resolution: 1, Data: []int8{0}}, nil, GridViewOptions{}); err == nil {
+		t.Error("a grid with too few cells was drawn")
+	}
+	both := SideBySide(img, img)
+	if both.Bounds().Dx() != 800 || both.Bounds().Dy() != 220 || both.RGBAAt(400+10, 5) != img.RGBAAt(10, 5) {
+		t.Errorf("side by side: %v", both.Bounds())
 	}
 }
