@@ -159,18 +159,7 @@ func TestJazzyTopics(t *testing.T) {
 		return
 	}
 	const width, n = 154, 10
-	dir := t.TempDir()
-	courthouse, err := shared.Path("data", "courthouse")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bag := filepath.Join(dir, "frames.mcap")
-	runOK(t, 60*time.Second, ros2Binary(t), "bag", "--format", "mcap", "--images", courthouse, "--first-k", strconv.Itoa(n),
-		"--rate", "10", "--start", strconv.FormatInt(rostest.Stamp0.Unix(), 10), "--out", bag)
-	script := filepath.Join(dir, "pose_check.py")
-	if err := os.WriteFile(script, []byte(poseSubscriberPy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	bag, script := framesAndScript(t, n, "pose_check.py", poseSubscriberPy)
 
 	node := startROS2Node(t, ros2NodeArgs(t, "lingbotmap", width, "-p", "base_frame:=base_link",
 		"-p", "base_to_camera:=0 0 0 -0.5 0.5 -0.5 0.5", "-p", "map_rate:=20.0")...)
@@ -279,4 +268,24 @@ func runOK(t *testing.T, timeout time.Duration, name string, args ...string) str
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// framesAndScript writes, in a fresh temp dir, an MCAP of the first n
+// courthouse frames at 10 Hz stamped from rostest.Stamp0 (made by
+// lingbotmap bag) and the Python script src as name; it returns both paths.
+func framesAndScript(t *testing.T, n int, name, src string) (bag, script string) {
+	t.Helper()
+	dir := t.TempDir()
+	courthouse, err := shared.Path("data", "courthouse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bag = filepath.Join(dir, "frames.mcap")
+	runOK(t, 60*time.Second, ros2Binary(t), "bag", "--format", "mcap", "--images", courthouse, "--first-k", strconv.Itoa(n),
+		"--rate", "10", "--start", strconv.FormatInt(rostest.Stamp0.Unix(), 10), "--out", bag)
+	script = filepath.Join(dir, name)
+	if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return bag, script
 }

@@ -5,15 +5,12 @@ package test
 import (
 	"encoding/json"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine/geom"
-	"github.com/lingbotmap/lingbotmap/internal/shared"
 	"github.com/lingbotmap/lingbotmap/node/ros1/rostest"
 )
 
@@ -104,18 +101,7 @@ func TestJazzyTF(t *testing.T) {
 		return
 	}
 	const width, n = 154, 8
-	dir := t.TempDir()
-	courthouse, err := shared.Path("data", "courthouse")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bag := filepath.Join(dir, "frames.mcap")
-	runOK(t, 60*time.Second, ros2Binary(t), "bag", "--format", "mcap", "--images", courthouse, "--first-k", strconv.Itoa(n),
-		"--rate", "10", "--start", strconv.FormatInt(rostest.Stamp0.Unix(), 10), "--out", bag)
-	script := filepath.Join(dir, "tf_robot.py")
-	if err := os.WriteFile(script, []byte(tfRobotPy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	bag, script := framesAndScript(t, n, "tf_robot.py", tfRobotPy)
 	node := startROS2Node(t, ros2NodeArgs(t, "lingbotmap", width, "-p", "base_frame:=base_link", "-p", "odom_frame:=odom",
 		"-p", "tf_wait:=60.0")...)
 	j := jazzyEnv(t, rmwCyclone)
