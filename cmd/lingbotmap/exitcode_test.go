@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"image"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
-	"github.com/foxglove/mcap/go/mcap"
 
 	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
@@ -27,8 +25,8 @@ import (
 	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 	"github.com/lingbotmap/lingbotmap/msgs/bag"
-	"github.com/lingbotmap/lingbotmap/msgs/cdr"
 	"github.com/lingbotmap/lingbotmap/msgs/mcapbag"
+	"github.com/lingbotmap/lingbotmap/msgs/mcapbag/mcaptest"
 	"github.com/lingbotmap/lingbotmap/node"
 )
 
@@ -285,49 +283,28 @@ func TestRunTinyVoxelRefused(t *testing.T) {
 // after the damage too, are mapped, and the run exits with exitPartial and
 // says so in run.json instead of "completed".
 func TestRunDamagedMCAPIsPartial(t *testing.T) {
-	var buf bytes.Buffer
-	w, err := mcap.NewWriter(&buf, &mcap.WriterOptions{IncludeCRC: true, Chunked: true, ChunkSize: 1, Compression: mcap.CompressionNone})
-	if err != nil {
-		t.Fatal(err)
-	}
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(w.WriteHeader(&mcap.Header{Profile: mcapbag.Profile}))
-	must(w.WriteSchema(&mcap.Schema{ID: 1, Name: "sensor_msgs/msg/Image", Encoding: "ros2msg", Data: []byte("x")}))
-	must(w.WriteChannel(&mcap.Channel{ID: 1, SchemaID: 1, Topic: "/camera/image_raw", MessageEncoding: mcapbag.MessageEncoding}))
 	const n = 12
+	var msgs []mcaptest.Message
 	for i := range n {
 		stamp := time.Unix(1700000000, int64(i)*50_000_000)
 		data := make([]byte, 64*48)
 		for k := range data {
 			data[k] = byte(i + k)
 		}
-		b, err := cdr.Marshal(&sensor_msgs.Image{Header: std_msgs.Header{Stamp: stamp}, Width: 64, Height: 48, Encoding: "mono8", Step: 64, Data: data})
-		must(err)
-		must(w.WriteMessage(&mcap.Message{ChannelID: 1, Sequence: uint32(i), LogTime: uint64(stamp.UnixNano()), Data: b}))
+		msgs = append(msgs, mcaptest.Message{LogTime: stamp,
+			Msg: &sensor_msgs.Image{Header: std_msgs.Header{Stamp: stamp}, Width: 64, Height: 48, Encoding: "mono8", Step: 64, Data: data}})
 	}
-	must(w.Close())
-	b := buf.Bytes()
-	// the fifth chunk's CRC, one bit off
-	chunk := 0
-	for pos := int64(len(mcap.Magic)); pos+9 <= int64(len(b)); pos += 9 + int64(binary.LittleEndian.Uint64(b[pos+1:])) {
-		if mcap.OpCode(b[pos]) == mcap.OpChunk {
-			if chunk++; chunk == 5 {
-				b[pos+9+24] ^= 1
-			}
-		}
-	}
+	b, chunks := mcaptest.OneChunkEach(t, "/camera/image_raw", "sensor_msgs/msg/Image", msgs)
+	b[chunks[4]+9+24] ^= 1 // the fifth chunk's CRC, one bit off
 	path := filepath.Join(t.TempDir(), "damaged.mcap")
-	must(os.WriteFile(path, b, 0o644))
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	o := testRunOptions(t, &fakeStream{scale: 2})
 	o.input = path
 	o.src.FirstK = 0
-	err = runRun(context.Background(), o, true)
+	err := runRun(context.Background(), o, true)
 	if code := exitCode(err); code != exitPartial {
 		t.Fatalf("exit code %d for %v", code, err)
 	}

@@ -10,10 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/foxglove/mcap/go/mcap"
-
-	"github.com/lingbotmap/lingbotmap/msgs/cdr"
 	"github.com/lingbotmap/lingbotmap/msgs/mcapbag"
+	"github.com/lingbotmap/lingbotmap/msgs/mcapbag/mcaptest"
 )
 
 // chunkedMCAP writes the frames as PNG on /cam/image/compressed, one
@@ -21,37 +19,11 @@ import (
 // its chunks' offsets.
 func chunkedMCAP(t *testing.T, n int) ([]byte, []int64) {
 	t.Helper()
-	var buf bytes.Buffer
-	w, err := mcap.NewWriter(&buf, &mcap.WriterOptions{IncludeCRC: true, Chunked: true, ChunkSize: 1, Compression: mcap.CompressionNone})
-	if err != nil {
-		t.Fatal(err)
+	var msgs []mcaptest.Message
+	for _, m := range testImages(t, realFrames(t, n)) {
+		msgs = append(msgs, mcaptest.Message{Msg: m.png, LogTime: m.rec})
 	}
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(w.WriteHeader(&mcap.Header{Profile: mcapbag.Profile}))
-	must(w.WriteSchema(&mcap.Schema{ID: 1, Name: typeCompressed2, Encoding: "ros2msg", Data: []byte("x")}))
-	must(w.WriteChannel(&mcap.Channel{ID: 1, SchemaID: 1, Topic: "/cam/image/compressed", MessageEncoding: mcapbag.MessageEncoding}))
-	for i, m := range testImages(t, realFrames(t, n)) {
-		data, err := cdr.Marshal(m.png)
-		must(err)
-		must(w.WriteMessage(&mcap.Message{ChannelID: 1, Sequence: uint32(i), LogTime: uint64(m.rec.UnixNano()), Data: data}))
-	}
-	must(w.Close())
-	b := buf.Bytes()
-	var chunks []int64
-	for pos := int64(len(mcap.Magic)); pos+9 <= int64(len(b)); pos += 9 + int64(binary.LittleEndian.Uint64(b[pos+1:])) {
-		if mcap.OpCode(b[pos]) == mcap.OpChunk {
-			chunks = append(chunks, pos)
-		}
-	}
-	if len(chunks) != n {
-		t.Fatalf("%d chunks, want %d", len(chunks), n)
-	}
-	return b, chunks
+	return mcaptest.OneChunkEach(t, "/cam/image/compressed", typeCompressed2, msgs)
 }
 
 // A damaged MCAP bag is partial input, as a damaged ROS 1 bag is: the

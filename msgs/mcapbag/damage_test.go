@@ -7,14 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/sensor_msgs"
 	"github.com/foxglove/mcap/go/mcap"
 
-	"github.com/lingbotmap/lingbotmap/msgs/cdr"
+	"github.com/lingbotmap/lingbotmap/msgs/mcapbag/mcaptest"
 )
 
 // multiChunk writes n images on /cam, one chunk each (uncompressed, so that
@@ -22,38 +21,22 @@ import (
 // writes it, and returns the file and its chunks' offsets.
 func multiChunk(t *testing.T, n int) ([]byte, []int64) {
 	t.Helper()
-	var buf bytes.Buffer
-	w, err := mcap.NewWriter(&buf, &mcap.WriterOptions{IncludeCRC: true, Chunked: true, ChunkSize: 1, Compression: mcap.CompressionNone})
-	if err != nil {
-		t.Fatal(err)
-	}
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(w.WriteHeader(&mcap.Header{Profile: Profile}))
-	must(w.WriteSchema(&mcap.Schema{ID: 1, Name: "sensor_msgs/msg/Image", Encoding: "ros2msg", Data: []byte("x")}))
-	must(w.WriteChannel(&mcap.Channel{ID: 1, SchemaID: 1, Topic: "/cam", MessageEncoding: MessageEncoding}))
+	var msgs []mcaptest.Message
 	for i := range n {
-		data, err := cdr.Marshal(image(i))
-		must(err)
-		must(w.WriteMessage(&mcap.Message{ChannelID: 1, Sequence: uint32(i), LogTime: uint64(at(i).UnixNano()), Data: data}))
+		msgs = append(msgs, mcaptest.Message{Msg: image(i), LogTime: at(i)})
 	}
-	must(w.Close())
-	b := buf.Bytes()
+	b, chunks := mcaptest.OneChunkEach(t, "/cam", "sensor_msgs/msg/Image", msgs)
 	fr, err := walkFile(bytes.NewReader(b), int64(len(b)))
 	if err != nil || fr.damage != nil {
 		t.Fatalf("the sound file: %v, damage %v", err, fr.damage)
 	}
-	var chunks []int64
-	for pos := range fr.chunks {
-		chunks = append(chunks, pos)
+	for _, pos := range chunks {
+		if _, ok := fr.chunks[pos]; !ok {
+			t.Fatalf("the reader found no chunk at %d", pos)
+		}
 	}
-	slices.Sort(chunks)
-	if len(chunks) != n {
-		t.Fatalf("%d chunks, want %d", len(chunks), n)
+	if len(fr.chunks) != n {
+		t.Fatalf("the reader found %d chunks, want %d", len(fr.chunks), n)
 	}
 	return b, chunks
 }
