@@ -88,6 +88,13 @@ type Config struct {
 	// choice to apply. verify uses it to follow the reference through
 	// decisions that a lower precision cannot reproduce. Not a configuration value.
 	Decide func(decision int, flow float64, keyframe bool) bool `mapstructure:"-" json:"-"`
+	// Localize stops the cache from growing: once a window has run its
+	// phase 1 (a resumed state), every frame runs as a non-keyframe against
+	// the keyframes the cache holds, windows never change and live windows
+	// never warm the next one up. Reference windows hold results back until
+	// the next window, so they are refused with it. The node sets it for
+	// localization mode; not a configuration value.
+	Localize bool `mapstructure:"-" json:"-"`
 }
 
 // The values of Config.WindowMode.
@@ -249,6 +256,9 @@ func (c Config) Validate() error {
 	}
 	if c.WindowMode != WindowReference && c.WindowMode != WindowLive {
 		bad("window_mode", "must be %s or %s, not %q", WindowReference, WindowLive, c.WindowMode)
+	}
+	if c.Localize && c.Windowed && c.WindowMode == WindowReference {
+		bad("window_mode", "localization needs %s windows or none: %s windows hold results back until the next window, which localization never starts", WindowLive, WindowReference)
 	}
 	if c.Windowed {
 		if c.WindowSize <= c.ScaleFrames {

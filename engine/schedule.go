@@ -96,7 +96,7 @@ func (p *schedule) live() bool { return p.cfg.Windowed && p.cfg.WindowMode == Wi
 func (p *schedule) overlap() int { return p.cfg.OverlapSize }
 
 // early says whether live windows start the next window early.
-func (p *schedule) early() bool { return p.cfg.canStartEarly() && !p.serialWindows }
+func (p *schedule) early() bool { return p.cfg.canStartEarly() && !p.serialWindows && !p.cfg.Localize }
 
 // canStartEarly says whether the settings let live windows start early: it
 // needs fixed-interval windows (a flow window's end is known only when it
@@ -129,7 +129,7 @@ func (p *schedule) windowFrames(w *window) int {
 // that the next frame opens a new one (windowed mode).
 func (p *schedule) windowDone() bool {
 	w := p.win
-	if !p.cfg.Windowed || len(w.buf) > 0 || w.n == 0 {
+	if !p.cfg.Windowed || len(w.buf) > 0 || w.n == 0 || p.cfg.Localize {
 		return false
 	}
 	if p.cfg.FlowThreshold > 0 {
@@ -191,6 +191,10 @@ func (p *schedule) take(in input) step {
 			return step{w: w, op: opBuffer}
 		}
 		return p.phase1(w, w.buf)
+	}
+	if p.cfg.Localize {
+		// localized against the cached keyframes; the cache never grows
+		return step{w: w, op: opFrame, ins: []input{in}, kind: NonKeyframe}
 	}
 	if p.cfg.FlowThreshold > 0 {
 		return step{w: w, op: opFlow, ins: []input{in}, local: w.n}

@@ -119,11 +119,13 @@ type Config struct {
 	// SessionSaveEvery, when positive, saves the session into save_dir as
 	// ~save_session does every that many processed frames (0 = never).
 	SessionSaveEvery int `mapstructure:"session_save_every" param:"min=0"`
-	// Localization keeps the map as it is (one loaded with --resume):
-	// frames are still tracked and their poses, odometry, TF, clouds and
-	// depth published, but their points no longer go into the voxel map,
-	// so ~map, /map and ~save_map's map.ply stay the loaded map. The engine
-	// itself still takes keyframes into its own state as it always does.
+	// Localization keeps the map as it is (one loaded with --resume or
+	// ~load_map): frames are still tracked and their poses, odometry, TF,
+	// clouds and depth published, but their points no longer go into the
+	// voxel map, so ~map, /map and ~save_map's map.ply stay the loaded map;
+	// once a session is loaded the engine takes no more keyframes either
+	// (engine.Config.Localize): every frame is localized against the
+	// loaded cache, which never grows and whose window never changes.
 	Localization bool `mapstructure:"localization"`
 	// MasterCheckInterval is how often (seconds) the node checks that the
 	// ROS master still knows it, to re-register after a master restart.
@@ -204,6 +206,8 @@ func (c Config) Validate() error {
 	}
 	if err := c.Engine.Validate(); err != nil {
 		errs = append(errs, err)
+	} else if c.Localization && c.Engine.Windowed && c.Engine.WindowMode == engine.WindowReference {
+		bad("localization", "needs window_mode %s (or no windows): %s windows hold results back until a next window, which localization never starts", engine.WindowLive, engine.WindowReference)
 	}
 	if err := c.Scale.Validate(); err != nil {
 		errs = append(errs, err)

@@ -169,7 +169,10 @@ func (n *Node) resumeSession(ctx context.Context, dir string) (engine.Stream, er
 		n.frame.Fix(b)
 		n.log.Warn("the saved session has no map frame (saved by an older version): taking the configured base → camera as the first frame's")
 	}
-	st, err := n.resumeStream(ctx, n.cfg, f)
+	cfg := n.cfg
+	// localization: the loaded cache is the map; frames only localize in it
+	cfg.Engine.Localize = cfg.Localization
+	st, err := n.resumeStream(ctx, cfg, f)
 	if err != nil {
 		return nil, fmt.Errorf("node: resume: %w", err)
 	}

@@ -264,9 +264,10 @@ func TestNodeSessionKeepsHeldFramesHeaders(t *testing.T) {
 }
 
 // TestNodeLocalizationKeepsTheMap: a node resumed from a saved session with
-// localization on tracks and publishes the new frames (path, clouds) but
-// its map stays the saved one; resumed without it, the same frames grow
-// the map.
+// localization on tracks and publishes the new frames (poses, path) but its
+// map and its engine's KV cache stay the saved ones (the frames run as
+// non-keyframes, so no ~cloud); resumed without it, the same frames grow
+// both.
 func TestNodeLocalizationKeepsTheMap(t *testing.T) {
 	cfg := goldenNodeConfig(t)
 	cfg.SaveDir = t.TempDir()
@@ -275,24 +276,32 @@ func TestNodeLocalizationKeepsTheMap(t *testing.T) {
 	if _, err := first.Call("/lbm/save_session"); err != nil {
 		t.Fatal(err)
 	}
+	saved := first.Last("/lbm/map").(*sensor_msgs.PointCloud2).Width
+	savedKV := diagValue(waitDiag(t, first, map[string]string{"engine_frames_in": "7"}), "kv_frame_count")
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	saved := first.Last("/lbm/map").(*sensor_msgs.PointCloud2).Width
-	mapAfter := func(localize bool) (uint32, int) {
+	// the map's points, the poses published and the engine's committed
+	// frames after 5 more frames
+	mapAfter := func(localize bool) (uint32, int, string) {
 		c := cfg
 		c.Localization = localize
 		tr, stop := runEngineNode(t, c, cfg.SaveDir, 7, 12, 12)
+		kv := diagValue(waitDiag(t, tr, map[string]string{"engine_frames_in": "12"}), "kv_frame_count")
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
-		return tr.Last("/lbm/map").(*sensor_msgs.PointCloud2).Width, len(tr.Messages("/lbm/cloud"))
+		return tr.Last("/lbm/map").(*sensor_msgs.PointCloud2).Width, len(tr.Messages("/lbm/pose")), kv
 	}
-	kept, clouds := mapAfter(true)
-	if kept != saved || saved == 0 || clouds == 0 {
-		t.Fatalf("localization: the map has %d points after 5 more frames (%d clouds published), the saved one %d", kept, clouds, saved)
+	kept, poses, kv := mapAfter(true)
+	if kept != saved || saved == 0 || poses != 5 {
+		t.Fatalf("localization: the map has %d points after 5 more frames (%d poses published), the saved one %d", kept, poses, saved)
 	}
-	if grown, _ := mapAfter(false); grown <= saved {
-		t.Fatalf("without localization the map has %d points after 5 more frames, the saved one %d: the test shows nothing", grown, saved)
+	if kv != savedKV || savedKV == "" || savedKV == "0" {
+		t.Fatalf("localization: the engine's cache holds %s frames after 5 more frames, the saved one %s", kv, savedKV)
+	}
+	if grown, _, kv := mapAfter(false); grown <= saved || kv == savedKV {
+		t.Fatalf("without localization the map has %d points and the cache %s frames after 5 more frames, the saved ones %d and %s: the test shows nothing",
+			grown, kv, saved, savedKV)
 	}
 }
