@@ -162,16 +162,7 @@ func (s *nodeScale) takeDepth(m *sensor_msgs.Image) {
 func (s *nodeScale) depthAt(stamp time.Time) (scale.Image, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	best, gap := -1, s.tol+1
-	for i, d := range s.depths {
-		g := d.stamp.Sub(stamp)
-		if g < 0 {
-			g = -g
-		}
-		if g <= s.tol && g < gap {
-			best, gap = i, g
-		}
-	}
+	best := scale.Nearest(s.depths, func(d stampedDepth) time.Time { return d.stamp }, stamp, s.tol)
 	if best < 0 {
 		return scale.Image{}, false
 	}

@@ -6,7 +6,6 @@ import (
 	"image"
 	"image/png"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -435,16 +434,7 @@ func (s *runScale) depthAt(stamp time.Time) (scale.Image, error) {
 	for len(s.depthPending) > 0 && s.depthPending[0].stamp.Before(stamp.Add(-s.tol)) {
 		s.depthPending = s.depthPending[1:]
 	}
-	best, bestGap := -1, time.Duration(math.MaxInt64)
-	for i, d := range s.depthPending {
-		gap := d.stamp.Sub(stamp)
-		if gap < 0 {
-			gap = -gap
-		}
-		if gap <= s.tol && gap < bestGap {
-			best, bestGap = i, gap
-		}
-	}
+	best := scale.Nearest(s.depthPending, func(d stampedDepth) time.Time { return d.stamp }, stamp, s.tol)
 	if best < 0 {
 		return scale.Image{}, fmt.Errorf("no depth image on %s within %g s of the image", s.set.DepthTopic, s.set.StampTolerance)
 	}
