@@ -1,7 +1,6 @@
 package node_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -28,6 +27,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/mapframe"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
+	"github.com/lingbotmap/lingbotmap/internal/syncbuf"
 	"github.com/lingbotmap/lingbotmap/msgs"
 	"github.com/lingbotmap/lingbotmap/node"
 	"github.com/lingbotmap/lingbotmap/node/nodetest"
@@ -42,28 +42,10 @@ func goldenReplay(t *testing.T) *replay.Stream {
 	return s
 }
 
-// syncLog is a goroutine-safe log sink.
-type syncLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // core is a node running on the test double.
 type core struct {
 	tr   *nodetest.Transport
-	logs *syncLog
+	logs *syncbuf.Buffer
 	stop func() error // cancels Run and returns its error
 }
 
@@ -74,7 +56,7 @@ func startCore(t *testing.T, cfg node.Config, stream engine.Stream, tr *nodetest
 	if tr == nil {
 		tr = nodetest.New("/lbm", nil)
 	}
-	logs := &syncLog{}
+	logs := &syncbuf.Buffer{}
 	n, err := node.New(node.Options{Config: cfg, Transport: tr, Log: slog.New(slog.NewTextHandler(logs, nil)),
 		NewStream: func(context.Context, node.Config) (engine.Stream, error) { return stream, nil }})
 	if err != nil {
@@ -552,7 +534,7 @@ func TestCoreParamsAndConnect(t *testing.T) {
 	}
 
 	run := func(tr *nodetest.Transport, ctx context.Context) error {
-		n, err := node.New(node.Options{Config: fastConfig(t), Transport: tr, Log: slog.New(slog.NewTextHandler(&syncLog{}, nil)),
+		n, err := node.New(node.Options{Config: fastConfig(t), Transport: tr, Log: slog.New(slog.NewTextHandler(&syncbuf.Buffer{}, nil)),
 			NewStream: func(context.Context, node.Config) (engine.Stream, error) { return ref, nil }})
 		if err != nil {
 			t.Fatal(err)
@@ -737,7 +719,7 @@ func TestCoreShutdownAbort(t *testing.T) {
 	ref := &slowFlush{Stream: goldenReplay(t), flushing: make(chan struct{})}
 	w, h := ref.Size()
 	tr := nodetest.New("/lbm", nil)
-	logs := &syncLog{}
+	logs := &syncbuf.Buffer{}
 	abort := make(chan struct{})
 	n, err := node.New(node.Options{Config: fastConfig(t), Transport: tr, Log: slog.New(slog.NewTextHandler(logs, nil)), Abort: abort,
 		NewStream: func(context.Context, node.Config) (engine.Stream, error) { return ref, nil }})

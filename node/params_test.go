@@ -16,6 +16,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/config"
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/internal/syncbuf"
 	"github.com/lingbotmap/lingbotmap/node"
 	"github.com/lingbotmap/lingbotmap/node/nodetest"
 )
@@ -39,7 +40,7 @@ func TestCoreLiveParams(t *testing.T) {
 	ref := goldenReplay(t)
 	tr := &paramTransport{Transport: nodetest.New("/lbm", nil), host: make(chan node.ParamHost, 1)}
 	cfg := fastConfig(t)
-	logs := &syncLog{}
+	logs := &syncbuf.Buffer{}
 	n, err := node.New(node.Options{Config: cfg, Transport: tr, Log: slog.New(slog.NewTextHandler(logs, nil)),
 		NewStream: func(context.Context, node.Config) (engine.Stream, error) { return ref, nil }})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/internal/syncbuf"
 	"github.com/lingbotmap/lingbotmap/node"
 	"github.com/lingbotmap/lingbotmap/node/nodetest"
 )
@@ -21,7 +22,7 @@ func TestCoreStartsEngineBeforeConnect(t *testing.T) {
 	var built []node.Config
 	run := func(tr *nodetest.Transport, ctx context.Context, fail bool) error {
 		built = nil
-		n, err := node.New(node.Options{Config: fastConfig(t), Transport: tr, Log: slog.New(slog.NewTextHandler(&syncLog{}, nil)),
+		n, err := node.New(node.Options{Config: fastConfig(t), Transport: tr, Log: slog.New(slog.NewTextHandler(&syncbuf.Buffer{}, nil)),
 			NewStream: func(_ context.Context, cfg node.Config) (engine.Stream, error) {
 				built = append(built, cfg)
 				if fail {

@@ -27,6 +27,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/golden/replay"
 	"github.com/lingbotmap/lingbotmap/engine/mapframe"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
+	"github.com/lingbotmap/lingbotmap/internal/syncbuf"
 	"github.com/lingbotmap/lingbotmap/node/ros1/rostest"
 )
 
@@ -84,30 +85,13 @@ func golden(t *testing.T) string {
 // nodeProc is the binary running as a ROS node.
 type nodeProc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *syncbuf.Buffer
 	done chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func startNode(t *testing.T, m *rostest.Master, args ...string) *nodeProc {
 	t.Helper()
-	p := &nodeProc{cmd: exec.Command(binary(t), append([]string{"node", "--ros", "1"}, args...)...), out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &nodeProc{cmd: exec.Command(binary(t), append([]string{"node", "--ros", "1"}, args...)...), out: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	p.cmd.Env = m.Env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/internal/shared"
+	"github.com/lingbotmap/lingbotmap/internal/syncbuf"
 )
 
 // The RMWs the shared Jazzy has; rmw_fastrtps_cpp is Jazzy's default.
@@ -197,7 +198,7 @@ func (j *jazzy) ros2Until(timeout time.Duration, want string, args ...string) st
 type jazzyProc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *syncbuf.Buffer
 	done chan error
 }
 
@@ -207,7 +208,7 @@ type jazzyProc struct {
 func (j *jazzy) start(name string, args ...string) *jazzyProc {
 	j.t.Helper()
 	cmd := j.command(context.Background(), name, args...)
-	p := &jazzyProc{name: name + " " + strings.Join(args, " "), cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &jazzyProc{name: name + " " + strings.Join(args, " "), cmd: cmd, out: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		j.t.Fatalf("starting %s: %v", p.name, err)

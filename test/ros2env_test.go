@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/internal/shared"
+	"github.com/lingbotmap/lingbotmap/internal/syncbuf"
 )
 
 const (
@@ -431,7 +432,7 @@ func readDump(t *testing.T, e peerEvent) []byte {
 func startROS2Node(t *testing.T, rosArgs ...string) *nodeProc {
 	t.Helper()
 	args := append([]string{"node", "--ros=2", "--ros-args"}, rosArgs...)
-	p := &nodeProc{cmd: exec.Command(ros2Binary(t), args...), out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &nodeProc{cmd: exec.Command(ros2Binary(t), args...), out: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	p.cmd.Env = append(os.Environ(), "CYCLONEDDS_URI="+cycloneURI)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lingbotmap/lingbotmap/internal/syncbuf"
 	"github.com/lingbotmap/lingbotmap/node/ros1/rostest"
 )
 
@@ -106,7 +107,7 @@ wait $RL
 	cmd := m.Command(ctx, "xvfb-run", "-a", "-s", "-screen 0 1280x800x24 -nolisten tcp", "sh", "-c", script)
 	cmd.Env = append(cmd.Env, "ROS_PACKAGE_PATH="+ws+":/usr/share", "BAG="+bag, "GOLDEN="+golden(t),
 		"GO="+goFile, "LOG="+logFile, "SHOT="+shot)
-	var out syncBuffer
+	var out syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

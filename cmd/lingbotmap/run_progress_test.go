@@ -8,11 +8,11 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine/output"
+	"github.com/lingbotmap/lingbotmap/internal/syncbuf"
 )
 
 // TestProgressFollowsMappedFrames: phase 1 delivers its 8 scale frames in
@@ -62,7 +62,7 @@ func TestRunSaysWhatItDoes(t *testing.T) {
 	fs := &fakeStream{scale: 3}
 	o := testRunOptions(t, fs)
 	o.cfg.ScaleFrames = 3
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	o.stderr = &logs
 	if err := runRun(context.Background(), o, false); err != nil {
 		t.Fatal(err)
@@ -79,24 +79,6 @@ func TestRunSaysWhatItDoes(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer that several goroutines may write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestRunInterruptSpeaks: a signal is answered at once with what the run
 // is doing, and its last message says how to go on: without --session, or
 // before the first session save, that it cannot be resumed
@@ -107,7 +89,7 @@ func TestRunInterruptSpeaks(t *testing.T) {
 		o := testRunOptions(t, fs)
 		o.cfg.ScaleFrames = 3
 		o.saveSessions = session
-		var logs syncBuffer
+		var logs syncbuf.Buffer
 		o.stderr = &logs
 		ctx, cancel := context.WithCancelCause(context.Background())
 		stopped := make(chan struct{})
@@ -134,7 +116,7 @@ func TestRunInterruptSpeaks(t *testing.T) {
 
 // waitLog waits until the log holds s (the watcher writes it on its own
 // goroutine).
-func waitLog(t *testing.T, logs *syncBuffer, s string) {
+func waitLog(t *testing.T, logs *syncbuf.Buffer, s string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(logs.String(), s) {
@@ -184,7 +166,7 @@ func TestRunInterruptedBeforeAnyResultLeavesNothing(t *testing.T) {
 	fs := &fakeStream{scale: 3}
 	o := testRunOptions(t, fs)
 	o.cfg.ScaleFrames = 3
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	o.stderr = &logs
 	ctx, cancel := context.WithCancelCause(context.Background())
 	fs.onPush = func(n int) error {

@@ -1,7 +1,6 @@
 package ros1
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/golden/replay"
+	"github.com/lingbotmap/lingbotmap/internal/syncbuf"
 	"github.com/lingbotmap/lingbotmap/node"
 	"github.com/lingbotmap/lingbotmap/node/ros1/rostest"
 )
@@ -44,24 +44,6 @@ func (s *fullStream) Reset() error {
 	return s.Stream.Reset()
 }
 
-// syncLog is a goroutine-safe log sink.
-type syncLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A full cache is reported once in the log and as cache_full in /diagnostics,
 // every later frame is counted as an engine error, and ~reset clears it.
 func TestNodeReportsFullCacheOnce(t *testing.T) {
@@ -73,7 +55,7 @@ func TestNodeReportsFullCacheOnce(t *testing.T) {
 	}
 	cfg := node.DefaultConfig()
 	cfg.QueuePolicy, cfg.DiagnosticsRate = "all", 20
-	logs := &syncLog{}
+	logs := &syncbuf.Buffer{}
 	stream := &fullStream{Stream: replay, limit: 5}
 	r := startRig(t, master, "lbmfull", cfg, stream, slog.New(slog.NewTextHandler(logs, nil)), "/diagnostics")
 	rec, imgPub := r.rec, r.camera

@@ -3,14 +3,13 @@
 package ros2
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/lingbotmap/lingbotmap/internal/syncbuf"
 	"github.com/lingbotmap/lingbotmap/msgs/cdr"
 	"github.com/lingbotmap/lingbotmap/node/ros2/dds"
 )
@@ -60,25 +59,7 @@ func TestGidSizeChoice(t *testing.T) {
 	}
 }
 
-// syncLog is a log sink tests read while the transport writes.
-type syncLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func loggedTransport(t *testing.T, distro, name string) (*Transport, *syncLog) {
+func loggedTransport(t *testing.T, distro, name string) (*Transport, *syncbuf.Buffer) {
 	t.Helper()
 	a, _, err := ParseArgs([]string{"--ros-args", "-r", "__node:=" + name}, func(k string) string {
 		if k == "ROS_DISTRO" {
@@ -89,7 +70,7 @@ func loggedTransport(t *testing.T, distro, name string) (*Transport, *syncLog) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &syncLog{}
+	l := &syncbuf.Buffer{}
 	tr, err := New(a, slog.New(slog.NewTextHandler(l, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +106,7 @@ func TestGidSizeMismatchedPeers(t *testing.T) {
 	humble, humbleLog := loggedTransport(t, "humble", "old")
 	for _, c := range []struct {
 		tr  *Transport
-		log *syncLog
+		log *syncbuf.Buffer
 		own int
 	}{{jazzy, jazzyLog, 16}, {humble, humbleLog, 24}} {
 		waitStats(t, "mismatched peer", c.tr, func(gid, _ int64) bool { return gid == 1 })
