@@ -48,20 +48,7 @@ var rclInterfacesHashes = map[string]string{
 }
 
 func TestRclInterfacesHashes(t *testing.T) {
-	r, err := theRegistry()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, want := range rclInterfacesHashes {
-		d, ok := r.cat.byName[name]
-		if !ok {
-			t.Errorf("%s is not described", name)
-			continue
-		}
-		if got := d.hash(); got != want {
-			t.Errorf("%s: hash %s, want %s", name, got, want)
-		}
-	}
+	checkHashes(t, rclInterfacesHashes)
 	for _, name := range []string{DescribeParametersSrv, GetParameterTypesSrv, GetParametersSrv,
 		ListParametersSrv, SetParametersSrv, SetParametersAtomicallySrv} {
 		st, err := ServiceByName(name)
