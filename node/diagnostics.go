@@ -25,46 +25,63 @@ type counters struct {
 	gridErrors, gridOccupied atomic.Int64
 
 	mu         sync.Mutex
-	skipped    map[string]int64  // by kind (msgs.DecodeError kinds, size_change, camera_info)
-	reasons    map[string]string // first reason seen per kind
+	skipped    tally // by kind (msgs.DecodeError kinds, size_change, camera_info)
 	modelN     int64
 	modelTotal time.Duration
 	modelLast  time.Duration
 	cameraInfo string
 	// lastParamRefusal is the reason of the newest refused parameter change
 	lastParamRefusal string
-	// problems with the TF tree by kind (tfio.go), and the first reason
-	tfIssues  map[string]int64
-	tfReasons map[string]string
+	// problems with the TF tree by kind (tfio.go)
+	tfIssues tally
+}
+
+// tally counts problems by kind and keeps the first reason seen per kind.
+type tally struct {
+	counts  map[string]int64
+	reasons map[string]string
+}
+
+func newTally() tally { return tally{counts: map[string]int64{}, reasons: map[string]string{}} }
+
+// add counts one problem; it reports whether this kind is new.
+func (t tally) add(kind string, err error) bool {
+	t.counts[kind]++
+	if _, ok := t.reasons[kind]; ok {
+		return false
+	}
+	t.reasons[kind] = err.Error()
+	return true
+}
+
+// kinds is the kinds counted, sorted, and the total count.
+func (t tally) kinds() ([]string, int64) {
+	kinds := make([]string, 0, len(t.counts))
+	var total int64
+	for k, v := range t.counts {
+		kinds = append(kinds, k)
+		total += v
+	}
+	sort.Strings(kinds)
+	return kinds, total
 }
 
 func (c *counters) init() {
-	c.skipped, c.reasons = map[string]int64{}, map[string]string{}
-	c.tfIssues, c.tfReasons = map[string]int64{}, map[string]string{}
+	c.skipped, c.tfIssues = newTally(), newTally()
 }
 
 // tfIssue counts one TF problem; it reports whether this kind is new.
 func (c *counters) tfIssue(kind string, err error) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.tfIssues[kind]++
-	if _, ok := c.tfReasons[kind]; ok {
-		return false
-	}
-	c.tfReasons[kind] = err.Error()
-	return true
+	return c.tfIssues.add(kind, err)
 }
 
 // skip counts one rejected input; it reports whether this kind is new.
 func (c *counters) skip(kind string, err error) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.skipped[kind]++
-	if _, ok := c.reasons[kind]; ok {
-		return false
-	}
-	c.reasons[kind] = err.Error()
-	return true
+	return c.skipped.add(kind, err)
 }
 
 func (c *counters) recordModelTime(d time.Duration) {
@@ -161,29 +178,17 @@ func (n *Node) diagnostics(prevProblems int64) (*diagnostic_msgs.DiagnosticArray
 	if r := c.paramRefused.Load(); r > 0 {
 		vals = append(vals, kv("parameter_changes_refused", r), kv("parameter_last_refusal", c.lastParamRefusal))
 	}
-	kinds := make([]string, 0, len(c.skipped))
-	var skippedTotal int64
-	for k, v := range c.skipped {
-		kinds = append(kinds, k)
-		skippedTotal += v
-	}
-	sort.Strings(kinds)
+	kinds, skippedTotal := c.skipped.kinds()
 	var reasons []string
 	for _, k := range kinds {
-		vals = append(vals, kv("skipped_"+k, c.skipped[k]), kv("skip_reason_"+k, c.reasons[k]))
-		reasons = append(reasons, k+": "+c.reasons[k])
+		vals = append(vals, kv("skipped_"+k, c.skipped.counts[k]), kv("skip_reason_"+k, c.skipped.reasons[k]))
+		reasons = append(reasons, k+": "+c.skipped.reasons[k])
 	}
-	tfKinds := make([]string, 0, len(c.tfIssues))
-	var tfTotal int64
-	for k, v := range c.tfIssues {
-		tfKinds = append(tfKinds, k)
-		tfTotal += v
-	}
-	sort.Strings(tfKinds)
+	tfKinds, tfTotal := c.tfIssues.kinds()
 	var tfReasons []string
 	for _, k := range tfKinds {
-		vals = append(vals, kv("tf_"+k, c.tfIssues[k]), kv("tf_reason_"+k, c.tfReasons[k]))
-		tfReasons = append(tfReasons, "tf_"+k+": "+c.tfReasons[k])
+		vals = append(vals, kv("tf_"+k, c.tfIssues.counts[k]), kv("tf_reason_"+k, c.tfIssues.reasons[k]))
+		tfReasons = append(tfReasons, "tf_"+k+": "+c.tfIssues.reasons[k])
 	}
 	c.mu.Unlock()
 	vals = append(vals, kv("skipped_total", skippedTotal), kv("tf_problems", tfTotal))
