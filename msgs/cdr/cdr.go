@@ -1,7 +1,6 @@
 package cdr
 
 import (
-	"encoding/binary"
 	"fmt"
 	"reflect"
 	"sync"
@@ -106,17 +105,9 @@ func Unmarshal(data []byte, msg any) error {
 	if v.Kind() != reflect.Pointer || v.IsNil() {
 		return fmt.Errorf("cdr: Unmarshal needs a non-nil pointer, not %T", msg)
 	}
-	if len(data) < headerSize {
-		return cdrError(fmt.Errorf("%s: %d bytes, shorter than the 4-byte encapsulation header", b.desc.name, len(data)))
-	}
-	d := decoder{data: data[headerSize:]}
-	switch enc := int(data[0])<<8 | int(data[1]); enc {
-	case encCDRLE:
-		d.order = binary.LittleEndian
-	case encCDRBE:
-		d.order = binary.BigEndian
-	default:
-		return cdrError(fmt.Errorf("%s: encapsulation %02x %02x is not plain CDR (want 00 01 or 00 00)", b.desc.name, data[0], data[1]))
+	d, err := newDecoder(data)
+	if err != nil {
+		return cdrError(fmt.Errorf("%s: %w", b.desc.name, err))
 	}
 	v = v.Elem()
 	v.Set(reflect.Zero(v.Type()))

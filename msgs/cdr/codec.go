@@ -189,6 +189,24 @@ type decoder struct {
 	order binary.ByteOrder
 }
 
+// newDecoder reads the encapsulation header of data and returns a decoder
+// of the payload after it.
+func newDecoder(data []byte) (decoder, error) {
+	if len(data) < headerSize {
+		return decoder{}, fmt.Errorf("%d bytes, shorter than the 4-byte encapsulation header", len(data))
+	}
+	d := decoder{data: data[headerSize:]}
+	switch enc := int(data[0])<<8 | int(data[1]); enc {
+	case encCDRLE:
+		d.order = binary.LittleEndian
+	case encCDRBE:
+		d.order = binary.BigEndian
+	default:
+		return decoder{}, fmt.Errorf("encapsulation %02x %02x is not plain CDR (want 00 01 or 00 00)", data[0], data[1])
+	}
+	return d, nil
+}
+
 // decodeError is a malformed-input error with the path of the field being read.
 type decodeError struct {
 	path string

@@ -1,7 +1,6 @@
 package cdr
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -112,17 +111,9 @@ func UnmarshalDiscovery(data []byte, prefer int) (*ParticipantEntitiesInfo, int,
 }
 
 func unmarshalDiscovery(data []byte, gidSize int) (*ParticipantEntitiesInfo, error) {
-	if len(data) < headerSize {
-		return nil, fmt.Errorf("%d bytes, shorter than the encapsulation header", len(data))
-	}
-	d := decoder{data: data[headerSize:]}
-	switch enc := int(data[0])<<8 | int(data[1]); enc {
-	case encCDRLE:
-		d.order = binary.LittleEndian
-	case encCDRBE:
-		d.order = binary.BigEndian
-	default:
-		return nil, fmt.Errorf("encapsulation %02x %02x is not plain CDR", data[0], data[1])
+	d, err := newDecoder(data)
+	if err != nil {
+		return nil, err
 	}
 	gid := func(path string) (Gid, error) {
 		var g Gid
@@ -147,7 +138,6 @@ func unmarshalDiscovery(data []byte, gidSize int) (*ParticipantEntitiesInfo, err
 		return out, nil
 	}
 	info := &ParticipantEntitiesInfo{}
-	var err error
 	if info.Gid, err = gid("gid"); err != nil {
 		return nil, err
 	}
