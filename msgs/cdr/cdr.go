@@ -148,11 +148,16 @@ func TriggerService() (ServiceType, error) {
 	if err != nil {
 		return ServiceType{}, err
 	}
-	srv := r.cat.trigger
+	return r.service(r.cat.trigger), nil
+}
+
+// service is the ServiceType of a service description (request, response,
+// event_message).
+func (r *registry) service(srv *typeDesc) ServiceType {
 	return ServiceType{
 		Name:     srv.name,
 		Request:  r.types[srv.fields[0].nested],
 		Response: r.types[srv.fields[1].nested],
 		Hash:     r.types[srv].Hash,
-	}, nil
+	}
 }

@@ -212,10 +212,5 @@ func ServiceByName(name string) (ServiceType, error) {
 	if !ok || len(srv.fields) != 3 || srv.fields[2].name != "event_message" {
 		return ServiceType{}, fmt.Errorf("cdr: %s is not a service type this package knows", name)
 	}
-	return ServiceType{
-		Name:     srv.name,
-		Request:  r.types[srv.fields[0].nested],
-		Response: r.types[srv.fields[1].nested],
-		Hash:     r.types[srv].Hash,
-	}, nil
+	return r.service(srv), nil
 }
