@@ -56,7 +56,9 @@ func (n *Node) startPipeline(ctx context.Context) error {
 		return fmt.Errorf("node: %w", err)
 	}
 	n.sink = &publisher{n: n}
-	n.pipe, err = pipeline.New(ctx, statStream{n.stream, n}, pipeline.Sink[std_msgs.Header](n.sink), pipeline.Config[std_msgs.Header]{
+	st := n.stream
+	n.cur.Store(&st)
+	n.pipe, err = pipeline.New(ctx, statStream{n}, pipeline.Sink[std_msgs.Header](n.sink), pipeline.Config[std_msgs.Header]{
 		Queue:      n.cfg.QueueSize,
 		Policy:     pol,
 		LockThread: n.cfg.Engine.Device == "cuda",
@@ -114,28 +116,34 @@ func (n *Node) checkSize(img *image.RGBA) error {
 // statStream is the node's stream as the pipeline drives it: after every
 // Push and Flush, on the model's thread, it keeps the stream's Stats and
 // the call's time for /diagnostics, which therefore never wait for the
-// model.
+// model. It drives the node's current stream (Node.cur), which ~load_map
+// replaces between frames.
 type statStream struct {
-	engine.Stream
 	n *Node
 }
 
+func (s statStream) cur() engine.Stream { return *s.n.cur.Load() }
+
 func (s statStream) Push(ctx context.Context, f engine.Frame) ([]engine.Result, error) {
 	t := time.Now()
-	res, err := s.Stream.Push(ctx, f)
+	res, err := s.cur().Push(ctx, f)
 	s.after(time.Since(t), err)
 	return res, err
 }
 
 func (s statStream) Flush(ctx context.Context) ([]engine.Result, error) {
 	t := time.Now()
-	res, err := s.Stream.Flush(ctx)
+	res, err := s.cur().Flush(ctx)
 	s.after(time.Since(t), err)
 	return res, err
 }
 
+func (s statStream) Stats() engine.CacheStats { return s.cur().Stats() }
+func (s statStream) Reset() error             { return s.cur().Reset() }
+func (s statStream) Close() error             { return s.cur().Close() }
+
 func (s statStream) after(d time.Duration, err error) {
-	st := s.Stream.Stats()
+	st := s.cur().Stats()
 	s.n.cacheStats.Store(&st)
 	if err == nil {
 		s.n.stats.recordModelTime(d)
@@ -144,14 +152,14 @@ func (s statStream) after(d time.Duration, err error) {
 
 // Prepare and Idle pass the stream's own on (the pipeline asks for them).
 func (s statStream) Prepare(f engine.Frame) (engine.Frame, error) {
-	if p, ok := s.Stream.(engine.Preparer); ok {
+	if p, ok := s.cur().(engine.Preparer); ok {
 		return p.Prepare(f)
 	}
 	return f, nil
 }
 
 func (s statStream) Idle(ctx context.Context) {
-	if i, ok := s.Stream.(engine.Idler); ok {
+	if i, ok := s.cur().(engine.Idler); ok {
 		i.Idle(ctx)
 	}
 }

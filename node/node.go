@@ -69,8 +69,11 @@ type Node struct {
 	// stream is called only by the pipeline (pipe.Do for the services)
 	// once the pipeline runs.
 	stream engine.Stream
-	pipe   *pipeline.Pipeline[std_msgs.Header]
-	sink   *publisher
+	// cur is the stream the pipeline drives (statStream): stream, read
+	// also by the pipeline's prepare workers; ~load_map swaps both.
+	cur  atomic.Pointer[engine.Stream]
+	pipe *pipeline.Pipeline[std_msgs.Header]
+	sink *publisher
 	// held are the headers of the frames a resumed engine holds, for the
 	// pipeline (session.go)
 	held    []pipeline.Held[std_msgs.Header]

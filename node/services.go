@@ -29,6 +29,7 @@ func (n *Node) serve() ([]io.Closer, error) {
 		{"~resume", func(context.Context) (string, error) { n.paused.Store(false); return "resumed", nil }},
 		{"~save_map", func(ctx context.Context) (string, error) { return n.saveMap(ctx) }},
 		{"~save_session", func(ctx context.Context) (string, error) { return n.saveSession(ctx) }},
+		{"~load_map", func(ctx context.Context) (string, error) { return n.loadMap(ctx) }},
 	} {
 		name, handle := n.tr.Resolve(sv.name), sv.handle
 		c, err := n.tr.ServeTrigger(name, func(ctx context.Context) (string, error) {
@@ -121,7 +122,7 @@ func (n *Node) saveMap(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%s, but not the occupancy grid: %w", msg, err)
 	}
-	return fmt.Sprintf("%s and a %d × %d occupancy grid to %s", msg, g.Width, g.Height, filepath.Join(dir, GridFileBase+".yaml")), nil
+	return fmt.Sprintf("%s and a %dx%d occupancy grid to %s", msg, g.Width, g.Height, filepath.Join(dir, GridFileBase+".yaml")), nil
 }
 
 // saveDir is the save_dir parameter at the time of the call, or the

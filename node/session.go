@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +15,9 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/std_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/binstate"
 	"github.com/lingbotmap/lingbotmap/engine/mapframe"
+	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/engine/pipeline"
 )
@@ -185,4 +188,114 @@ func (n *Node) resumeSession(ctx context.Context, dir string) (engine.Stream, er
 	}
 	n.log.Info("resumed the saved session", "file", path, "poses", n.m.Stats().Poses, "next_seq", meta.NextSeq)
 	return st, nil
+}
+
+// loadMap loads the session saved in save_dir (as ~save_session writes it)
+// into the running node: the engine state, the map and path, the map frame
+// and its scale. Everything is read and checked (checksums, the weights
+// fingerprint, the settings) before anything changes, so a missing or
+// corrupt session leaves the node as it was. The swap runs on the model's
+// thread between frames; frames the old engine still held (a phase 1) are
+// dropped with it, as ~reset drops them. With localization on, the loaded
+// engine localizes every later frame without growing (engine.Config.Localize).
+func (n *Node) loadMap(ctx context.Context) (string, error) {
+	if n.resumeStream == nil {
+		return "", errors.New("this node's engine cannot load a saved session (no ResumeStream)")
+	}
+	dir, err := n.saveDir()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, SessionDir, SessionFile)
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("no saved session to load: %w", err)
+	}
+	defer f.Close()
+	var meta sessionMeta
+	if err := nodeSession(&meta).ReadHeader(f); err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	if len(meta.FrameIDs) > 0 {
+		return "", fmt.Errorf("%s was saved while the engine held %d frames of a phase 1: load it with node --resume", path, len(meta.FrameIDs))
+	}
+	m, err := mapio.NewMap(n.m.Config())
+	if err != nil {
+		return "", err
+	}
+	if err := output.ReadBody(f, m.LoadState); err != nil {
+		return "", fmt.Errorf("%s: the session's map: %w", path, err)
+	}
+	// the node's map is loaded in place (frames' workers hold it): from
+	// the checked copy
+	var mapState bytes.Buffer
+	if err := m.SaveState(binstate.NewWriter(&mapState)); err != nil {
+		return "", err
+	}
+	if meta.MapFrame == nil {
+		return "", fmt.Errorf("%s has no map frame (saved by an older version): load it with node --resume", path)
+	}
+	if err := mapframe.New().Restore(*meta.MapFrame); err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	cfg := n.cfg
+	cfg.Engine.Localize = cfg.Localization
+	st, err := n.resumeStream(ctx, cfg, f)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	if pm, ok := st.(engine.PointMaker); ok {
+		if _, err := pm.MakePoints(m.Config().Filter, true); err != nil {
+			st.Close()
+			return "", err
+		}
+	}
+	var old engine.Stream
+	// not cancelled with the call: once queued, the swap runs
+	err = n.pipe.Do(context.WithoutCancel(ctx), func(pipeline.Cut[std_msgs.Header]) error {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if err := n.m.LoadState(binstate.NewReader(&mapState)); err != nil {
+			// the checked copy's own bytes: not expected to fail
+			return fmt.Errorf("the loaded map: %w", err)
+		}
+		old = n.stream
+		n.stream = st
+		n.cur.Store(&st)
+		cs := st.Stats()
+		n.cacheStats.Store(&cs)
+		n.stats.cacheFull.Store(false)
+		// checked above: Restore cannot fail here
+		_ = n.frame.Restore(*meta.MapFrame)
+		if n.scale != nil {
+			if sc, known := n.frame.Scale(); known {
+				n.scale.tr.Resumed(sc)
+			} else {
+				n.scale.tr.Reset()
+			}
+		}
+		n.size, n.lastStamp, n.mapDirty, n.pathDirty = meta.Size, meta.LastStamp, true, true
+		return nil
+	})
+	if err != nil {
+		st.Close()
+		return "", fmt.Errorf("loading the session: %w", err)
+	}
+	if err := old.Close(); err != nil {
+		n.log.Warn("closing the engine the loaded session replaced", "err", err)
+	}
+	n.publishMap(true)
+	n.publishPath(true)
+	ms, cs := m.Stats(), st.Stats()
+	sc, known := n.frame.Scale()
+	scale := "unscaled"
+	if known {
+		scale = fmt.Sprintf("scale %g", sc)
+	}
+	mode := "mapping on"
+	if n.cfg.Localization {
+		mode = "localizing without growing the map"
+	}
+	n.log.Info("loaded a saved session", "file", path, "poses", ms.Poses, "points", ms.Voxels, "kv_frames", cs.FrameCount, "localization", n.cfg.Localization)
+	return fmt.Sprintf("loaded %s: %d poses, %d map points, %d frames in the engine's cache, %s; %s", path, ms.Poses, ms.Voxels, cs.FrameCount, scale, mode), nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 	"github.com/lingbotmap/lingbotmap/engine/cpu"
+	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/internal/shared/sharedtest"
 	"github.com/lingbotmap/lingbotmap/node"
 	"github.com/lingbotmap/lingbotmap/node/nodetest"
@@ -303,5 +304,117 @@ func TestNodeLocalizationKeepsTheMap(t *testing.T) {
 	if grown, _, kv := mapAfter(false); grown <= saved || kv == savedKV {
 		t.Fatalf("without localization the map has %d points and the cache %s frames after 5 more frames, the saved ones %d and %s: the test shows nothing",
 			grown, kv, saved, savedKV)
+	}
+}
+
+// TestNodeLoadMap: ~load_map loads the session saved in save_dir into a
+// running node with localization on. A missing or truncated session is
+// refused and changes nothing; the saved one brings the map, the path and
+// the engine's cache back, and the next frames publish poses while the map
+// and the cache stay the loaded ones.
+func TestNodeLoadMap(t *testing.T) {
+	cfg := goldenNodeConfig(t)
+	cfg.SaveDir = t.TempDir()
+	cfg.MapVoxel = 0.001
+	first, stop := runEngineNode(t, cfg, "", 0, 7, 7)
+	if _, err := first.Call("/lbm/save_session"); err != nil {
+		t.Fatal(err)
+	}
+	saved := first.Last("/lbm/map").(*sensor_msgs.PointCloud2).Width
+	savedKV := diagValue(waitDiag(t, first, map[string]string{"engine_frames_in": "7"}), "kv_frame_count")
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if saved == 0 || savedKV == "" || savedKV == "0" {
+		t.Fatalf("the saved session holds %d points and %s cached frames", saved, savedKV)
+	}
+
+	c := cfg
+	c.Localization = true
+	c.SaveDir = t.TempDir()
+	tr := nodetest.New("/lbm", nil)
+	n, err := node.New(node.Options{Config: c, Transport: tr, Log: slog.New(slog.DiscardHandler),
+		NewStream: func(ctx context.Context, c node.Config) (engine.Stream, error) {
+			return engine.New(ctx, c.Engine, cpuFactory, nil)
+		},
+		ResumeStream: func(ctx context.Context, c node.Config, r io.Reader) (engine.Stream, error) {
+			return engine.Resume(ctx, c.Engine, cpuFactory, r, nil)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- n.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Error(err)
+		}
+	}()
+	waitFor(t, "the node to subscribe", 20*time.Second, func() bool { return tr.Subscribed("/image") })
+
+	// nothing saved there
+	if msg, err := tr.Call("/lbm/load_map"); err == nil || !strings.Contains(err.Error(), "no saved session") {
+		t.Fatalf("load_map from an empty save_dir: %q %v", msg, err)
+	}
+	// a truncated session
+	whole, err := os.ReadFile(filepath.Join(cfg.SaveDir, node.SessionDir, node.SessionFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(c.SaveDir, node.SessionDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.SaveDir, node.SessionDir, node.SessionFile), whole[:len(whole)-100], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := tr.Call("/lbm/load_map"); err == nil || !strings.Contains(err.Error(), "ends early") {
+		t.Fatalf("load_map of a truncated session: %q %v", msg, err)
+	}
+	if d := waitDiag(t, tr, map[string]string{"engine_frames_in": "0"}); diagValue(d, "kv_frame_count") != "0" {
+		t.Fatalf("a refused load changed the engine: kv_frame_count %s", diagValue(d, "kv_frame_count"))
+	}
+
+	// the saved session, named by the save_dir parameter
+	tr.SetParam("save_dir", cfg.SaveDir)
+	msg, err := tr.Call("/lbm/load_map")
+	if err != nil || !strings.Contains(msg, "7 poses") || !strings.Contains(msg, "localizing") {
+		t.Fatalf("load_map: %q %v", msg, err)
+	}
+	waitFor(t, "the loaded map", 10*time.Second, func() bool {
+		m, _ := tr.Last("/lbm/map").(*sensor_msgs.PointCloud2)
+		p, _ := tr.Last("/lbm/path").(*nav_msgs.Path)
+		return m != nil && m.Width == saved && p != nil && len(p.Poses) == 7
+	})
+	waitDiag(t, tr, map[string]string{"engine_frames_in": "7", "kv_frame_count": savedKV})
+
+	for i := 7; i < 12; i++ {
+		if err := tr.Deliver("/image", frame(i, 70, 42, "cam"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the path to hold the loaded and the new poses", 30*time.Second, func() bool {
+		p, _ := tr.Last("/lbm/path").(*nav_msgs.Path)
+		return p != nil && len(p.Poses) == 12
+	})
+	waitDiag(t, tr, map[string]string{"engine_frames_in": "12", "kv_frame_count": savedKV})
+	if got := len(tr.Messages("/lbm/pose")); got != 5 {
+		t.Fatalf("%d poses published after the load, want 5", got)
+	}
+	// the map as ~save_map writes it once every frame is mapped
+	out := t.TempDir()
+	tr.SetParam("save_dir", out)
+	if _, err := tr.Call("/lbm/save_map"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(out, "map.ply"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pts, _, err := mapio.ReadPLY(f)
+	if err != nil || len(pts) != int(saved) {
+		t.Fatalf("map.ply after 5 localized frames: %d points (%v), the loaded map %d", len(pts), err, saved)
 	}
 }

@@ -48,7 +48,7 @@ var nodeOutputs = []struct {
 var manyParticipantsURI = strings.Replace(cycloneURI, "<MaxAutoParticipantIndex>20<", "<MaxAutoParticipantIndex>60<", 1)
 
 // nodeServices are the node's services.
-var nodeServices = []string{"pause", "reset", "resume", "save_map", "save_session"}
+var nodeServices = []string{"pause", "reset", "resume", "save_map", "save_session", "load_map"}
 
 // TestJazzyNodeGraph: `ros2 node list` lists /lingbotmap and `ros2 node
 // info /lingbotmap` its publishers, subscriber and services, with the CLI

@@ -27,9 +27,12 @@ func triggerReplies(dir string) []struct{ name, reply string } {
 		{"pause", `success=True, message='paused: incoming images are ignored'`},
 		{"resume", `success=True, message='resumed'`},
 		{"reset", `success=True, message='map reset'`},
-		{"save_map", fmt.Sprintf(`success=True, message='wrote 0 points to %s and 0 poses to %s'`,
+		{"save_map", fmt.Sprintf(`success=True, message='wrote 0 points to %s and 0 poses to %s and a `,
 			filepath.Join(dir, "map.ply"), filepath.Join(dir, "trajectory.tum"))},
 		{"save_session", fmt.Sprintf(`success=True, message='wrote the session (0 poses, 0 map points, the engine state) to %s'`,
+			filepath.Join(dir, node.SessionDir, node.SessionFile))},
+		// the session save_session just wrote
+		{"load_map", fmt.Sprintf(`success=True, message='loaded %s: 0 poses, 0 map points, 0 frames in the engine's cache, unscaled; mapping on'`,
 			filepath.Join(dir, node.SessionDir, node.SessionFile))},
 	}
 }
