@@ -297,5 +297,5 @@ func (n *Node) loadMap(ctx context.Context) (string, error) {
 		mode = "localizing without growing the map"
 	}
 	n.log.Info("loaded a saved session", "file", path, "poses", ms.Poses, "points", ms.Voxels, "kv_frames", cs.FrameCount, "localization", n.cfg.Localization)
-	return fmt.Sprintf("loaded %s: %d poses, %d map points, %d frames in the engine's cache, %s; %s", path, ms.Poses, ms.Voxels, cs.FrameCount, scale, mode), nil
+	return fmt.Sprintf("loaded %s: %d poses, %d map points, %d frames in the engine cache, %s; %s", path, ms.Poses, ms.Voxels, cs.FrameCount, scale, mode), nil
 }

@@ -32,7 +32,7 @@ func triggerReplies(dir string) []struct{ name, reply string } {
 		{"save_session", fmt.Sprintf(`success=True, message='wrote the session (0 poses, 0 map points, the engine state) to %s'`,
 			filepath.Join(dir, node.SessionDir, node.SessionFile))},
 		// the session save_session just wrote
-		{"load_map", fmt.Sprintf(`success=True, message='loaded %s: 0 poses, 0 map points, 0 frames in the engine's cache, unscaled; mapping on'`,
+		{"load_map", fmt.Sprintf(`success=True, message='loaded %s: 0 poses, 0 map points, 0 frames in the engine cache, unscaled; mapping on'`,
 			filepath.Join(dir, node.SessionDir, node.SessionFile))},
 	}
 }
