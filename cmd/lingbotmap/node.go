@@ -36,8 +36,9 @@ func newNodeCmd() *cobra.Command {
 		Short: "Run the ROS mapping node (ROS 2 or ROS 1)",
 		Long: `Run the LingBot-Map ROS node: subscribe to images, publish poses, path,
 odometry, clouds, the map, depth, TF and /diagnostics; services reset, pause,
-resume, save_map and save_session in the node's private namespace.
---resume DIR starts from the session save_session wrote into DIR.
+resume, save_map, save_session and load_map in the node's private namespace.
+--resume DIR starts from the session save_session wrote into DIR; load_map
+loads the one in save_dir into the running node.
 
 --ros picks the middleware: 2 is ROS 2 over DDS (Cyclone DDS; needs a binary
 built with -tags ros2), 1 is ROS 1 (goroslib). Without --ros the node follows
