@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/internal/shared"
-	"github.com/lingbotmap/lingbotmap/internal/synthrobot"
+	"github.com/lingbotmap/lingbotmap/engine/golden/synthrobot"
 	"github.com/lingbotmap/lingbotmap/node/ros1/rostest"
 )
 

@@ -23,7 +23,7 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/traj"
 	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
-	"github.com/lingbotmap/lingbotmap/internal/synthrobot"
+	"github.com/lingbotmap/lingbotmap/engine/golden/synthrobot"
 )
 
 // The synthetic robot's scale: metres per model unit. The golden
