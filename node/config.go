@@ -65,6 +65,13 @@ type Config struct {
 	// TFTolerance is how much older than an image (seconds) the transforms
 	// it needs from /tf may be.
 	TFTolerance float64 `mapstructure:"tf_tolerance"`
+	// TFPublishRate (Hz) re-publishes the last map → odom between images,
+	// as AMCL and slam_toolbox do, so that tf2 lookups at the current time
+	// keep resolving when the camera stops; 0 publishes it per image only.
+	TFPublishRate float64 `mapstructure:"tf_publish_rate" param:"min=0"`
+	// TransformTolerance (seconds) post-dates the re-published map → odom
+	// (its stamp is the last image's plus the time since, plus this).
+	TransformTolerance float64 `mapstructure:"transform_tolerance" param:"min=0"`
 	// TFWait is how long (seconds) the node waits at start for the base →
 	// camera transform on /tf or /tf_static when BaseToCamera is not set.
 	TFWait float64 `mapstructure:"tf_wait"`
@@ -173,6 +180,8 @@ func DefaultConfig() Config {
 		PublishTF:           true,
 		PublishCameraTF:     true,
 		TFTolerance:         0.1,
+		TFPublishRate:       20,
+		TransformTolerance:  0.1,
 		TFWait:              2,
 		ConfThreshold:       1.5,
 		CloudStride:         1,
@@ -251,6 +260,12 @@ func (c Config) Validate() error {
 	}
 	if !(c.TFTolerance >= 0) || math.IsInf(c.TFTolerance, 0) {
 		bad("tf_tolerance", "must be a finite number ≥ 0 seconds, not %g", c.TFTolerance)
+	}
+	if !(c.TFPublishRate >= 0) || math.IsInf(c.TFPublishRate, 0) {
+		bad("tf_publish_rate", "must be a finite rate ≥ 0 Hz (0: per image only), not %g", c.TFPublishRate)
+	}
+	if !(c.TransformTolerance >= 0) || math.IsInf(c.TransformTolerance, 0) {
+		bad("transform_tolerance", "must be a finite number ≥ 0 seconds, not %g", c.TransformTolerance)
 	}
 	if !(c.TFWait >= 0) || math.IsInf(c.TFWait, 0) {
 		bad("tf_wait", "must be a finite number ≥ 0 seconds, not %g", c.TFWait)

@@ -88,6 +88,9 @@ type Node struct {
 	// tfl holds the robot's TF tree (tfio.go); lastBaseCam is the last
 	// base → camera it gave (the early goroutine's)
 	tfl *tfListener
+	// lastMapOdom is the last map → odom sent, re-published at
+	// tf_publish_rate (publisher.go)
+	lastMapOdom lastTF
 	// scale is the metric scale's component (scale.go); nil without a
 	// source
 	scale       *nodeScale
@@ -305,7 +308,8 @@ func (n *Node) Run(ctx context.Context) error {
 		"windowed", n.cfg.Engine.Windowed)
 
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
+	go func() { defer wg.Done(); n.tfLoop(runCtx) }()
 	go func() { defer wg.Done(); n.sessionLoop(runCtx) }()
 	go func() { defer wg.Done(); n.mapLoop(runCtx) }()
 	go func() { defer wg.Done(); n.diagnosticsLoop(runCtx) }()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/geometry_msgs"
@@ -102,8 +103,8 @@ func (p *publisher) Early(o pipeline.Output[std_msgs.Header]) any {
 		if n.cfg.OdomFrame != "" {
 			if m, ok := n.mapToOdom(child, r.Stamp, mapChild, unscaled); ok {
 				p.mapOdom = &m
-				if n.now().PublishTF {
-					n.publishTF(n.out.tf, n.cfg.MapFrame, n.cfg.OdomFrame, r.Stamp, m)
+				if n.now().PublishTF && n.publishTF(n.out.tf, n.cfg.MapFrame, n.cfg.OdomFrame, r.Stamp, m) {
+					n.lastMapOdom.set(m, r.Stamp)
 				}
 			}
 		} else if n.now().PublishTF {
@@ -313,4 +314,66 @@ func (p *publisher) Close(context.Context) error {
 	p.n.publishMap(true)
 	p.n.publishPath(true)
 	return nil
+}
+
+// lastTF is the last map → odom the node sent, with its image's stamp and
+// when it went out.
+type lastTF struct {
+	mu    sync.Mutex
+	ok    bool
+	m     geom.Mat4
+	stamp time.Time
+	sent  time.Time
+}
+
+func (l *lastTF) set(m geom.Mat4, stamp time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ok, l.m, l.stamp, l.sent = true, m, stamp, time.Now()
+}
+
+// clear forgets it: a new map has no map → odom until its first image.
+func (l *lastTF) clear() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ok = false
+}
+
+// at is the transform re-stamped for now: the images' clock (a replayed
+// bag's time, or the sensor's) moved on by the wall-clock time since the
+// last image's transform went out, plus the tolerance; the node's outputs
+// are stamped on that clock, not the node's own, so a bag replayed without
+// use_sim_time still lines up.
+func (l *lastTF) at(now time.Time, tolerance time.Duration) (geom.Mat4, time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.m, l.stamp.Add(now.Sub(l.sent) + tolerance), l.ok
+}
+
+// tfLoop re-publishes the last map → odom at tf_publish_rate (AMCL's and
+// slam_toolbox's way): tf2 users looking up the robot at the current time
+// would otherwise see an extrapolation error as soon as the camera stops
+// or the model falls behind.
+func (n *Node) tfLoop(ctx context.Context) {
+	if n.cfg.OdomFrame == "" || n.cfg.TFPublishRate <= 0 {
+		// without odometry the node publishes map → base, a pose, which
+		// is only true at its image's stamp
+		return
+	}
+	tick := time.NewTicker(period(n.cfg.TFPublishRate))
+	defer tick.Stop()
+	tol := time.Duration(n.cfg.TransformTolerance * float64(time.Second))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			if !n.now().PublishTF {
+				continue
+			}
+			if m, stamp, ok := n.lastMapOdom.at(now, tol); ok {
+				n.publishTF(n.out.tf, n.cfg.MapFrame, n.cfg.OdomFrame, stamp, m)
+			}
+		}
+	}
 }

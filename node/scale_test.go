@@ -57,6 +57,7 @@ func TestCoreScaleFromOdometry(t *testing.T) {
 			w, h := ref.Size()
 			cfg := fastConfig(t)
 			cfg.BaseFrame, cfg.OdomFrame, cfg.TFTolerance = "base_link", "odom", 0.05
+			cfg.TFPublishRate = 0 // per image only: one transform per frame is counted below
 			cfg.Scale.Source = scale.SourceOdometry
 			if viaTopic {
 				cfg.Scale.OdomTopic = "/wheel/odom"

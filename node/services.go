@@ -63,6 +63,7 @@ func (n *Node) reset(ctx context.Context) error {
 		n.m.Reset()
 		// the next frame is a new first camera, in the model's units anew
 		n.frame.Reset()
+		n.lastMapOdom.clear()
 		if n.scale != nil {
 			n.scale.tr.Reset()
 		}

@@ -267,6 +267,8 @@ func (n *Node) loadMap(ctx context.Context) (string, error) {
 		n.stats.cacheFull.Store(false)
 		// checked above: Restore cannot fail here
 		_ = n.frame.Restore(*meta.MapFrame)
+		// the old map's map → odom no longer holds
+		n.lastMapOdom.clear()
 		if n.scale != nil {
 			if sc, known := n.frame.Scale(); known {
 				n.scale.tr.Resumed(sc)

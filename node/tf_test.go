@@ -12,6 +12,7 @@ import (
 	"github.com/bluenviron/goroslib/v2/pkg/msgs/tf2_msgs"
 
 	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/mapframe"
 	"github.com/lingbotmap/lingbotmap/msgs"
 	"github.com/lingbotmap/lingbotmap/node/nodetest"
 )
@@ -75,6 +76,7 @@ func TestCoreMapToOdom(t *testing.T) {
 	w, h := ref.Size()
 	cfg := fastConfig(t)
 	cfg.BaseFrame, cfg.OdomFrame, cfg.TFTolerance = "base_link", "odom", 0.05
+	cfg.TFPublishRate = 0 // per image only: one transform per frame is counted below
 	// a camera 0.2 m ahead and 0.5 m up, tilted 10° down, looking along x
 	tilt := 10 * math.Pi / 180
 	pitch := geom.Rigid(geom.Mat3{{math.Cos(tilt), 0, math.Sin(tilt)}, {0, 1, 0}, {-math.Sin(tilt), 0, math.Cos(tilt)}}, [3]float64{0.2, 0, 0.5})
@@ -204,5 +206,97 @@ func TestCoreNoSecondParent(t *testing.T) {
 	}
 	if len(tr.Messages("/lbm/pose")) != n || len(tr.Messages("/lbm/odom")) != n {
 		t.Fatal("a frame was lost")
+	}
+}
+
+// mapOdomRun feeds n frames with odometry for each to a node with odometry
+// and returns its transport once all are processed.
+func mapOdomRun(t *testing.T, rate float64) (*nodetest.Transport, int) {
+	t.Helper()
+	ref := goldenReplay(t)
+	w, h := ref.Size()
+	cfg := fastConfig(t)
+	cfg.BaseFrame, cfg.OdomFrame = "base_link", "odom"
+	cfg.TFPublishRate, cfg.TransformTolerance = rate, 0.25
+	baseCam := geom.Mul4(geom.Rigid(geom.Mat3{{1, 0, 0}, {0, 1, 0}, {0, 0, 1}}, [3]float64{0.2, 0, 0.5}), mapframe.OpticalToBody())
+	odomMap := geom.Rigid(geom.Mat3{{0, -1, 0}, {1, 0, 0}, {0, 0, 1}}, [3]float64{3, 0, 0})
+	first := ref.Reference(0).CamToWorld
+	tr := nodetest.New("/lbm", nil)
+	startCore(t, cfg, ref, tr, "/tf_static")
+	if err := tr.Deliver("/tf_static", tfMsg("base_link", "cam_optical", stampOf(0), baseCam), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the camera subscription", 5*time.Second, func() bool { return tr.Subscribed("/image") })
+	const n = 6
+	for i := range n {
+		mapBase := geom.Mul4(geom.Mul4(baseCam, geom.Mul4(geom.InvertRigid(first), ref.Reference(i).CamToWorld)), geom.InvertRigid(baseCam))
+		if err := tr.Deliver("/tf", tfMsg("odom", "base_link", stampOf(i), geom.Mul4(odomMap, mapBase)), nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Deliver("/image", frame(i, w, h, "cam_optical"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitDiag(t, tr, map[string]string{"frames_processed": strconv.Itoa(n)})
+	return tr, n
+}
+
+// After the last image, map → odom keeps coming at tf_publish_rate (AMCL's
+// and slam_toolbox's way, so tf2 lookups at the current time resolve when
+// the camera stops): the last image's transform, stamped on the images'
+// clock (the last image's stamp + the time since + transform_tolerance),
+// the stamps increasing by about the period.
+func TestCoreMapToOdomRepublished(t *testing.T) {
+	const rate, tol = 50.0, 250 * time.Millisecond
+	tr, n := mapOdomRun(t, rate)
+	var last *geometry_msgs.TransformStamped
+	for _, ts := range transformsTo(tr, "/tf", "odom") {
+		if ts.Header.Stamp.Equal(stampOf(n - 1)) {
+			last = &ts
+		}
+	}
+	if last == nil {
+		t.Fatalf("no map → odom at the last image's stamp")
+	}
+	k0 := len(transformsTo(tr, "/tf", "odom"))
+	began := time.Now()
+	const more = 15
+	waitFor(t, "re-published map → odom", 10*time.Second, func() bool { return len(transformsTo(tr, "/tf", "odom")) >= k0+more })
+	elapsed := time.Since(began)
+	got := transformsTo(tr, "/tf", "odom")[k0:]
+	want := matOfTF(t, last.Transform)
+	prev := stampOf(n - 1).Add(tol)
+	period := time.Duration(float64(time.Second) / rate)
+	for i, ts := range got {
+		if ts.Header.FrameId != "map" {
+			t.Fatalf("re-published transform %d has the parent %q", i, ts.Header.FrameId)
+		}
+		if d := maxDiff4(matOfTF(t, ts.Transform), want); d > 1e-12 {
+			t.Errorf("re-published map → odom %d differs from the last image's by %g", i, d)
+		}
+		st := ts.Header.Stamp
+		if i == 0 && st.Before(prev) {
+			t.Errorf("first re-published stamp %v is before the last image's stamp + transform_tolerance %v", st, prev)
+		}
+		if i > 0 && st.Sub(prev) < period/2 {
+			t.Errorf("re-published stamp %d is %v after the one before; the period is %v", i, st.Sub(prev), period)
+		}
+		prev = st
+	}
+	// the ticker may drop ticks on a loaded machine, never add them
+	if max := int(elapsed/period) + 2; len(got) > max {
+		t.Errorf("%d re-published transforms in %v at %g Hz (at most %d)", len(got), elapsed, rate, max)
+	}
+	t.Logf("%d re-published in %v; stamps %v to %v", len(got), elapsed, got[0].Header.Stamp.Sub(stampOf(n-1)), got[len(got)-1].Header.Stamp.Sub(stampOf(n-1)))
+}
+
+// tf_publish_rate 0: map → odom once per image, none after the last, over
+// as many diagnostics periods as the test above saw re-published transforms.
+func TestCoreMapToOdomPerImageOnly(t *testing.T) {
+	tr, n := mapOdomRun(t, 0)
+	d0 := len(tr.Messages("/diagnostics"))
+	waitFor(t, "15 more diagnostics", 10*time.Second, func() bool { return len(tr.Messages("/diagnostics")) >= d0+15 })
+	if got := transformsTo(tr, "/tf", "odom"); len(got) != n {
+		t.Fatalf("%d map → odom transforms for %d images with tf_publish_rate 0", len(got), n)
 	}
 }
