@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"image"
+	"image/png"
 	"io"
 	"log/slog"
 	"math"
@@ -18,12 +20,12 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 	"github.com/lingbotmap/lingbotmap/engine/golden"
+	"github.com/lingbotmap/lingbotmap/engine/golden/synthrobot"
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
 	"github.com/lingbotmap/lingbotmap/engine/scale"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
 	"github.com/lingbotmap/lingbotmap/internal/atomicfile"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
-	"github.com/lingbotmap/lingbotmap/engine/golden/synthrobot"
 )
 
 // The synthetic robot's scale: metres per model unit. The golden
@@ -326,4 +328,102 @@ func TestRunMetricScaleCameraHeight(t *testing.T) {
 		t.Fatalf("camera height: %+v, want scale %g", st, want)
 	}
 	t.Logf("camera height over a synthetic floor: scale %.8g, error %+.5f %%", st.Scale, 100*(st.Scale/want-1))
+}
+
+// depthPNG reads a depth PNG's millimetres.
+func depthPNG(t *testing.T, path string) []float64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, ok := img.(*image.Gray16)
+	if !ok {
+		t.Fatalf("%s: %T, not 16-bit grey", path, img)
+	}
+	out := make([]float64, len(g.Pix)/2)
+	for i := range out {
+		out[i] = float64(uint16(g.Pix[2*i])<<8 | uint16(g.Pix[2*i+1]))
+	}
+	return out
+}
+
+// TestRunMetricDepth: the synthetic robot's scale (odometry) becomes known
+// part way; at the end every depth/ PNG is s × the unscaled run's depth in
+// millimetres (within rounding), depth_color's ranges too, and run.json
+// says metres. The frames from before the scale are rewritten from their
+// model-unit PNGs (so they equal round(s × unscaled) but for float
+// rounding), those after it written from the model's depth (so a fair part
+// of their pixels differ from that by one): both happened. A run without a
+// scale source keeps model units and says so.
+func TestRunMetricDepth(t *testing.T) {
+	robot, man := goldenRobot(t)
+	bag := filepath.Join(t.TempDir(), "robot.bag")
+	if err := robot.WriteBag(bag); err != nil {
+		t.Fatal(err)
+	}
+	plain := runSynth(t, man, bag, func(o *runOptions) { o.saveDepth = true })
+	metric := runSynth(t, man, bag, func(o *runOptions) { o.saveDepth = true; o.scale.Source = scale.SourceOdometry })
+
+	rec := readRunJSON(t, plain.out)
+	if rec.Depth.Metric || len(rec.Depth.MetricAt) != 0 || !strings.Contains(rec.Depth.Unit, "model depth unit") {
+		t.Errorf("run.json's depth without a scale: %+v", rec.Depth)
+	}
+	rec = readRunJSON(t, metric.out)
+	s := rec.Scale.Scale
+	if rec.Scale.State != scale.StateKnown || !rec.Depth.Metric || !strings.HasPrefix(rec.Depth.Unit, "1/1000 m") {
+		t.Fatalf("run.json with odometry: scale %+v, depth %+v", rec.Scale, rec.Depth)
+	}
+	rewritten, direct := 0, 0
+	for i := range 16 {
+		name := fmt.Sprintf("%06d.png", i)
+		u, m := depthPNG(t, filepath.Join(plain.out, "depth", name)), depthPNG(t, filepath.Join(metric.out, "depth", name))
+		if len(u) != len(m) {
+			t.Fatalf("%s: %d and %d pixels", name, len(u), len(m))
+		}
+		off := 0
+		for p := range u {
+			if math.Abs(m[p]-s*u[p]) > 0.5+0.5*s+1e-3 {
+				t.Fatalf("depth/%s pixel %d: %g mm, want %g × %g", name, p, m[p], s, u[p])
+			}
+			if m[p] != math.Round(s*u[p]) {
+				off++
+			}
+		}
+		if off*1000 <= len(u) {
+			rewritten++
+		} else if off*20 >= len(u) {
+			direct++
+		}
+	}
+	if rewritten == 0 || direct == 0 || rewritten+direct != 16 {
+		t.Errorf("%d depth PNGs rewritten at the end, %d written in metres: want both, 16 in all", rewritten, direct)
+	}
+	t.Logf("scale %g: %d depth PNGs rewritten in metres at the end, %d written in metres", s, rewritten, direct)
+	ranges := func(out string) []string {
+		b, err := os.ReadFile(filepath.Join(out, "depth_color", "ranges.tsv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+	ru, rm := ranges(plain.out), ranges(metric.out)
+	if len(ru) != 17 || len(rm) != 17 || !strings.Contains(ru[0], "(model depth units;") || !strings.Contains(rm[0], "(metres;") {
+		t.Fatalf("ranges.tsv:\n%s\n%s", strings.Join(ru, "\n"), strings.Join(rm, "\n"))
+	}
+	for i := 1; i < 17; i++ {
+		var fu, fm [3]float64
+		fmt.Sscan(ru[i], &fu[0], &fu[1], &fu[2])
+		fmt.Sscan(rm[i], &fm[0], &fm[1], &fm[2])
+		for k := 1; k < 3; k++ {
+			if math.Abs(fm[k]-s*fu[k]) > 2e-3 {
+				t.Errorf("ranges.tsv row %d: %g, want %g × %g", i, fm[k], s, fu[k])
+			}
+		}
+	}
 }

@@ -102,6 +102,9 @@ type FileSum struct {
 	Seq  uint64
 	Size int64
 	CRC  uint32
+	// Metric is the metric scale (metres per model unit) a depth or
+	// depth preview image was written at; 0: model units
+	Metric float64
 }
 
 // Name is the image's path in the output folder.

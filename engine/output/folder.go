@@ -230,7 +230,7 @@ type Posted struct {
 // Post does a result's own work, in any order and on any goroutine: it
 // checks the result, writes its depth, depth preview and confidence
 // images, each whole, and unprojects its confident points. It reads only
-// settings.
+// settings and the map frame's scale (which has its own lock).
 func (w *Folder) Post(r *engine.Result) (Posted, error) {
 	t := time.Now()
 	var v Posted
@@ -240,15 +240,21 @@ func (w *Folder) Post(r *engine.Result) (Posted, error) {
 			r.Seq, len(r.Depth), len(r.Conf), len(r.RGB), r.Width, r.Height)
 	}
 	if w.opt.SaveDepth {
-		c, sum, err := writeGray16File(w.opt.Dir, FileSum{Kind: DepthImage, Seq: r.Seq}, r.Depth, r.Width, r.Height, w.opt.DepthScale)
+		// in metres once the scale is known; the images written before
+		// are rewritten at the run's end (Finish)
+		depth, metric := r.Depth, 0.0
+		if sc, known := w.frame.Scale(); known {
+			depth, metric = scaled(r.Depth, sc), sc
+		}
+		c, sum, err := writeGray16File(w.opt.Dir, FileSum{Kind: DepthImage, Seq: r.Seq, Metric: metric}, depth, r.Width, r.Height, w.opt.DepthScale)
 		if err != nil {
 			return v, err
 		}
 		v.clipped = int64(c)
 		v.files = append(v.files, sum)
-		img, dr, err := render.DepthPreview(r.Depth, r.Width, r.Height)
+		img, dr, err := render.DepthPreview(depth, r.Width, r.Height)
 		if err == nil {
-			sum, err = writeSummed(w.opt.Dir, FileSum{Kind: DepthColorImage, Seq: r.Seq}, func(f io.Writer) error { return render.EncodePNG(f, img) })
+			sum, err = writeSummed(w.opt.Dir, FileSum{Kind: DepthColorImage, Seq: r.Seq, Metric: metric}, func(f io.Writer) error { return render.EncodePNG(f, img) })
 		}
 		if err != nil {
 			return v, err
@@ -340,6 +346,8 @@ type snapshot struct {
 	ranges   []depthRange
 	path     [][3]float64 // camera positions, for the final preview
 	rec      Record
+	// rangeUnit is ranges.tsv's unit
+	rangeUnit string
 }
 
 // checkpoint makes what was written so far durable and consistent: the
@@ -397,8 +405,14 @@ func (w *Folder) snapshot(rec *Record, start time.Time, final bool) *snapshot {
 		}, w.m.FilterComments()...),
 		// ranges only grows: the rows up to here stay as they are while
 		// later frames append
-		ranges: w.ranges[:len(w.ranges):len(w.ranges)],
-		rec:    *rec,
+		ranges:    w.ranges[:len(w.ranges):len(w.ranges)],
+		rec:       *rec,
+		rangeUnit: "model depth units",
+	}
+	if rec.Depth.Metric {
+		s.rangeUnit = "metres"
+	} else if len(rec.Depth.MetricAt) > 0 {
+		s.rangeUnit = "metres for the frames in run.json's depth.metric_at, model depth units for the others"
 	}
 	if final {
 		for _, p := range w.m.Path() {
@@ -425,7 +439,7 @@ func (w *Folder) write(ctx context.Context, s *snapshot) error {
 	}))
 	if w.opt.SaveDepth {
 		errs = append(errs, atomicfile.WriteFile(filepath.Join(out, "depth_color", "ranges.tsv"), func(f io.Writer) error {
-			fmt.Fprintln(f, "# frame\tnear\tfar (model depth units; depth_color/NNNNNN.png spans near = yellow to far = purple)")
+			fmt.Fprintf(f, "# frame\tnear\tfar (%s; depth_color/NNNNNN.png spans near = yellow to far = purple)\n", s.rangeUnit)
 			for _, r := range s.ranges {
 				if _, err := fmt.Fprintf(f, "%06d\t%.6g\t%.6g\n", r.seq, r.r.Near, r.r.Far); err != nil {
 					return err
@@ -508,6 +522,7 @@ func (w *Folder) fillRecord(rec *Record, start time.Time) {
 	rec.Map = Map{ConfThreshold: mc.Filter.ConfThreshold, VoxelSize: mc.VoxelSize, PixelStride: mc.Filter.Stride, PointsIn: st.PointsIn, Points: st.Voxels, Outside: st.Outside,
 		FramesDevice: dev, FramesHost: host}
 	rec.Depth = w.depth
+	rec.Depth.Metric, rec.Depth.MetricAt, rec.Depth.Unit = w.depthUnits()
 	rec.Frames.Results, rec.Frames.Scale, rec.Frames.Keyframes = w.frames.Results, w.frames.Scale, w.frames.Keyframes
 	rec.Frames.NonKeyframes, rec.Frames.Windows = w.frames.NonKeyframes, w.frames.Windows
 	rec.Outputs = map[string]string{"trajectory": mapio.TrajectoryFile, "map": mapio.MapFile, "preview": PreviewFile,
@@ -550,7 +565,18 @@ func (w *Folder) WriteRecord(rec *Record, start time.Time) error {
 // Finish writes the last checkpoint with the run's final status, the
 // preview included, and closes the trajectory.
 func (w *Folder) Finish(ctx context.Context, rec *Record, start time.Time) error {
-	var err error
+	// depth images written before the metric scale was known (or at
+	// another one) are rewritten at the final one, each atomically, before
+	// the final checkpoint saves their new checksums
+	if err := w.WaitWrite(); err != nil {
+		// as the final checkpoint would: the files are not consistent
+		if w.tum != nil {
+			err = errors.Join(err, w.tum.Close())
+			w.tum = nil
+		}
+		return err
+	}
+	err := w.rescaleDepth()
 	if sc, _ := w.frame.Scale(); w.tum != nil && (w.tumMixed || (w.frames.Results > 0 && sc != w.tumScale)) {
 		// rows written before the metric scale was known (or moved) are
 		// rewritten at the final one, so that the whole file is in metres
@@ -597,7 +623,9 @@ type State struct {
 
 // State returns the counts.
 func (w *Folder) State() State {
-	return State{Frames: w.frames, Depth: w.depth, Window: w.window, MapFrame: w.frame.State()}
+	d := w.depth
+	d.Metric, d.MetricAt, d.Unit = w.depthUnits()
+	return State{Frames: w.frames, Depth: d, Window: w.window, MapFrame: w.frame.State()}
 }
 
 // SaveState writes the depth ranges and the map, a saved session's body.
@@ -644,6 +672,18 @@ func (w *Folder) LoadState(br *binstate.Reader, st State) error {
 	if st.MapFrame.Scale != 0 {
 		if err := w.frame.Restore(st.MapFrame); err != nil {
 			return err
+		}
+	}
+	// which images were written at a metric scale: from the header
+	for i := range files {
+		files[i].Metric = 0
+		if files[i].Kind == ConfImage {
+			continue
+		}
+		for _, m := range st.Depth.MetricAt {
+			if files[i].Seq >= m.First && files[i].Seq <= m.Last {
+				files[i].Metric = m.Scale
+			}
 		}
 	}
 	w.ranges, w.files = ranges, files

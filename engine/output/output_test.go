@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -240,7 +241,7 @@ func TestFolderSessionRoundTrip(t *testing.T) {
 	if n, _ := f.Read(tail); string(tail[:n]) != "engine state" {
 		t.Errorf("the engine's state after the body reads %q", tail[:n])
 	}
-	if h.Note != "x" || w2.Frames() != w.Frames() || w2.State() != w.State() || w2.Map().Stats() != w.Map().Stats() {
+	if h.Note != "x" || w2.Frames() != w.Frames() || !reflect.DeepEqual(w2.State(), w.State()) || w2.Map().Stats() != w.Map().Stats() {
 		t.Errorf("restored %+v (%+v), want %+v (%+v)", w2.State(), w2.Map().Stats(), w.State(), w.Map().Stats())
 	}
 	if err := w2.AddResults([]engine.Result{result(3)}); err != nil {

@@ -95,10 +95,25 @@ type Depth struct {
 	ColorRanges string  `json:"color_ranges,omitempty"`
 	Scale       float64 `json:"scale"`
 	Unit        string  `json:"unit"`
-	Clipped     int64   `json:"clipped_pixels"`
-	ConfSaved   bool    `json:"conf_saved"`
-	ConfScale   float64 `json:"conf_scale"`
-	ConfClipped int64   `json:"conf_clipped_pixels"`
+	// Metric says every depth/ and depth_color/ image is in metres
+	// (depth/ in 1/Scale m); false: model units, or (MetricAt) mixed
+	Metric bool `json:"metric"`
+	// MetricAt are the frames whose images were written at a metric
+	// scale, the others being in model units; the run's end rewrites
+	// them all at the final scale
+	MetricAt    []MetricFrames `json:"metric_at,omitempty"`
+	Clipped     int64          `json:"clipped_pixels"`
+	ConfSaved   bool           `json:"conf_saved"`
+	ConfScale   float64        `json:"conf_scale"`
+	ConfClipped int64          `json:"conf_clipped_pixels"`
+}
+
+// MetricFrames are frames First to Last (inclusive) whose depth images
+// were written at the metric scale Scale (metres per model unit).
+type MetricFrames struct {
+	First uint64  `json:"first"`
+	Last  uint64  `json:"last"`
+	Scale float64 `json:"scale"`
 }
 
 type Frames struct {
