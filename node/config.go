@@ -65,12 +65,14 @@ type Config struct {
 	// TFTolerance is how much older than an image (seconds) the transforms
 	// it needs from /tf may be.
 	TFTolerance float64 `mapstructure:"tf_tolerance"`
-	// TFPublishRate (Hz) re-publishes the last map → odom between images,
-	// as AMCL and slam_toolbox do, so that tf2 lookups at the current time
-	// keep resolving when the camera stops; 0 publishes it per image only.
+	// TFPublishRate (Hz) re-publishes the last map → odom while the images
+	// are late, as AMCL and slam_toolbox do, so that tf2 lookups at the
+	// current time keep resolving when the camera stops; 0 publishes it
+	// per image only.
 	TFPublishRate float64 `mapstructure:"tf_publish_rate" param:"min=0"`
 	// TransformTolerance (seconds) post-dates the re-published map → odom
-	// (its stamp is the last image's plus the time since, plus this).
+	// (its stamp: the last image's plus the time since at the images'
+	// pace, plus this).
 	TransformTolerance float64 `mapstructure:"transform_tolerance" param:"min=0"`
 	// TFWait is how long (seconds) the node waits at start for the base →
 	// camera transform on /tf or /tf_static when BaseToCamera is not set.

@@ -317,18 +317,25 @@ func (p *publisher) Close(context.Context) error {
 }
 
 // lastTF is the last map → odom the node sent, with its image's stamp and
-// when it went out.
+// when it went out, and the same of the one before, which give the
+// images' pace: how far their clock moves per wall-clock second (a bag
+// replayed at another rate) and how often a transform comes.
 type lastTF struct {
-	mu    sync.Mutex
-	ok    bool
-	m     geom.Mat4
-	stamp time.Time
-	sent  time.Time
+	mu                  sync.Mutex
+	ok                  bool
+	m                   geom.Mat4
+	stamp, sent         time.Time
+	prevStamp, prevSent time.Time
 }
 
 func (l *lastTF) set(m geom.Mat4, stamp time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.ok {
+		l.prevStamp, l.prevSent = l.stamp, l.sent
+	} else {
+		l.prevStamp, l.prevSent = time.Time{}, time.Time{}
+	}
 	l.ok, l.m, l.stamp, l.sent = true, m, stamp, time.Now()
 }
 
@@ -339,28 +346,46 @@ func (l *lastTF) clear() {
 	l.ok = false
 }
 
-// at is the transform re-stamped for now: the images' clock (a replayed
-// bag's time, or the sensor's) moved on by the wall-clock time since the
-// last image's transform went out, plus the tolerance; the node's outputs
-// are stamped on that clock, not the node's own, so a bag replayed without
-// use_sim_time still lines up.
-func (l *lastTF) at(now time.Time, tolerance time.Duration) (geom.Mat4, time.Time, bool) {
+// at is the transform to re-publish at now, if the images are late: no
+// transform went out for longer than the gap between the last two (or
+// minGap). Its stamp is on the images' clock, which the node stamps its
+// outputs with (a replayed bag's time, or the sensor's), not the node's
+// own: the last image's stamp, moved on by the wall-clock time since at
+// the pace the images came, plus the tolerance.
+func (l *lastTF) at(now time.Time, minGap, tolerance time.Duration) (geom.Mat4, time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.m, l.stamp.Add(now.Sub(l.sent) + tolerance), l.ok
+	if !l.ok {
+		return geom.Mat4{}, time.Time{}, false
+	}
+	since, gap, pace := now.Sub(l.sent), minGap, 1.0
+	if !l.prevSent.IsZero() {
+		wall, clock := l.sent.Sub(l.prevSent), l.stamp.Sub(l.prevStamp)
+		gap = max(gap, wall)
+		if wall > 0 && clock > 0 {
+			pace = min(max(float64(clock)/float64(wall), 1e-3), 100)
+		}
+	}
+	if since <= gap {
+		return geom.Mat4{}, time.Time{}, false
+	}
+	return l.m, l.stamp.Add(time.Duration(float64(since)*pace) + tolerance), true
 }
 
 // tfLoop re-publishes the last map → odom at tf_publish_rate (AMCL's and
-// slam_toolbox's way): tf2 users looking up the robot at the current time
-// would otherwise see an extrapolation error as soon as the camera stops
-// or the model falls behind.
+// slam_toolbox's way) once the images are late: tf2 users looking up the
+// robot at the current time would otherwise see an extrapolation error as
+// soon as the camera stops. While images come on time, each brings its
+// own, and a post-dated old one would answer lookups at the next image's
+// stamp before its transform is there.
 func (n *Node) tfLoop(ctx context.Context) {
 	if n.cfg.OdomFrame == "" || n.cfg.TFPublishRate <= 0 {
 		// without odometry the node publishes map → base, a pose, which
 		// is only true at its image's stamp
 		return
 	}
-	tick := time.NewTicker(period(n.cfg.TFPublishRate))
+	every := period(n.cfg.TFPublishRate)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	tol := time.Duration(n.cfg.TransformTolerance * float64(time.Second))
 	for {
@@ -371,7 +396,7 @@ func (n *Node) tfLoop(ctx context.Context) {
 			if !n.now().PublishTF {
 				continue
 			}
-			if m, stamp, ok := n.lastMapOdom.at(now, tol); ok {
+			if m, stamp, ok := n.lastMapOdom.at(now, every, tol); ok {
 				n.publishTF(n.out.tf, n.cfg.MapFrame, n.cfg.OdomFrame, stamp, m)
 			}
 		}

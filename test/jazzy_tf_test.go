@@ -102,8 +102,12 @@ func TestJazzyTF(t *testing.T) {
 	}
 	const width, n = 154, 8
 	bag, script := framesAndScript(t, n, "tf_robot.py", tfRobotPy)
+	// tf_publish_rate 0: the lookups are at each image's stamp, as soon as
+	// its ~/odom came; a post-dated re-published map → odom (from a late
+	// frame on a loaded machine) would answer them with the frame before's
+	// (node/tf_test.go tests the re-publishing)
 	node := startROS2Node(t, ros2NodeArgs(t, "lingbotmap", width, "-p", "base_frame:=base_link", "-p", "odom_frame:=odom",
-		"-p", "tf_wait:=60.0")...)
+		"-p", "tf_wait:=60.0", "-p", "tf_publish_rate:=0.0")...)
 	j := jazzyEnv(t, rmwCyclone)
 	first, last := int64(0), int64((n-1)*100*time.Millisecond)
 	robot := j.start(j.Python(), script, strconv.FormatInt(rostest.Stamp0.Unix(), 10), strconv.Itoa(2*n+4),
