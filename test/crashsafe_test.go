@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine/mapio"
+	"github.com/lingbotmap/lingbotmap/engine/occgrid"
 	"github.com/lingbotmap/lingbotmap/engine/traj"
 	"github.com/lingbotmap/lingbotmap/internal/shared"
 	"github.com/lingbotmap/lingbotmap/node/ros1/rostest"
@@ -117,6 +118,16 @@ func checkOutputs(t *testing.T, out string, tempsAllowed bool) runStatus {
 			case "in_progress", "completed", "interrupted", "partial_input", "failed":
 			default:
 				return fmt.Errorf("%s: status %q", path, rs.Status)
+			}
+		case name == "map.yaml":
+			// map_server's pair: the YAML names map.pgm, written before it,
+			// and ReadMapServer checks the image against it
+			if _, err := occgrid.ReadMapServer(path); err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+		case name == "map.pgm":
+			if !bytes.HasPrefix(data, []byte("P5")) {
+				return fmt.Errorf("%s: not a binary PGM", path)
 			}
 		case strings.HasSuffix(name, ".png"):
 			if _, err := png.Decode(bytes.NewReader(data)); err != nil {

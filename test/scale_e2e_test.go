@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lingbotmap/lingbotmap/internal/shared"
 	"github.com/lingbotmap/lingbotmap/engine/golden/synthrobot"
+	"github.com/lingbotmap/lingbotmap/internal/shared"
 	"github.com/lingbotmap/lingbotmap/node/ros1/rostest"
 )
 
