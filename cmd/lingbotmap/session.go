@@ -315,3 +315,15 @@ func (g *givenSettings) check(meta *sessionMeta, dir string, log *slog.Logger) e
 	slices.Sort(refused)
 	return fmt.Errorf("--resume continues the session in %s with its own settings; these given beside it differ: %s. Drop them to resume, or start a new run with them", dir, strings.Join(refused, ", "))
 }
+
+// resumeHint says how an interrupted run goes on: --resume where it saved
+// its session, else how to make the next run resumable.
+func resumeHint(o *runOptions) string {
+	switch _, err := os.Stat(filepath.Join(o.out, output.SessionDir, sessionFileName)); {
+	case err == nil && (o.saveSessions || o.session.resume != ""):
+		return fmt.Sprintf("continue it with: lingbotmap run --resume %s", o.out)
+	case o.saveSessions:
+		return "it stopped before its first session save, so it cannot be resumed: run it again (with --force)"
+	}
+	return "this run saved no session, so it cannot be resumed (a run with --session can be continued with --resume OUT)"
+}
