@@ -56,6 +56,9 @@ ROS_AUTOMATIC_DISCOVERY_RANGE apply. Needs a binary built with -tags ros2.`,
 			if !(o.play.Rate > 0) || o.play.Rate > 1e6 {
 				return &exitCodeError{code: exitUsage, err: fmt.Errorf("'rate' must be a positive speed factor, not %g", o.play.Rate)}
 			}
+			if o.play.Linger < 0 {
+				return &exitCodeError{code: exitUsage, err: fmt.Errorf("'linger' must not be negative, not %v", o.play.Linger)}
+			}
 			if o.play.Delay < 0 {
 				return &exitCodeError{code: exitUsage, err: fmt.Errorf("'delay' must not be negative, not %v", o.play.Delay)}
 			}
@@ -69,6 +72,7 @@ ROS_AUTOMATIC_DISCOVERY_RANGE apply. Needs a binary built with -tags ros2.`,
 	f.StringVar(&o.play.Topic, "topic", "", "image topic of the bag (default: its only image topic)")
 	f.Float64Var(&o.play.Rate, "rate", o.play.Rate, "speed factor of the replay (2 = twice as fast)")
 	f.DurationVar(&o.play.Delay, "delay", o.play.Delay, "wait this long after advertising, for subscribers to discover the player")
+	f.DurationVar(&o.play.Linger, "linger", o.play.Linger, "stay this long after the last message before leaving the graph, so that readers get it whole")
 	return cmd
 }
 

@@ -34,12 +34,18 @@ type Options struct {
 	// Delay is waited after advertising and before the first message, so
 	// that subscribers have discovered the publisher. It defaults to 1 s.
 	Delay time.Duration
+	// Linger is how long the player stays in the graph after the last
+	// message before deleting its writer: a writer deleted right after a
+	// write can take a sample its readers have not fully received yet with
+	// it (a best-effort reader acknowledges nothing to wait for). It
+	// defaults to 1 s.
+	Linger time.Duration
 	// Log receives progress and the first error of each kind. (optional)
 	Log *slog.Logger
 }
 
 // DefaultOptions play the only image topic at its recorded pace.
-func DefaultOptions() Options { return Options{Rate: 1, Delay: time.Second} }
+func DefaultOptions() Options { return Options{Rate: 1, Delay: time.Second, Linger: time.Second} }
 
 // Result says what a replay did.
 type Result struct {
@@ -59,6 +65,9 @@ func Play(ctx context.Context, path string, t node.Transport, o Options) (Result
 	}
 	if o.Delay < 0 {
 		return Result{}, fmt.Errorf("'delay' must not be negative, not %v", o.Delay)
+	}
+	if o.Linger < 0 {
+		return Result{}, fmt.Errorf("'linger' must not be negative, not %v", o.Linger)
 	}
 	log := o.Log
 	if log == nil {
@@ -121,6 +130,8 @@ func Play(ctx context.Context, path string, t node.Transport, o Options) (Result
 		res.Published++
 	}
 	log.Info("played", "topic", ch.Topic, "published", res.Published, "skipped", res.Skipped)
+	// a stop during the linger loses nothing: every message went out
+	_ = sleep(ctx, o.Linger)
 	return res, nil
 }
 
