@@ -9,6 +9,7 @@ package test
 // --disable-rosout-logs.
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -189,9 +190,19 @@ func TestJazzyRosout(t *testing.T) {
 	// (transient local)
 	t.Run("default", func(t *testing.T) {
 		startROS2Node(t, ros2NodeArgs(t, "lbm_info", 154)...)
-		j.ros2Until(60*time.Second, "level: 20", "topic", "echo", "--once", "/rosout", "rcl_interfaces/msg/Log")
-		// and under Jazzy's default RMW
-		jazzyEnv(t, rmwFastDDS).ros2Until(60*time.Second, "name: lbm_info", "topic", "echo", "--once", "/rosout", "rcl_interfaces/msg/Log")
+		j.ros2Until(60*time.Second, "  map_rate\n", "param", "list", "/lbm_info", "--no-daemon")
+		// Under each RMW a subscriber that is there when the node logs an
+		// info line: the lines of its start may have outlived their 10 s
+		// lifespan on a slow machine, and another node's kept lines may
+		// come first, so neither --once nor the start lines can be relied on.
+		for i, rmw := range []string{rmwCyclone, rmwFastDDS} {
+			echo := jazzyEnv(t, rmw).start("ros2", "topic", "echo", "/rosout", "rcl_interfaces/msg/Log")
+			j.ros2Until(60*time.Second, "Subscription count: 1", "topic", "info", "/rosout", "--no-daemon")
+			j.ros2(60*time.Second, "param", "set", "/lbm_info", "map_rate", fmt.Sprintf("%d.0", 3+i), "--no-daemon")
+			echo.waitOutput(t, "name: lbm_info", 60*time.Second)
+			mustContain(t, rmw+": ros2 topic echo /rosout", echo.out.String(), "level: 20", "parameters changed")
+			_ = echo.stop(10 * time.Second)
+		}
 	})
 
 	// --disable-rosout-logs: the node publishes nothing on /rosout
