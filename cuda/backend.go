@@ -50,6 +50,7 @@ type gpu struct {
 	prof        *profile       // nil unless Config.Profile
 	stage       staging        // pinned host memory for copies (owner thread)
 	up          upRing         // pinned slots for uploads that do not wait (owner thread)
+	down        downRing       // pinned slots for downloads waited for later (owner thread)
 
 	mu  sync.Mutex
 	err error
@@ -57,12 +58,13 @@ type gpu struct {
 
 // The capabilities the engine asks for (backend.Capabilities).
 var (
-	_ Backend                = (*gpu)(nil)
-	_ backend.ErrorReporter  = (*gpu)(nil)
-	_ backend.Trimmer        = (*gpu)(nil)
-	_ backend.MemoryReporter = (*gpu)(nil)
-	_ backend.Profiler       = (*gpu)(nil)
-	_ io.Closer              = (*gpu)(nil)
+	_ Backend                 = (*gpu)(nil)
+	_ backend.ErrorReporter   = (*gpu)(nil)
+	_ backend.Trimmer         = (*gpu)(nil)
+	_ backend.MemoryReporter  = (*gpu)(nil)
+	_ backend.Profiler        = (*gpu)(nil)
+	_ backend.AsyncDownloader = (*gpu)(nil)
+	_ io.Closer               = (*gpu)(nil)
 )
 
 // New opens the GPU, creates the context on its own thread, sets up
@@ -177,6 +179,7 @@ func (g *gpu) Close() error {
 		g.pool.trim()
 		g.stage.free()
 		g.up.free()
+		g.down.free()
 		return serr
 	})
 	g.own.stop()

@@ -302,3 +302,132 @@ func (w *hostWord) free() {
 		w.p = nil
 	}
 }
+
+// The download slots: page-locked areas that a batch of copies to the
+// host is queued into without waiting (backend.AsyncDownloader), each with
+// an event recorded after its copies. A slot stays in use until its batch
+// has been waited for and copied out, so the next frame's batch, queued
+// before that, takes another; with none free, a batch is copied at Wait.
+const downSlots = 3
+
+type downRing struct {
+	slot [downSlots]downSlot
+}
+
+type downSlot struct {
+	p     unsafe.Pointer
+	n     int64
+	ev    C.CUevent
+	inUse bool // its batch was queued and not yet copied out
+}
+
+// take returns a free slot of at least n bytes, or nil when none is free
+// or no page-locked memory can be had. Owner thread only.
+func (r *downRing) take(n int64) (*downSlot, error) {
+	if n > stagingMax {
+		return nil, nil
+	}
+	for i := range r.slot {
+		s := &r.slot[i]
+		if s.inUse {
+			continue
+		}
+		if s.ev == nil {
+			if err := driverError(C.lbm_event_new(&s.ev)); err != nil {
+				return nil, fmt.Errorf("download event: %w", err)
+			}
+		}
+		if n > s.n {
+			if s.p != nil {
+				C.lbm_host_free(s.p)
+				s.p, s.n = nil, 0
+			}
+			size := int64(stagingMin)
+			for size < n {
+				size *= 2
+			}
+			var p unsafe.Pointer
+			if C.lbm_host_alloc(&p, C.size_t(size)) != 0 {
+				return nil, nil
+			}
+			s.p, s.n = p, size
+		}
+		s.inUse = true
+		return s, nil
+	}
+	return nil, nil
+}
+
+// free releases the slots; the device must be idle (Close synchronises).
+func (r *downRing) free() {
+	for i := range r.slot {
+		s := &r.slot[i]
+		if s.p != nil {
+			C.lbm_host_free(s.p)
+		}
+		if s.ev != nil {
+			C.lbm_event_free(s.ev)
+		}
+		*s = downSlot{}
+	}
+}
+
+// startDownload queues the copies of srcs (n[i] floats at srcs[i]; 0 for
+// none) into a download slot after the work queued so far and records the
+// slot's event; nil means no slot (the caller copies at the wait). Owner
+// thread only.
+func (g *gpu) startDownload(srcs []cu.DevicePtr, n []int) (*downSlot, []int64, error) {
+	offs := make([]int64, len(srcs))
+	var total int64
+	for i := range srcs {
+		offs[i] = total
+		total += (int64(n[i])*4 + 255) &^ 255
+	}
+	s, err := g.down.take(max(total, 1))
+	if s == nil || err != nil {
+		return nil, nil, err
+	}
+	if err := g.flush(); err != nil {
+		s.inUse = false
+		return nil, nil, err
+	}
+	for i := range srcs {
+		if n[i] > 0 && srcs[i] != 0 {
+			if err := driverError(C.lbm_dtoh_async(unsafe.Add(s.p, offs[i]), C.CUdeviceptr(srcs[i]), C.size_t(n[i]*4))); err != nil {
+				s.inUse = false
+				return nil, nil, fmt.Errorf("copy to the host: %w", err)
+			}
+		}
+	}
+	if err := driverError(C.lbm_event_record(s.ev)); err != nil {
+		s.inUse = false
+		return nil, nil, err
+	}
+	return s, offs, nil
+}
+
+// waitDownload submits what was queued after s's copies (the next frame's
+// last segment), so that the device has it while the host waits, then
+// waits for s's event alone and copies the batch out into new slices,
+// whose pages are touched before the wait. The slot is free again after.
+// Owner thread only.
+func (g *gpu) waitDownload(s *downSlot, offs []int64, srcs []cu.DevicePtr, n []int) ([][]float32, error) {
+	defer func() { s.inUse = false }()
+	outs := make([][]float32, len(srcs))
+	if err := g.flush(); err != nil {
+		return outs, err
+	}
+	for i := range srcs {
+		outs[i] = make([]float32, n[i])
+		touchPages(outs[i])
+	}
+	if err := driverError(C.lbm_event_wait(s.ev)); err != nil {
+		return outs, err
+	}
+	for i := range srcs {
+		if n[i] > 0 && srcs[i] != 0 {
+			copy(outs[i], unsafe.Slice((*float32)(unsafe.Add(s.p, offs[i])), n[i]))
+		}
+	}
+	return outs, nil
+}

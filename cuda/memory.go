@@ -547,6 +547,62 @@ func (g *gpu) ToHostMany(ts ...backend.Tensor) [][]float32 {
 	return outs
 }
 
+// StartDownload queues the copies of ts to the host after the work queued
+// so far and returns without waiting (backend.AsyncDownloader): Wait
+// submits what was queued since, waits for these copies alone and copies
+// them out. The tensors must stay allocated until then.
+func (g *gpu) StartDownload(ts ...backend.Tensor) backend.Pending {
+	d := &download{g: g, srcs: make([]cu.DevicePtr, len(ts)), n: make([]int, len(ts))}
+	for i, t := range ts {
+		c := g.tensor(t)
+		d.srcs[i], d.n[i] = c.buf.ptr, c.numel()
+	}
+	g.run("StartDownload", func() error {
+		var err error
+		d.slot, d.offs, err = g.startDownload(d.srcs, d.n)
+		return err
+	})
+	return d
+}
+
+// download is a batch StartDownload queued; without a slot (none free, or
+// a failed start) Wait copies through toHostMany.
+type download struct {
+	g    *gpu
+	srcs []cu.DevicePtr
+	n    []int
+	slot *downSlot
+	offs []int64
+}
+
+func (d *download) Wait() [][]float32 {
+	g := d.g
+	var outs [][]float32
+	g.run("WaitDownload", func() error {
+		var err error
+		if d.slot == nil {
+			outs, err = g.toHostMany(d.srcs, d.n)
+			return err
+		}
+		outs, err = g.waitDownload(d.slot, d.offs, d.srcs, d.n)
+		return err
+	})
+	if d.slot != nil && outs == nil {
+		// the owner thread refused the call (a sticky error): the slot's
+		// copies are abandoned with the device
+		d.slot.inUse = false
+	}
+	if outs == nil {
+		outs = make([][]float32, len(d.srcs))
+	}
+	for i := range outs {
+		if outs[i] == nil {
+			outs[i] = make([]float32, d.n[i])
+		}
+	}
+	return outs
+}
+
 // Zeros is a new zero-filled fp32 tensor.
 func (g *gpu) Zeros(shape ...int) backend.Tensor {
 	return g.output(shape, "Zeros", func(t *Tensor) error {

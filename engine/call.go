@@ -25,7 +25,7 @@ type call struct {
 func (s *stream) startCall(ctx context.Context, st step, m *model.Model, encs []*model.Encoding, bg bool) (*call, error) {
 	c := &call{st: st, m: m, bg: bg}
 	// a warm-up's heads frame by frame: its steps are slices of a frame
-	ms := model.Step{FrameHeads: bg, SkipAppend: st.kind == NonKeyframe}
+	ms := model.Step{FrameHeads: bg, SkipAppend: st.kind == NonKeyframe, DeferFetch: !bg && s.overlaps(st)}
 	ms.KeepDepth = s.keepDepth(st.w, st.kind, bg)
 	var p *model.Pass
 	var err error
@@ -62,20 +62,33 @@ func (s *stream) stepCall(c *call) (bool, error) {
 // finishCall turns a completed call into results and tells the schedule
 // it ran.
 func (s *stream) finishCall(c *call) []Result {
-	out, st := c.pass.Output(), c.st
+	out := c.pass.Output()
+	s.ran(c, out.PoseEnc[len(c.st.ins)-1])
+	return s.results(c, out)
+}
+
+// ran tells the schedule that c ran; last is the pose of its last frame,
+// which only a phase 1 needs (schedule.done).
+func (s *stream) ran(c *call, last [9]float32) {
+	st := c.st
 	s.trace(TraceEvent{Event: "call", Frames: len(st.ins), SkipAppend: st.kind == NonKeyframe, Background: c.bg})
-	res := make([]Result, len(st.ins))
-	for i, in := range st.ins {
-		res[i] = s.result(st.w, in, out, i, st.kind)
-		s.keepMaps(&res[i], out.DeviceDepth, out.DeviceConf, i)
-	}
-	s.done(st, out.PoseEnc[len(st.ins)-1])
+	s.done(st, last)
 	// phase 1 works on several frames at once; a GPU backend can give the
 	// memory it cached for those shapes back now. Live windows run a phase 1
 	// every window, beside the frames: there the cached memory is kept, so
 	// that the memory held stays flat and no frame waits for allocations.
 	if st.op == opPhase1 && (!s.live() || st.w.index == 0) {
 		s.trimBackend()
+	}
+}
+
+// results are a completed call's results.
+func (s *stream) results(c *call, out *model.Output) []Result {
+	st := c.st
+	res := make([]Result, len(st.ins))
+	for i, in := range st.ins {
+		res[i] = s.result(st.w, in, out, i, st.kind)
+		s.keepMaps(&res[i], out.DeviceDepth, out.DeviceConf, i)
 	}
 	return res
 }

@@ -77,6 +77,16 @@ type Config struct {
 	// window re-runs only its scale frames from the overlap.
 	WindowMode string `mapstructure:"window_mode" param:"oneof=reference|live"`
 
+	// OverlapFrames queues a streaming frame's model work before the host
+	// makes the results of the frame before it, so that a GPU runs the
+	// next frame while the host copies, converts and hands on the last
+	// one's outputs. Push then returns the previous frame's results and
+	// holds its own frame's until the next Push, Flush or Drain (Drainer).
+	// It applies to the streaming schedule (windowed false) with interval
+	// keyframes, to frames whose points are not made on the device; other
+	// frames wait for the one held first. The results are the same.
+	OverlapFrames bool `mapstructure:"overlap_frames"`
+
 	// CUDA tunes the CUDA backend; the CPU backend ignores it.
 	CUDA CUDAConfig `mapstructure:"cuda"`
 

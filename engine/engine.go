@@ -118,6 +118,15 @@ type Preparer interface {
 	Prepare(f Frame) (Frame, error)
 }
 
+// Drainer is a Stream that may hold a frame's results back to queue the
+// next frame's model work first (Config.OverlapFrames): Drain hands out
+// what it holds, so that a caller with no next frame at hand need not wait
+// for one. Flush drains too; Reset and Close drop what is held, and
+// SaveState refuses while a frame is held.
+type Drainer interface {
+	Drain(ctx context.Context) ([]Result, error)
+}
+
 // Stream is a running model: push frames, get results in input order.
 type Stream interface {
 	// Push adds a frame. It may return no result (phase 1 buffers the scale

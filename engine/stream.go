@@ -56,6 +56,9 @@ type stream struct {
 	points       *pointRequest
 	kept         []*devMaps
 	devicePoints atomic.Int64
+
+	// ahead is the frame held with its copies in flight (ahead.go)
+	ahead *call
 }
 
 func newStream(cfg Config, log *slog.Logger, be backend.Backend, m *model.Model) *stream {
@@ -124,8 +127,23 @@ func (s *stream) feed(ctx context.Context, in input) ([]Result, error) {
 	return s.run(ctx, s.take(in))
 }
 
-// run executes a step of the current window and passes its results on.
+// run executes a step of the current window and passes its results on,
+// after those of the frame held ahead (ahead.go) unless st is queued ahead
+// of them.
 func (s *stream) run(ctx context.Context, st step) ([]Result, error) {
+	if s.overlaps(st) && s.m.Stats().FrameCount < s.cfg.MaxFrames {
+		return s.runAhead(ctx, st)
+	}
+	out, err := s.collect()
+	if err != nil {
+		return out, err
+	}
+	res, err := s.runStep(ctx, st)
+	return append(out, res...), err
+}
+
+// runStep runs st whole.
+func (s *stream) runStep(ctx context.Context, st step) ([]Result, error) {
 	switch st.op {
 	case opBuffer:
 		return nil, nil
@@ -154,11 +172,14 @@ func (s *stream) run(ctx context.Context, st step) ([]Result, error) {
 
 // flush runs a partial phase 1 and releases everything held.
 func (s *stream) flush(ctx context.Context) ([]Result, error) {
-	var out []Result
+	out, err := s.collect()
+	if err != nil {
+		return out, err
+	}
 	if st, ok := s.flushStep(); ok {
 		res, err := s.run(ctx, st)
 		if err != nil {
-			return nil, err
+			return out, err
 		}
 		out = append(out, res...)
 	}
@@ -175,6 +196,7 @@ func (s *stream) flush(ctx context.Context) ([]Result, error) {
 
 // Reset starts a new map.
 func (s *stream) Reset() error {
+	s.dropAhead()
 	s.m.Reset()
 	// The old map's KV pages give their memory back too, so the next phase 1
 	// does not run on top of them (a new window keeps them: its frames
@@ -202,6 +224,7 @@ func (s *stream) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.dropAhead()
 	s.dropWarmup()
 	if s.spare != nil {
 		s.spare.Close()

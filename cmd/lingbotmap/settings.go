@@ -34,7 +34,7 @@ func runSettings() []string {
 func benchSettings() []string {
 	return append([]string{"weights", "model_size", "seed", "device", "threads", "precision", "selected_layers",
 		"scale_frames", "sliding_window", "max_frames", "cache_headroom", "camera_iterations",
-		"image_width", "keyframe_interval", "windowed", "window_size", "overlap_size"}, cudaSettings()...)
+		"image_width", "keyframe_interval", "windowed", "window_size", "overlap_size", "overlap_frames"}, cudaSettings()...)
 }
 
 // verifySettings are the settings of `lingbotmap verify`: the backend and the

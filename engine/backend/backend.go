@@ -160,6 +160,40 @@ func Download(be Backend, ts ...Tensor) [][]float32 {
 	return out
 }
 
+// Pending is a batch of copies to the host queued by StartDownload: Wait
+// waits for them alone and returns the tensors' values in order. It is
+// called once, on the goroutine that queued them.
+type Pending interface {
+	Wait() [][]float32
+}
+
+// AsyncDownloader is a Backend that queues a batch of copies to the host
+// at the current point of its work without waiting, so that the caller can
+// queue more work (the next frame) before it waits for the copies alone.
+// The tensors must stay allocated until Wait returns.
+type AsyncDownloader interface {
+	StartDownload(ts ...Tensor) Pending
+}
+
+// StartDownload queues the copies of ts to the host where be is an
+// AsyncDownloader; on other backends the copies happen at Wait, through
+// Download, which gives the same values: nothing but the caller writes
+// into ts before then.
+func StartDownload(be Backend, ts ...Tensor) Pending {
+	if ad, ok := be.(AsyncDownloader); ok {
+		return ad.StartDownload(ts...)
+	}
+	return lateDownload{be: be, ts: ts}
+}
+
+// lateDownload is a Pending that copies at Wait.
+type lateDownload struct {
+	be Backend
+	ts []Tensor
+}
+
+func (d lateDownload) Wait() [][]float32 { return Download(d.be, d.ts...) }
+
 // Backend runs the model's operations.
 type Backend interface {
 	// Name identifies the backend ("cpu", "cuda").

@@ -162,6 +162,47 @@ func (d *downloads) fetch(be backend.Backend) {
 	*d = nil
 }
 
+// inflight are a call's copies to the host queued without waiting
+// (Step.DeferFetch).
+type inflight struct {
+	dl downloads
+	p  backend.Pending
+}
+
+// start queues the copies of every result and hands them over in flight.
+func (d *downloads) start(be backend.Backend) inflight {
+	ts := make([]backend.Tensor, len(*d))
+	for i, x := range *d {
+		ts[i] = x.t
+	}
+	f := inflight{dl: *d, p: backend.StartDownload(be, ts...)}
+	*d = nil
+	return f
+}
+
+// finish waits for the copies, hands each result on and frees it unless
+// the Output keeps it.
+func (f *inflight) finish(be backend.Backend) {
+	hosts := f.p.Wait()
+	for i, x := range f.dl {
+		if !x.keep {
+			be.Free(x.t)
+		}
+		x.done(hosts[i])
+	}
+	f.dl = nil
+}
+
+// free waits for the copies (their memory is the backend's until then)
+// and drops them with their tensors, kept ones too.
+func (f *inflight) free(be backend.Backend) {
+	f.p.Wait()
+	for _, x := range f.dl {
+		be.Free(x.t)
+	}
+	f.dl = nil
+}
+
 // free drops the queued results (a call that failed half way), kept ones
 // too: the Output they were for is never handed out.
 func (d *downloads) free(be backend.Backend, out *Output) {

@@ -138,6 +138,13 @@ type Step struct {
 	// too (Output.DeviceDepth, DeviceConf), for work that follows on the
 	// device (backend.Unprojector); the caller frees them.
 	KeepDepth bool
+	// DeferFetch leaves the call's copies to the host in flight: the step
+	// that queues the heads also queues the copies (backend.StartDownload)
+	// and ends the call's use of the model, which Pass.Queued then reports
+	// and which takes its next call at once; the step after waits for the
+	// copies and completes the pass. A caller so queues the next frame
+	// before it waits for this one's outputs.
+	DeferFetch bool
 }
 
 // Output is what one call produces, per frame of the call.

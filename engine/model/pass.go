@@ -36,6 +36,7 @@ type Pass struct {
 	agg    *aggRun
 	layers []backend.Tensor
 	dl     downloads
+	flight *inflight // the copies in flight (Step.DeferFetch)
 	out    *Output
 	err    error
 }
@@ -47,6 +48,7 @@ const (
 	stageAggregator
 	stageCamera
 	stageHeads
+	stageFetch // Step.DeferFetch: the copies to the host are in flight
 	stageDone
 )
 
@@ -178,7 +180,9 @@ func (p *Pass) Step() (done bool, err error) {
 	if p.stage == stageDone {
 		return true, nil
 	}
-	if err := p.ctx.Err(); err != nil {
+	// the wait for copies in flight is not cut short: the work is queued
+	// already, and the caller of a later call collects them
+	if err := p.ctx.Err(); err != nil && p.stage != stageFetch {
 		return false, p.fail(fmt.Errorf("model: forward cancelled: %w", err))
 	}
 	m, be := p.m, p.m.be
@@ -266,14 +270,31 @@ func (p *Pass) Step() (done bool, err error) {
 		} else if err := m.heads.run(be, p.layers, m.agg.numSpecial, gh, gw, p.h, p.w, 0, s, p.step.KeepDepth, &p.dl, p.out); err != nil {
 			return false, p.fail(err)
 		}
+		if p.step.DeferFetch {
+			f := p.dl.start(be)
+			p.flight = &f
+			p.end()
+			p.stage = stageFetch
+			return false, nil
+		}
 		p.dl.fetch(be)
 		p.out.PoseEnc = p.out.PoseIters[len(p.out.PoseIters)-1]
 		p.end()
 		p.stage = stageDone
 		return true, nil
+	case stageFetch:
+		p.flight.finish(be)
+		p.flight = nil
+		p.out.PoseEnc = p.out.PoseIters[len(p.out.PoseIters)-1]
+		p.stage = stageDone
+		return true, nil
 	}
 	return false, nil
 }
+
+// Queued says whether a Step.DeferFetch pass has queued all its work and
+// left the model: only the wait for its copies to the host is left.
+func (p *Pass) Queued() bool { return p.stage == stageFetch && p.err == nil }
 
 // frameHeads says whether the heads stage runs frame by frame.
 func (p *Pass) frameHeads() bool { return p.step.FrameHeads && p.call.s > 1 }
@@ -360,6 +381,8 @@ func (p *Pass) StepCosts(dst []int) []int {
 				dst = append(dst, s*costHeadsPerFrame)
 			}
 			stage = stageDone
+		case stageFetch:
+			stage = stageDone
 		}
 	}
 	return dst
@@ -405,6 +428,15 @@ func (p *Pass) fail(err error) error {
 	p.encs = nil
 	if p.encode {
 		p.stage = stageDone
+		p.err = err
+		return err
+	}
+	if p.flight != nil {
+		// the call left the model already: its copies end, their
+		// tensors go, and the model's next call is not disturbed
+		p.flight.free(be)
+		p.flight = nil
+		p.dl.free(be, p.out)
 		p.err = err
 		return err
 	}

@@ -560,6 +560,34 @@ func (p *Pipeline[M]) model() {
 	}
 	since := func(n *atomic.Int64, t time.Time) { n.Add(int64(time.Since(t))) }
 	idler, _ := p.stream.(engine.Idler)
+	drainer, _ := p.stream.(engine.Drainer)
+	// drain hands out a frame the stream holds ahead of the next one
+	// (engine.Config.OverlapFrames) when no next frame is at hand
+	drain := func() bool {
+		if drainer == nil {
+			return true
+		}
+		t := time.Now()
+		res, err := drainer.Drain(p.ctx)
+		d := time.Since(t)
+		p.busy.Add(int64(d))
+		pending = p.emit(res, pending, d)
+		if err != nil {
+			if p.ctx.Err() != nil {
+				return false
+			}
+			// the held frame, the first still without an output
+			for i := range pending {
+				if pf := &pending[i]; pf.out == nil {
+					pf.timing.Model = d
+					pf.out = &Output[M]{Seq: pf.seq, Stamp: pf.stamp, Meta: pf.meta, Err: err, Stage: "model", Timing: pf.timing}
+					break
+				}
+			}
+			pending = p.drain(pending)
+		}
+		return true
+	}
 	var next uint64 // Cut.Next
 	for {
 		var it *item[M]
@@ -567,9 +595,13 @@ func (p *Pipeline[M]) model() {
 		select {
 		case it, ok = <-p.order:
 		default:
-			// no frame waits: a slice of the stream's background work
-			// (the next live window's warm-up) runs now, once per gap so
-			// that a frame arriving meanwhile waits for one slice at most
+			// no frame waits: a frame held ahead comes out, and a slice
+			// of the stream's background work (the next live window's
+			// warm-up) runs now, once per gap so that a frame arriving
+			// meanwhile waits for one slice at most
+			if !drain() {
+				return
+			}
 			if idler != nil {
 				t := time.Now()
 				idler.Idle(p.ctx)
@@ -591,6 +623,9 @@ func (p *Pipeline[M]) model() {
 		}
 		since(&p.waitIn, t)
 		if it.ctl != nil {
+			if !drain() {
+				return
+			}
 			t = time.Now()
 			ok := p.barrier()
 			since(&p.waitOut, t)
