@@ -184,7 +184,9 @@ func fmaKernel(name string) attnKernel {
 // head dim 64 runs on the tensor cores in bf16 (as the reference's autocast
 // SDPA); other head dims and FP32 mode use the exact fp32 kernel.
 func (g *gpu) Attention(q, k, v backend.Tensor, scale float32) backend.Tensor {
-	qt, kt, vt := g.tensor(q), g.tensor(k), g.tensor(v)
+	// k and v may exist only in bf16 (SplitQKV with backend.KVAttention):
+	// the bf16 kernels read that, the others get the fp32 values back.
+	qt, kt, vt := g.tensor(q), g.gemmTensor(k), g.gemmTensor(v)
 	if len(qt.shape) != 4 || len(kt.shape) != 4 || !slices.Equal(kt.shape, vt.shape) ||
 		kt.shape[0] != qt.shape[0] || kt.shape[2] != qt.shape[2] || kt.shape[3] != qt.shape[3] {
 		panic(fmt.Sprintf("cuda: Attention wants q [B,Nq,H,D], k and v [B,Nk,H,D]: q %v k %v v %v", qt.shape, kt.shape, vt.shape))
@@ -198,7 +200,18 @@ func (g *gpu) Attention(q, k, v backend.Tensor, scale float32) backend.Tensor {
 		if qt.numel() == 0 {
 			return nil
 		}
-		if g.cfg.Precision.bf16Trunk() && d == 64 && !g.cfg.ExactAttention {
+		fast := g.cfg.Precision.bf16Trunk() && d == 64 && !g.cfg.ExactAttention
+		if !fast || (g.pagedVariant != pagedFA && g.pagedVariant != pagedFA2) {
+			// Every kernel but the production bf16 ones (a lab variant's
+			// too) reads fp32 k and v.
+			if err := g.restoreF32(kt); err != nil {
+				return err
+			}
+			if err := g.restoreF32(vt); err != nil {
+				return err
+			}
+		}
+		if fast {
 			// Trunk attention (DINO, frame and global blocks; the camera
 			// head's heads are 128 wide and stay fp32 like the reference).
 			if done, err := g.labAttention(out, qt, kt, vt, scale); done {

@@ -105,6 +105,22 @@ type Config struct {
 	// Hopper-only kernels are off and the portable mma.sync / cp.async
 	// kernels run. A target above the GPU, or a GPU below sm_80, fails New.
 	Arch string
+	// FuseNorm runs a LayerNorm whose only reader is a bf16 GEMM
+	// (backend.NormLinear) writing only the bf16 values that GEMM reads
+	// (BF16 and FP8 modes); off, it also writes the fp32 values nothing
+	// reads. The result is the same either way.
+	FuseNorm bool
+	// LeanQKV lets SplitQKV leave out the forms of k and v that the caller
+	// says nothing reads (backend.KVUse): the fp32 ones before a bf16
+	// dense attention, the bf16 ones before the KV cache's writes. The
+	// result is the same either way.
+	LeanQKV bool
+	// FC1BF16 has the MLP's hidden GEMM (a trunk Linear with GELU in BF16
+	// mode) write bf16 with its bias, as the reference's autocast does, and
+	// the GELU then run on those bf16 values in place, where by default the
+	// GEMM writes fp32 and the GELU reads that: half the GEMM's output and
+	// the GELU's input, one more rounding (the reference's).
+	FC1BF16 bool
 	// LazyKernels compiles each kernel module when it is first used
 	// instead of in New. By default New compiles (in parallel, or reads from
 	// CacheDir) and loads every module a stream of this configuration runs,
@@ -124,7 +140,7 @@ var retiredPagedKernels = []string{"mma", "exact", "wg", "tma", "poly4", "poly2"
 
 // DefaultConfig is device 0 in bf16 with the default kernels.
 func DefaultConfig() Config {
-	return Config{Device: 0, Precision: BF16, PagedKernel: "auto", Arch: "auto", Graphs: true}
+	return Config{Device: 0, Precision: BF16, PagedKernel: "auto", Arch: "auto", Graphs: true, FuseNorm: true, LeanQKV: true}
 }
 
 // Backend is a backend.Backend on a GPU. Device failures (out of memory, a

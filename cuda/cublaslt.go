@@ -23,9 +23,11 @@ typedef struct {
 	int ncand;
 } lbm_plan;
 
+// outbf: C and D are bf16 (and so is the bias, cuBLASLt's default for a
+// bf16 D), else fp32 with an fp32 bias.
 static int lbm_plan_create(cublasLtHandle_t h, lbm_plan *p, int bf, int tf32, int transa, int transb,
                            uint64_t m, uint64_t n, uint64_t k, int64_t lda, int64_t ldb, int64_t ldc,
-                           int bias, size_t ws, uint32_t align) {
+                           int bias, int outbf, size_t ws, uint32_t align) {
 	cudaDataType_t ab = bf ? CUDA_R_16BF : CUDA_R_32F;
 	cublasStatus_t st = cublasLtMatmulDescCreate(&p->op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F);
 	if (st != CUBLAS_STATUS_SUCCESS) return (int)st;
@@ -34,13 +36,13 @@ static int lbm_plan_create(cublasLtHandle_t h, lbm_plan *p, int bf, int tf32, in
 	cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
 	cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 	cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
-	if (bias) {
+	if (bias && !outbf) {
 		cudaDataType_t bt = CUDA_R_32F;
 		cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt));
 	}
 	st = cublasLtMatrixLayoutCreate(&p->a, ab, transa ? k : m, transa ? m : k, lda);
 	if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&p->b, ab, transb ? n : k, transb ? k : n, ldb);
-	if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, m, n, ldc);
+	if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&p->c, outbf ? CUDA_R_16BF : CUDA_R_32F, m, n, ldc);
 	if (st != CUBLAS_STATUS_SUCCESS) return (int)st;
 	cublasLtMatmulPreference_t pref;
 	st = cublasLtMatmulPreferenceCreate(&pref);
@@ -115,7 +117,10 @@ type gemmKey struct {
 	// accumulate: D = A·B + C with C a separate input (beta = 1). Its own
 	// plans and tuning: reading C changes which algorithm is fastest.
 	accumulate bool
-	align      uint32 // bytes all operand pointers are aligned to
+	// outBF: C, D and the bias are bf16 (the MLP's hidden layer with
+	// cuda.fc1_bf16); otherwise fp32.
+	outBF bool
+	align uint32 // bytes all operand pointers are aligned to
 }
 
 // cublasLt is our small binding: a handle, a workspace and the plan cache.
@@ -184,7 +189,7 @@ func (lt *cublasLt) plan(key gemmKey) (*C.lbm_plan, error) {
 	p := (*C.lbm_plan)(C.calloc(1, C.size_t(unsafe.Sizeof(C.lbm_plan{}))))
 	st := C.lbm_plan_create(lt.h, p, cbool(key.bf), cbool(key.tf32), cbool(key.transA), cbool(key.transB),
 		C.uint64_t(key.m), C.uint64_t(key.n), C.uint64_t(key.k),
-		C.int64_t(key.lda), C.int64_t(key.ldb), C.int64_t(key.ldc), cbool(key.bias), C.size_t(ltWorkspace), C.uint32_t(key.align))
+		C.int64_t(key.lda), C.int64_t(key.ldb), C.int64_t(key.ldc), cbool(key.bias), cbool(key.outBF), C.size_t(ltWorkspace), C.uint32_t(key.align))
 	if st != 0 {
 		C.lbm_plan_destroy(p)
 		C.free(unsafe.Pointer(p))

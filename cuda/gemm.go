@@ -134,6 +134,21 @@ func (g *gpu) Linear(x, w, b backend.Tensor, act backend.Activation) backend.Ten
 	if act == backend.ActGELU && g.bf16Weight(wt) {
 		return g.outputBF16(shape, "Linear", func(bf *buffer) error {
 			n := int64(rows) * int64(m)
+			if g.cfg.FC1BF16 && (bt == nil || bt.buf.trunk) {
+				// cuda.fc1_bf16: the GEMM rounds x·wᵀ + b to bf16 and the
+				// GELU runs on those values in place, each result rounded
+				// again, as the reference's autocast computes it.
+				ok, err := g.linearBF16Out(bf.ptr, xt, wt, bt, rows, k, m)
+				if err != nil || ok {
+					if err != nil {
+						return err
+					}
+					if fits4(n) && aligned(8, bf.ptr) {
+						return g.launch1D("elementwise", "gelu_bf16_inplace_v4", n/4, bf.ptr, int(n/4))
+					}
+					return g.launch1D("elementwise", "gelu_bf16_inplace", n, bf.ptr, n)
+				}
+			}
 			acc, err := g.scratch(n * 4)
 			if err != nil {
 				return err
@@ -167,6 +182,29 @@ func (g *gpu) linearInto(c cu.DevicePtr, xt, wt, bt *Tensor, rows, k, m int) err
 	}
 	defer g.pool.put(tmp)
 	return g.rowGemm(prec, false, true, rows, m, k, xp, k, wp, k, c, m, ptrOf(bt))
+}
+
+// linearBF16Out writes x·wᵀ + b rounded to bf16 to c [rows, m] with the
+// bias in cuBLASLt's epilogue (in bf16: a trunk bias holds bf16 values);
+// false when cuBLASLt has no such algorithm (owner thread).
+func (g *gpu) linearBF16Out(c cu.DevicePtr, xt, wt, bt *Tensor, rows, k, m int) (bool, error) {
+	xp, wp, prec, tmp, err := g.linearOperands(xt, wt, rows, k)
+	if err != nil {
+		return false, err
+	}
+	defer g.pool.put(tmp)
+	if prec != gemmBF16 {
+		return false, nil
+	}
+	var bias cu.DevicePtr
+	if bt != nil {
+		if bias, err = g.bf16(bt); err != nil {
+			return false, err
+		}
+	}
+	// cuBLASLt's column-major view, as rowGemmAdd asks: Dᵀ = w·xᵀ.
+	key := gemmKey{bf: true, transA: true, m: m, n: rows, k: k, lda: k, ldb: k, ldc: m, bias: bias != 0, outBF: true}
+	return g.lt.matmul(key, wp, xp, 0, c, bias)
 }
 
 // LinearAdd is r + x·wᵀ + b as one GEMM: r enters as cuBLASLt's C with beta

@@ -615,7 +615,8 @@ func (g *gpu) Zeros(shape ...int) backend.Tensor {
 
 // Reshape is a view of t with another shape.
 func (g *gpu) Reshape(t backend.Tensor, shape ...int) backend.Tensor {
-	c := g.tensor(t)
+	c := g.gemmTensor(t) // a view of bf16-only values stays so: its readers decide
+
 	if backend.Numel(shape) != c.numel() {
 		panic(fmt.Sprintf("cuda: Reshape %v to %v", c.shape, shape))
 	}

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"slices"
 
 	"gorgonia.org/cu"
 
@@ -52,6 +53,18 @@ func (g *gpu) SplitQKV(qkv backend.Tensor, p backend.QKVParams) (q, k, v backend
 		norm = 1
 	}
 
+	// In BF16 mode k and v of head size 64 also come out in bf16 for the
+	// attention that reads them (see Attention), sparing it two casts. With
+	// cuda.lean_qkv the caller's KVUse drops what nobody reads: the bf16
+	// forms before the KV cache's writes (which read fp32), the fp32 forms
+	// before the attention (k and v are then bf16 only, as the hidden layer
+	// of Linear can be).
+	bfKV := d == 64 && g.cfg.Precision.bf16Trunk() && !g.cfg.ExactAttention
+	bfOnlyKV := bfKV && g.cfg.LeanQKV && p.KVUse == backend.KVAttention
+	if g.cfg.LeanQKV && p.KVUse == backend.KVCache {
+		bfKV = false
+	}
+
 	var outs [3]*Tensor
 	g.run("SplitQKV", func() error {
 		var ts [3]*Tensor
@@ -64,6 +77,10 @@ func (g *gpu) SplitQKV(qkv backend.Tensor, p backend.QKVParams) (q, k, v backend
 			}
 		}
 		for i := range ts {
+			if i > 0 && bfOnlyKV && aligned(8, xt.ptr()) {
+				ts[i] = &Tensor{buf: &buffer{live: true, bfOnly: true, cat: catOther}, shape: slices.Clone(shape)}
+				continue
+			}
 			t, err := g.newTensor(shape, catOther)
 			if err != nil {
 				release()
@@ -75,10 +92,8 @@ func (g *gpu) SplitQKV(qkv backend.Tensor, p backend.QKVParams) (q, k, v backend
 		args := []any{ts[0].ptr(), ts[1].ptr(), ts[2].ptr(), xt.ptr(), ptrOf(qw), ptrOf(qb), ptrOf(kw), ptrOf(kb),
 			norm, p.Eps, ptrOf(ct), ptrOf(st), int(p.Pairing), rows, n, h}
 		if d == 64 && aligned(8, ts[0].ptr(), ts[1].ptr(), ts[2].ptr(), xt.ptr()) {
-			// In BF16 mode k and v also come out in bf16 for the attention
-			// that reads them (see Attention), sparing it two casts.
 			var kbf, vbf cu.DevicePtr
-			if g.cfg.Precision.bf16Trunk() && !g.cfg.ExactAttention {
+			if bfKV {
 				var err error
 				if kbf, err = g.attachBF16(ts[1]); err == nil {
 					vbf, err = g.attachBF16(ts[2])

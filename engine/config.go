@@ -161,6 +161,15 @@ type CUDAConfig struct {
 	// own) or one of CUDAArches below the GPU's capability; below sm_90 the
 	// Hopper-only kernels are off and the portable ones run.
 	Arch string `mapstructure:"arch"`
+	// FuseNorm has a LayerNorm that feeds only a bf16 GEMM write only the
+	// bf16 values the GEMM reads (same result).
+	FuseNorm bool `mapstructure:"fuse_norm"`
+	// LeanQKV has the q/k/v split write only the forms of k and v that
+	// their readers read (same result).
+	LeanQKV bool `mapstructure:"lean_qkv"`
+	// FC1BF16 has the MLP's hidden GEMM write bf16 and its GELU run on
+	// those values, as the reference's autocast rounds them.
+	FC1BF16 bool `mapstructure:"fc1_bf16"`
 }
 
 // CUDAArches are the values of CUDAConfig.Arch, as the CUDA backend names
@@ -199,6 +208,8 @@ func DefaultConfig() Config {
 			Graphs:      true,
 			PagedKernel: "auto",
 			Arch:        "auto",
+			FuseNorm:    true,
+			LeanQKV:     true,
 		},
 	}
 }

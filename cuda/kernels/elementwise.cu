@@ -102,6 +102,26 @@ extern "C" __global__ void gelu_bf16_k(bf16_t* y, const float* x, i64 n) {
     GRID_LOOP(i, n) y[i] = f32_to_bf16(unary_apply(0, x[i]));
 }
 
+// Exact GELU in place on bf16 values, rounded back to bf16 (cuda.fc1_bf16:
+// the hidden GEMM wrote its output in bf16, as the reference's autocast
+// does, and GELU runs on that).
+__device__ __forceinline__ float bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+
+extern "C" __global__ void gelu_bf16_inplace_v4(uint2* y, int n4) {
+    pdl_wait();
+    GRID_LOOP32(i, n4) {
+        const uint2 w = y[i];
+        y[i] = make_uint2(pack_bf16(unary_apply(0, bf16_lo(w.x)), unary_apply(0, bf16_hi(w.x))),
+                          pack_bf16(unary_apply(0, bf16_lo(w.y)), unary_apply(0, bf16_hi(w.y))));
+    }
+}
+
+extern "C" __global__ void gelu_bf16_inplace(bf16_t* y, i64 n) {
+    pdl_wait();
+    GRID_LOOP(i, n) y[i] = f32_to_bf16(unary_apply(0, bf16_to_f32(y[i])));
+}
+
 // KV append into a bf16 page, four values at a time.
 extern "C" __global__ void write_kv_bf_v4(uint2* kd, uint2* vd, const float4* ks, const float4* vs, int n4) {
     pdl_wait();

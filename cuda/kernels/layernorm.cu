@@ -52,7 +52,8 @@ extern "C" __global__ void layernorm_f32(float* y, const float* x, const float* 
 // One warp per row for the model's widths (64: qk-norm of a head, 1024: the
 // trunk): the row stays in registers, so x is read once; 8 rows a block.
 // ybf, when set, also gets the output rounded to bf16 (two values a word):
-// in BF16 mode the next GEMM reads that instead of casting y again.
+// in BF16 mode the next GEMM reads that instead of casting y again. y may
+// be null when only that GEMM reads the output (NormLinear).
 template <int PER>
 __device__ __forceinline__ void layernorm_warp(float* y, unsigned* ybf, const float* x, const float* w, const float* b, int rows, float eps) {
     const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
@@ -74,14 +75,14 @@ __device__ __forceinline__ void layernorm_warp(float* y, unsigned* ybf, const fl
         q += a * a + d * d;
     }
     const float inv = rsqrtf(warp_sum(q) / c + eps);
-    float2* yr = (float2*)(y + (i64)row * c);
+    float2* yr = y ? (float2*)(y + (i64)row * c) : nullptr;
 #pragma unroll
     for (int j = 0; j < V; j++) {
         const int e = 2 * (j * 32 + lane);
         float o0 = (v[j].x - mean) * inv, o1 = (v[j].y - mean) * inv;
         if (w) { o0 *= w[e]; o1 *= w[e + 1]; }
         if (b) { o0 += b[e]; o1 += b[e + 1]; }
-        yr[j * 32 + lane] = make_float2(o0, o1);
+        if (y) yr[j * 32 + lane] = make_float2(o0, o1);
         if (ybf) ybf[(i64)row * (c / 2) + j * 32 + lane] = pack_bf16(o0, o1);
     }
 }

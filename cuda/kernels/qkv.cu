@@ -95,7 +95,8 @@ __device__ __forceinline__ float2 qk_head64(float2 xv, const float* w, const flo
 }
 
 // kbf, vbf, when set, also get k and v rounded to bf16 (two values a word),
-// which a bf16 attention reads instead of casting them itself.
+// which a bf16 attention reads instead of casting them itself; k and v may
+// then be null when only that attention reads them (backend.KVAttention).
 extern "C" __global__ void qkv_split_d64(float* q, float* k, float* v, const float* x,
                                          const float* qw, const float* qb, const float* kw, const float* kb,
                                          int norm, float eps, const float* cs, const float* sn, int pairing,
@@ -115,8 +116,8 @@ extern "C" __global__ void qkv_split_d64(float* q, float* k, float* v, const flo
         const float2 xq = src[lane], xk = src[e / 2 + lane], xv = src[e + lane];
         ((float2*)(q + dst))[lane] = qk_head64(xq, qw, qb, norm, eps, c, s, pairing, lane);
         const float2 ko = qk_head64(xk, kw, kb, norm, eps, c, s, pairing, lane);
-        ((float2*)(k + dst))[lane] = ko;
-        ((float2*)(v + dst))[lane] = xv;
+        if (k) ((float2*)(k + dst))[lane] = ko;
+        if (v) ((float2*)(v + dst))[lane] = xv;
         if (kbf) {
             kbf[dst / 2 + lane] = pack_bf16(ko.x, ko.y);
             vbf[dst / 2 + lane] = pack_bf16(xv.x, xv.y);

@@ -88,6 +88,7 @@ const (
 // QKVParams says how SplitQKV treats q and k: an optional per-head LayerNorm
 // (weights and biases [HeadDim], eps) and then an optional RoPE with tables
 // Cos, Sin [N, HeadDim/2] (N = the token dimension of qkv) and a pairing.
+// KVUse says what reads k and v afterwards.
 type QKVParams struct {
 	Heads, HeadDim int
 	Norm           bool
@@ -95,7 +96,25 @@ type QKVParams struct {
 	Eps            float32
 	Cos, Sin       Tensor // nil: no rotation
 	Pairing        RoPEPairing
+	KVUse          KVUse
 }
+
+// KVUse tells SplitQKV which operations will read its k and v, so that a
+// backend that keeps activations in several forms (fp32 and the bf16 a GPU
+// attention reads) writes only the forms those read. It never changes what
+// an operation that the caller announced computes.
+type KVUse int
+
+const (
+	// KVAny: any operation may read k and v.
+	KVAny KVUse = iota
+	// KVAttention: only Attention reads k and v. A backend may keep them
+	// only at the precision its attention reads them (the CUDA backend's
+	// bf16 in BF16 mode); another reader then gets those values.
+	KVAttention
+	// KVCache: only WriteKV reads k and v.
+	KVCache
+)
 
 // KVStore is backend-owned storage for the paged KV cache of the global blocks:
 // for each of Layers blocks, Pages pages of PageSize token rows, each row holding
@@ -193,6 +212,27 @@ type lateDownload struct {
 }
 
 func (d lateDownload) Wait() [][]float32 { return Download(d.be, d.ts...) }
+
+// NormLinearer is a Backend that runs a LayerNorm and the Linear that alone
+// reads its output as one operation, so that the normalised values exist
+// only in the form the GEMM reads (NormLinear uses it).
+type NormLinearer interface {
+	// NormLinear is Linear(LayerNorm(x, nw, nb, eps), w, b, act), with the
+	// shapes and rules of those two operations.
+	NormLinear(x, nw, nb Tensor, eps float32, w, b Tensor, act Activation) Tensor
+}
+
+// NormLinear is Linear(LayerNorm(x, nw, nb, eps), w, b, act): one operation
+// where be is a NormLinearer, else the two with the normalised tensor freed.
+func NormLinear(be Backend, x, nw, nb Tensor, eps float32, w, b Tensor, act Activation) Tensor {
+	if nl, ok := be.(NormLinearer); ok {
+		return nl.NormLinear(x, nw, nb, eps, w, b, act)
+	}
+	h := be.LayerNorm(x, nw, nb, eps)
+	y := be.Linear(h, w, b, act)
+	be.Free(h)
+	return y
+}
 
 // Backend runs the model's operations.
 type Backend interface {

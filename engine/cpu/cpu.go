@@ -35,6 +35,8 @@ type Backend struct {
 
 var _ backend.Backend = (*Backend)(nil)
 
+var _ backend.NormLinearer = (*Backend)(nil)
+
 // New makes a CPU backend.
 func New(cfg Config) *Backend {
 	t := cfg.Threads

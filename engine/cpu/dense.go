@@ -111,6 +111,16 @@ func (b *Backend) LayerNorm(x, w, bias backend.Tensor, eps float32) backend.Tens
 	return out
 }
 
+// NormLinear is Linear(LayerNorm(x, nw, nb, eps), w, bias, act), the two
+// operations as they are (backend.NormLinearer): the reference for backends
+// that fuse them.
+func (b *Backend) NormLinear(x, nw, nb backend.Tensor, eps float32, w, bias backend.Tensor, act backend.Activation) backend.Tensor {
+	h := b.LayerNorm(x, nw, nb, eps)
+	y := b.Linear(h, w, bias, act)
+	b.Free(h)
+	return y
+}
+
 // Unary applies an elementwise function.
 func (b *Backend) Unary(op backend.UnaryOp, x backend.Tensor) backend.Tensor {
 	xt := ct(x)

@@ -199,7 +199,7 @@ func (r *aggRun) free(be backend.Backend) {
 
 // frameBlock: attention inside each frame, 2D RoPE. x [S, P, E].
 func (a *aggregator) frameBlock(be backend.Backend, blk *block, x backend.Tensor) backend.Tensor {
-	q, k, v := blk.qkvHeads(be, x, a.cos2, a.sin2, backend.RoPEHalves2D)
+	q, k, v := blk.qkvHeads(be, x, a.cos2, a.sin2, backend.RoPEHalves2D, backend.KVAttention)
 	att := be.Attention(q, k, v, blk.scale())
 	be.Free(q)
 	be.Free(k)
@@ -212,7 +212,14 @@ func (a *aggregator) frameBlock(be backend.Backend, blk *block, x backend.Tensor
 func (a *aggregator) globalBlock(be backend.Backend, blk *block, layer int, x backend.Tensor, call aggCall, cos3, sin3 backend.Tensor) backend.Tensor {
 	s, p := call.s, a.numSpecial+a.gh*a.gw
 	xs := be.Reshape(x, 1, s*p, a.dim)
-	qr, kr, v := blk.qkvHeads(be, xs, cos3, sin3, backend.RoPEInterleaved)
+	kvUse := backend.KVAny // phase 1: the dense attention and the cache
+	switch {
+	case !call.dense:
+		kvUse = backend.KVCache
+	case call.plans == nil:
+		kvUse = backend.KVAttention
+	}
+	qr, kr, v := blk.qkvHeads(be, xs, cos3, sin3, backend.RoPEInterleaved, kvUse)
 
 	var att backend.Tensor
 	if call.dense {

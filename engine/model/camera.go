@@ -152,7 +152,7 @@ func (h *cameraHead) forward(be backend.Backend, cc *camCache, last backend.Tens
 
 		for j, blk := range h.trunk {
 			xb := be.Reshape(x, 1, s, h.dim)
-			q, k, v := blk.qkvHeads(be, xb, nil, nil, 0) // no RoPE in the camera trunk
+			q, k, v := blk.qkvHeads(be, xb, nil, nil, 0, backend.KVAny) // no RoPE in the camera trunk; k and v join its caches
 			k3 := be.Reshape(k, s, blk.heads, blk.hd)
 			v3 := be.Reshape(v, s, blk.heads, blk.hd)
 			keys, vals := k3, v3

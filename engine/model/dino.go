@@ -211,7 +211,7 @@ func (d *dino) embed(be backend.Backend, images [][]float32, h, w int) backend.T
 // block runs block i on seq and frees it.
 func (d *dino) block(be backend.Backend, i int, seq backend.Tensor) backend.Tensor {
 	blk := d.blocks[i]
-	q, k, v := blk.qkvHeads(be, seq, nil, nil, 0) // no RoPE in DINO
+	q, k, v := blk.qkvHeads(be, seq, nil, nil, 0, backend.KVAttention) // no RoPE in DINO
 	a := be.Attention(q, k, v, blk.scale())
 	be.Free(q)
 	be.Free(k)

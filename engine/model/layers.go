@@ -103,6 +103,13 @@ func (n layerNorm) forward(be backend.Backend, x backend.Tensor) backend.Tensor 
 	return be.LayerNorm(x, n.w, n.b, n.eps)
 }
 
+// linear is l applied to the normalised x where nothing else reads the
+// normalised values: one backend.NormLinear, so a backend need not keep
+// them in every form.
+func (n layerNorm) linear(be backend.Backend, x backend.Tensor, l linear, act backend.Activation) backend.Tensor {
+	return backend.NormLinear(be, x, n.w, n.b, n.eps, l.w, l.b, act)
+}
+
 // blockConfig describes one family of transformer blocks.
 type blockConfig struct {
 	dim     int
@@ -181,14 +188,14 @@ func (b *block) scale() float32 { return float32(1 / math.Sqrt(float64(b.hd))) }
 // result into q, k, v [..., N, H, D] with one SplitQKV, which also applies the
 // optional qk-norm and, when cos and sin [N, D/2] are set, the RoPE of q and k
 // (nil tables: no rotation).
-func (b *block) qkvHeads(be backend.Backend, x, cos, sin backend.Tensor, pairing backend.RoPEPairing) (q, k, v backend.Tensor) {
-	h := b.norm1.forward(be, x)
-	qkv := b.qkv.forward(be, h, backend.ActNone)
-	be.Free(h)
+// kvUse says what reads k and v (backend.KVUse): a backend may then write
+// only the forms those read.
+func (b *block) qkvHeads(be backend.Backend, x, cos, sin backend.Tensor, pairing backend.RoPEPairing, kvUse backend.KVUse) (q, k, v backend.Tensor) {
+	qkv := b.norm1.linear(be, x, b.qkv, backend.ActNone)
 	q, k, v = be.SplitQKV(qkv, backend.QKVParams{
 		Heads: b.heads, HeadDim: b.hd,
 		Norm: b.hasQKNorm, QW: b.qNorm.w, QB: b.qNorm.b, KW: b.kNorm.w, KB: b.kNorm.b, Eps: b.qNorm.eps,
-		Cos: cos, Sin: sin, Pairing: pairing,
+		Cos: cos, Sin: sin, Pairing: pairing, KVUse: kvUse,
 	})
 	be.Free(qkv)
 	return q, k, v
@@ -202,9 +209,7 @@ func (b *block) finish(be backend.Backend, x, attn backend.Tensor) backend.Tenso
 	x1 := be.LinearAdd(a, b.proj.w, b.proj.b, x)
 	be.Free(a)
 
-	h := b.norm2.forward(be, x1)
-	m := b.fc1.forward(be, h, backend.ActGELU)
-	be.Free(h)
+	m := b.norm2.linear(be, x1, b.fc1, backend.ActGELU)
 	x2 := be.LinearAdd(m, b.fc2.w, b.fc2.b, x1)
 	be.Free(m)
 	be.Free(x1)
