@@ -150,6 +150,14 @@ func (s statStream) after(d time.Duration, err error) {
 	}
 }
 
+// Drain hands out a frame the engine holds ahead (overlap_frames).
+func (s statStream) Drain(ctx context.Context) ([]engine.Result, error) {
+	if d, ok := s.cur().(engine.Drainer); ok {
+		return d.Drain(ctx)
+	}
+	return nil, nil
+}
+
 // Prepare and Idle pass the stream's own on (the pipeline asks for them).
 func (s statStream) Prepare(f engine.Frame) (engine.Frame, error) {
 	if p, ok := s.cur().(engine.Preparer); ok {

@@ -165,6 +165,19 @@ func (s *runStream) Push(_ context.Context, f engine.Frame) ([]engine.Result, er
 	return res, err
 }
 
+// Drain hands out a frame the engine holds ahead (overlap_frames), with
+// the run's context, and counts its time as the model's.
+func (s *runStream) Drain(context.Context) ([]engine.Result, error) {
+	d, ok := s.Stream.(engine.Drainer)
+	if !ok || s.ctx.Err() != nil || s.stopped.Load() {
+		return nil, nil
+	}
+	t := time.Now()
+	res, err := d.Drain(s.ctx)
+	s.model += time.Since(t)
+	return res, err
+}
+
 func (s *runStream) Flush(context.Context) ([]engine.Result, error) {
 	if s.ctx.Err() != nil || s.stopped.Load() {
 		return nil, nil // an interrupted or failed run maps no more
