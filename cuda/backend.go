@@ -40,6 +40,9 @@ type gpu struct {
 	// pagedSplits, when positive, replaces the key split count of the TMA
 	// paged kernel (Config.PagedSplits).
 	pagedSplits int
+	// headBF16: head matrices are kept in bf16 (Config.CameraHeadBF16 in
+	// BF16 or FP8 mode; see gemv.go).
+	headBF16 bool
 	// convVariant selects a kernel for TF32 3×3 convolutions (tests and
 	// benchmarks; see the conv* constants).
 	convVariant string
@@ -93,6 +96,7 @@ func New(cfg Config) (Backend, error) {
 		g.pagedVariant = cfg.PagedKernel
 	}
 	g.pagedSplits = cfg.PagedSplits
+	g.headBF16 = cfg.CameraHeadBF16 && cfg.Precision.bf16Trunk()
 	// Kernels wait for their predecessor (pdl_wait) only when compiled for
 	// sm_90 or later; for a lower target they must be launched serially.
 	g.launcher.pdl = t.cap.major >= 9 && pdlBuilt() && !cfg.SerialLaunch

@@ -121,6 +121,12 @@ type Config struct {
 	// GEMM writes fp32 and the GELU reads that: half the GEMM's output and
 	// the GELU's input, one more rounding (the reference's).
 	FC1BF16 bool
+	// CameraHeadBF16 keeps the camera head's matrices (backend.Head) in
+	// bf16 in BF16 and FP8 mode, rounded once at load, and runs its linears
+	// with fp32 activations and accumulation on them: half the bytes a frame
+	// reads there. The reference keeps the head in fp32, so it is off by
+	// default; FP32 mode ignores it.
+	CameraHeadBF16 bool
 	// LazyKernels compiles each kernel module when it is first used
 	// instead of in New. By default New compiles (in parallel, or reads from
 	// CacheDir) and loads every module a stream of this configuration runs,

@@ -131,6 +131,11 @@ func (g *gpu) weightOperand(w *Tensor) (cu.DevicePtr, bool, error) {
 func (g *gpu) Linear(x, w, b backend.Tensor, act backend.Activation) backend.Tensor {
 	xt, wt, bt := g.gemmTensor(x), g.gemmTensor(w), g.tensor(b)
 	rows, k, m, shape := linearShape("Linear", xt, wt, bt)
+	if wt.buf.headBF {
+		return g.output(shape, "Linear", func(out *Tensor) error {
+			return g.gemvBF16(out.ptr(), xt, wt, bt, nil, rows, k, m, act == backend.ActGELU)
+		})
+	}
 	if act == backend.ActGELU && g.bf16Weight(wt) {
 		return g.outputBF16(shape, "Linear", func(bf *buffer) error {
 			n := int64(rows) * int64(m)
@@ -215,6 +220,11 @@ func (g *gpu) LinearAdd(x, w, b, r backend.Tensor) backend.Tensor {
 	rows, k, m, shape := linearShape("LinearAdd", xt, wt, bt)
 	if rt == nil || !slices.Equal(rt.shape, shape) {
 		panic(fmt.Sprintf("cuda: LinearAdd residual %v for an output %v", shapeOf(rt), shape))
+	}
+	if wt.buf.headBF {
+		return g.output(shape, "LinearAdd", func(out *Tensor) error {
+			return g.gemvBF16(out.ptr(), xt, wt, bt, rt, rows, k, m, false)
+		})
 	}
 	return g.output(shape, "LinearAdd", func(out *Tensor) error {
 		xp, wp, prec, tmp, err := g.linearOperands(xt, wt, rows, k)

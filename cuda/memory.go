@@ -41,6 +41,9 @@ type buffer struct {
 	// conv marks a convolution's parameter (backend.HeadConv): in BF16 mode
 	// its GEMMs run in TF32 even when the model calls them Linear.
 	conv bool
+	// headBF marks a head matrix kept in bf16 only (Config.CameraHeadBF16):
+	// Linear and LinearAdd run it through the bf16 GEMV kernels.
+	headBF bool
 	// taps is a 3×3 convolution weight's tap-major copy ([9][o][c]), made
 	// for the Hopper implicit GEMM on first use.
 	taps *buffer
@@ -432,6 +435,9 @@ func (g *gpu) Weight(name string, data []float32, prec backend.Precision, shape 
 	trunk := prec == backend.Trunk && g.cfg.Precision.bf16Trunk()
 	if trunk && len(shape) == 2 && len(data) > 0 {
 		return g.uploadMatrixBF16(data, shape)
+	}
+	if prec == backend.Head && g.headBF16 && headBF16Matrix(shape) {
+		return g.uploadHeadBF16(data, shape)
 	}
 	return g.upload(data, shape, &buffer{trunk: trunk, conv: prec == backend.HeadConv})
 }

@@ -18,6 +18,9 @@ func (g *gpu) startupModules() []string {
 	if g.cfg.Precision == FP8 {
 		mods = append(mods, "kvfp8")
 	}
+	if g.headBF16 {
+		mods = append(mods, "gemv")
+	}
 	fast := g.cfg.Precision.bf16Trunk() && !g.cfg.ExactAttention
 	if fast {
 		mods = append(mods, "attention_fa2")

@@ -28,6 +28,7 @@ func TestKernelsPreparedAtStart(t *testing.T) {
 		{"bf16 exact", "bf16", func(c *Config) { c.ExactAttention = true }},
 		{"bf16 fa2", "bf16", func(c *Config) { c.PagedKernel = pagedFA2 }},
 		{"fp8 fa2", "fp8", func(c *Config) { c.PagedKernel = pagedFA2 }},
+		{"bf16 camera head bf16", "bf16", func(c *Config) { c.CameraHeadBF16 = true }},
 	}
 	modes := []struct {
 		name, golden string

@@ -170,6 +170,10 @@ type CUDAConfig struct {
 	// FC1BF16 has the MLP's hidden GEMM write bf16 and its GELU run on
 	// those values, as the reference's autocast rounds them.
 	FC1BF16 bool `mapstructure:"fc1_bf16"`
+	// CameraHeadBF16 keeps the camera head's matrices in bf16 (precision
+	// bf16 and fp8; fp32 ignores it) and multiplies them with fp32
+	// activations and accumulation. The reference keeps the head in fp32.
+	CameraHeadBF16 bool `mapstructure:"camera_head_bf16"`
 }
 
 // CUDAArches are the values of CUDAConfig.Arch, as the CUDA backend names

@@ -28,6 +28,10 @@ type cameraHead struct {
 	fc1, fc2              linear
 	trunk                 []*block
 	iterations            int
+	// shift0, scale0 and gate0 are the first iteration's modulation
+	// (shift, 1 + scale, gate; [dim] each): its input is the learned empty
+	// pose, the same for every frame, so it is computed once at load.
+	shift0, scale0, gate0 backend.Tensor
 }
 
 // camCache is the camera head's state: k[i][j] and v[i][j] are the cached
@@ -99,7 +103,25 @@ func loadCameraHead(be backend.Backend, c *weights.Cursor, dim, iterations int) 
 		h.trunk = append(h.trunk, blk)
 	}
 	h.iterations = iterations
+	u := be.Reshape(h.embedPose.forward(be, h.emptyPose, backend.ActNone), h.dim)
+	h.shift0, h.scale0, h.gate0 = h.modulation3(be, u)
 	return h, nil
+}
+
+// modulation3 turns an embedded encoding u ([dim], or [S, dim]) into the
+// adaLN shift, 1 + scale and gate of the same shape. It frees u.
+func (h *cameraHead) modulation3(be backend.Backend, u backend.Tensor) (shift, scale1, gate backend.Tensor) {
+	su := be.Unary(backend.OpSiLU, u)
+	be.Free(u)
+	mod := h.modulation.forward(be, su, backend.ActNone)
+	be.Free(su)
+	shift = be.SliceCols(mod, 0, h.dim)
+	scale := be.SliceCols(mod, h.dim, h.dim)
+	gate = be.SliceCols(mod, 2*h.dim, h.dim)
+	be.Free(mod)
+	scale1 = be.ScaleShift(scale, 1, 1)
+	be.Free(scale)
+	return shift, scale1, gate
 }
 
 // forward takes the last selected aggregator layer [S, P, dim] and queues
@@ -123,31 +145,24 @@ func (h *cameraHead) forward(be backend.Backend, cc *camCache, last backend.Tens
 	preds := make([]backend.Tensor, 0, iters)
 	var pred backend.Tensor // pre-activation accumulated encoding [S, 9]
 	for i := 0; i < iters; i++ {
-		var u backend.Tensor
-		if pred == nil {
-			// [dim], broadcast over the frames.
-			u = be.Reshape(h.embedPose.forward(be, h.emptyPose, backend.ActNone), h.dim)
-		} else {
-			u = h.embedPose.forward(be, pred, backend.ActNone) // [S, dim]
+		// The first iteration's modulation ([dim], broadcast over the
+		// frames) was computed at load.
+		shift, scale1, gate := h.shift0, h.scale0, h.gate0
+		if pred != nil {
+			shift, scale1, gate = h.modulation3(be, h.embedPose.forward(be, pred, backend.ActNone)) // [S, dim]
 		}
-		su := be.Unary(backend.OpSiLU, u)
-		be.Free(u)
-		mod := h.modulation.forward(be, su, backend.ActNone)
-		be.Free(su)
-		shift := be.SliceCols(mod, 0, h.dim)
-		scale := be.SliceCols(mod, h.dim, h.dim)
-		gate := be.SliceCols(mod, 2*h.dim, h.dim)
-		be.Free(mod)
-		scale1 := be.ScaleShift(scale, 1, 1)
-		be.Free(scale)
-		// x = gate ⊙ (LN(c) ⊙ (1 + scale) + shift) + c, with scale/shift/gate
-		// broadcast over the frames in the first iteration.
+		// x = gate ⊙ (LN(c) ⊙ (1 + scale) + shift) + c.
 		m1 := be.Mul(cn, scale1)
 		m2 := be.Add(m1, shift)
 		gated := mulBroadcast(be, m2, gate)
 		x := be.Add(gated, c)
-		for _, t := range []backend.Tensor{scale1, m1, m2, shift, gate, gated} {
+		for _, t := range []backend.Tensor{m1, m2, gated} {
 			be.Free(t)
+		}
+		if pred != nil {
+			for _, t := range []backend.Tensor{scale1, shift, gate} {
+				be.Free(t)
+			}
 		}
 
 		for j, blk := range h.trunk {
