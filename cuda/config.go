@@ -127,6 +127,13 @@ type Config struct {
 	// reads there. The reference keeps the head in fp32, so it is off by
 	// default; FP32 mode ignores it.
 	CameraHeadBF16 bool
+	// AsyncPageTable queues a changed page table of the paged attention
+	// through the upload ring, in stream order behind the attention that
+	// reads the old one, instead of a synchronous copy, which waits for
+	// all work queued before it: once a frame, and with the engine's
+	// overlap_frames for the whole previous frame before the next one's
+	// global layers are queued. The table is the same either way.
+	AsyncPageTable bool
 	// LazyKernels compiles each kernel module when it is first used
 	// instead of in New. By default New compiles (in parallel, or reads from
 	// CacheDir) and loads every module a stream of this configuration runs,

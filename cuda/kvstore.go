@@ -350,7 +350,13 @@ func (s *kvStore) table(pages []int32) (cu.DevicePtr, error) {
 				return 0, err
 			}
 		}
-		if err := cu.MemcpyHtoD(s.pt.ptr, unsafe.Pointer(&pages[0]), int64(len(pages))*4); err != nil {
+		if s.g.cfg.AsyncPageTable {
+			// the copy runs after the work queued before it, which reads
+			// the old table; the int32 entries travel as their bits
+			if err := s.g.toDevice(s.pt.ptr, unsafe.Slice((*float32)(unsafe.Pointer(&pages[0])), len(pages))); err != nil {
+				return 0, err
+			}
+		} else if err := cu.MemcpyHtoD(s.pt.ptr, unsafe.Pointer(&pages[0]), int64(len(pages))*4); err != nil {
 			return 0, err
 		}
 		s.ptHost = append(s.ptHost[:0], pages...)

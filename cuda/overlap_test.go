@@ -69,9 +69,10 @@ func TestStartDownloadAhead(t *testing.T) {
 	}
 }
 
-// TestOverlapFramesMatchSerial: a golden stream with overlap_frames gives
-// the results it gives without, bit for bit, in fp32, bf16 and fp8 with
-// graphs on, and its held frames' copies went through the download slots.
+// TestOverlapFramesMatchSerial: a golden stream with overlap_frames, with
+// cuda.async_page_table, and with both gives the results it gives with
+// neither, bit for bit, in fp32, bf16 and fp8 with graphs on; with
+// overlap_frames the held frames' copies went through the download slots.
 func TestOverlapFramesMatchSerial(t *testing.T) {
 	for _, prec := range []string{"fp32", "bf16", "fp8"} {
 		for _, interval := range []int{1, 2} {
@@ -79,11 +80,12 @@ func TestOverlapFramesMatchSerial(t *testing.T) {
 				cfg := goldenEngineConfig(t, prec)
 				cfg.KeyframeInterval = interval
 				frames := goldenFramesTwice(t, "stream_kf1")
-				run := func(overlap bool) ([]engine.Result, bool) {
+				run := func(overlap, asyncTable bool) ([]engine.Result, bool) {
 					var g *gpu
 					c := cfg
 					c.OverlapFrames = overlap
-					st, err := engine.New(context.Background(), c, keptFactory(func(c *Config) { c.FixedGEMMAlgo = true }, &g), nil)
+					set := func(c *Config) { c.FixedGEMMAlgo, c.AsyncPageTable = true, asyncTable }
+					st, err := engine.New(context.Background(), c, keptFactory(set, &g), nil)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -98,26 +100,29 @@ func TestOverlapFramesMatchSerial(t *testing.T) {
 					}
 					return res, slots
 				}
-				want, _ := run(false)
-				got, slots := run(true)
-				if !slots {
-					t.Fatal("overlap_frames: no download slot was used")
-				}
-				if len(got) != len(want) || len(got) != len(frames) {
-					t.Fatalf("%d results with overlap, %d without, for %d frames", len(got), len(want), len(frames))
-				}
-				for i := range want {
-					a, b := got[i], want[i]
-					if a.Seq != b.Seq || a.Kind != b.Kind {
-						t.Fatalf("result %d: frame %d (%v) with overlap, %d (%v) without", i, a.Seq, a.Kind, b.Seq, b.Kind)
+				want, _ := run(false, false)
+				for _, v := range []struct{ overlap, asyncTable bool }{{true, false}, {false, true}, {true, true}} {
+					name := fmt.Sprintf("overlap_frames %v, async_page_table %v", v.overlap, v.asyncTable)
+					got, slots := run(v.overlap, v.asyncTable)
+					if slots != v.overlap {
+						t.Fatalf("%s: download slots used %v", name, slots)
 					}
-					for _, f := range []struct {
-						name string
-						x, y []float32
-					}{{"pose encoding", a.PoseEnc[:], b.PoseEnc[:]}, {"depth", a.Depth, b.Depth}, {"depth confidence", a.Conf, b.Conf},
-						{"points", a.Points, b.Points}} {
-						if !slices.EqualFunc(f.x, f.y, func(p, q float32) bool { return math.Float32bits(p) == math.Float32bits(q) }) {
-							t.Fatalf("frame %d: %s differs with overlap (relative %.3g)", a.Seq, f.name, relDiff(f.x, f.y))
+					if len(got) != len(want) || len(got) != len(frames) {
+						t.Fatalf("%s: %d results, %d without, for %d frames", name, len(got), len(want), len(frames))
+					}
+					for i := range want {
+						a, b := got[i], want[i]
+						if a.Seq != b.Seq || a.Kind != b.Kind {
+							t.Fatalf("%s: result %d is frame %d (%v), %d (%v) without", name, i, a.Seq, a.Kind, b.Seq, b.Kind)
+						}
+						for _, f := range []struct {
+							name string
+							x, y []float32
+						}{{"pose encoding", a.PoseEnc[:], b.PoseEnc[:]}, {"depth", a.Depth, b.Depth}, {"depth confidence", a.Conf, b.Conf},
+							{"points", a.Points, b.Points}} {
+							if !slices.EqualFunc(f.x, f.y, func(p, q float32) bool { return math.Float32bits(p) == math.Float32bits(q) }) {
+								t.Fatalf("%s: frame %d: %s differs (relative %.3g)", name, a.Seq, f.name, relDiff(f.x, f.y))
+							}
 						}
 					}
 				}

@@ -174,6 +174,9 @@ type CUDAConfig struct {
 	// bf16 and fp8; fp32 ignores it) and multiplies them with fp32
 	// activations and accumulation. The reference keeps the head in fp32.
 	CameraHeadBF16 bool `mapstructure:"camera_head_bf16"`
+	// AsyncPageTable queues the paged attention's page table in stream
+	// order instead of a copy that waits for the device (same table).
+	AsyncPageTable bool `mapstructure:"async_page_table"`
 }
 
 // CUDAArches are the values of CUDAConfig.Arch, as the CUDA backend names
