@@ -270,7 +270,9 @@ func (g *gpu) denseBF(out, qt, kt, vt *Tensor, scale float32) error {
 			}
 			g.onePage = pt
 		}
-		return g.attend(wgKernel, out, 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
+		k := wgKernel
+		k.module = g.attn.hopperModule()
+		return g.attend(k, out, 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
 			return []any{qt.ptr(), kb, vb, g.onePage.ptr, nk, nq, nk, h, scale, o, pm, pl}
 		})
 	}
@@ -351,6 +353,10 @@ func (g *gpu) pagedKernel(st *kvStore, layer int) (k attnKernel, kArg, vArg any,
 			return k, nil, nil, err
 		}
 		k = f8Kernel
+		k.module = g.attn.hopperModule()
+		if g.attn.RowSumMMA {
+			k.smem += tmaStages * 1024 // a 1 KB atom of ones after each stage's Vᵀ tile
+		}
 		if lk, ok := g.labF8Kernel(); ok {
 			k = lk
 		}
@@ -369,10 +375,13 @@ func (g *gpu) pagedKernel(st *kvStore, layer int) (k attnKernel, kArg, vArg any,
 			return k, nil, nil, err
 		}
 		k = tma3Kernel
+		k.module = g.attn.hopperModule()
 		k.splits = g.pagedSplits
 		return k, maps.at(2 * layer), maps.at(2*layer + 1), nil
 	case hopper:
-		return wgKernel, kArg, vArg, nil
+		k = wgKernel
+		k.module = g.attn.hopperModule()
+		return k, kArg, vArg, nil
 	case fast:
 		return fa2Kernel("attn_fa2_paged_bf"), kArg, vArg, nil
 	case st.bf:

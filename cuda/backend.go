@@ -43,6 +43,9 @@ type gpu struct {
 	// headBF16: head matrices are kept in bf16 (Config.CameraHeadBF16 in
 	// BF16 or FP8 mode; see gemv.go).
 	headBF16 bool
+	// attn are the softmax levers the Hopper attention kernels are
+	// compiled with (Config.Attn; tests change it between launches).
+	attn AttnSettings
 	// convVariant selects a kernel for TF32 3×3 convolutions (tests and
 	// benchmarks; see the conv* constants).
 	convVariant string
@@ -97,6 +100,7 @@ func New(cfg Config) (Backend, error) {
 	}
 	g.pagedSplits = cfg.PagedSplits
 	g.headBF16 = cfg.CameraHeadBF16 && cfg.Precision.bf16Trunk()
+	g.attn = cfg.Attn
 	// Kernels wait for their predecessor (pdl_wait) only when compiled for
 	// sm_90 or later; for a lower target they must be launched serially.
 	g.launcher.pdl = t.cap.major >= 9 && pdlBuilt() && !cfg.SerialLaunch
@@ -139,7 +143,13 @@ func New(cfg Config) (Backend, error) {
 
 // Kernels names the kernel family the backend runs and the NVRTC target it
 // compiles them for (e.g. "portable (mma.sync, cp.async), compute_80").
-func (g *gpu) Kernels() string { return fmt.Sprintf("%s, %s", g.target.family(), g.target.arch) }
+func (g *gpu) Kernels() string {
+	s := fmt.Sprintf("%s, %s", g.target.family(), g.target.arch)
+	if g.kernels.hopper() && g.cfg.Attn != (AttnSettings{}) {
+		s += ", attention " + g.cfg.Attn.String()
+	}
+	return s
+}
 
 // Name is "cuda".
 func (g *gpu) Name() string { return "cuda" }

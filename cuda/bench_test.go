@@ -99,6 +99,9 @@ func BenchmarkPagedAttention(b *testing.B) {
 	for _, variant := range append([]string{pagedFA, pagedFA2}, labPagedKernels()...) {
 		run(cmp.Or(variant, "auto"), g, st, q, variant)
 	}
+	// The production kernel with each softmax lever (Config.Attn), named
+	// auto_attn_<levers>, fp8_auto_attn_<levers> below.
+	eachAttnVariant(g.(*gpu), func(a AttnSettings) { run("auto_attn_"+a.String(), g, st, q, pagedFA) })
 	// The same in an FP8 store (e4m3 K and V; the FP8 tensor cores on
 	// Hopper, and in the portable kernel from sm_89).
 	f8 := fx.fp8
@@ -118,6 +121,7 @@ func BenchmarkPagedAttention(b *testing.B) {
 			run("fp8_"+cmp.Or(variant, "auto"), f8, s8, q8, variant)
 		}
 	}
+	eachAttnVariant(f8.(*gpu), func(a AttnSettings) { run("fp8_auto_attn_"+a.String(), f8, s8, q8, pagedFA) })
 }
 
 // BenchmarkFrameAttention: dense attention inside one frame (1005 × 1005,

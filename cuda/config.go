@@ -95,6 +95,9 @@ type Config struct {
 	// PagedSplits, when positive, replaces the key split count of the TMA
 	// paged kernel (for timing whole frames at other counts).
 	PagedSplits int
+	// Attn turns on softmax levers of the Hopper attention kernels (issue
+	// #36); the zero value runs them as they were measured.
+	Attn AttnSettings
 	// Window is the stream's configured window: with it NewKVStore checks
 	// that all the caches the stream fills fit, and says what fits when they
 	// do not. The zero Window checks the KV store alone.
@@ -170,7 +173,8 @@ type Backend interface {
 	// GraphStats says how much of the work ran inside CUDA graphs.
 	GraphStats() GraphStats
 	// Kernels names the kernel family that runs and its NVRTC target, e.g.
-	// "hopper (wgmma, TMA, PDL), compute_90a" (Config.Arch).
+	// "hopper (wgmma, TMA, PDL), compute_90a" (Config.Arch), and the
+	// softmax levers that are on (Config.Attn), e.g. ", attention poly1".
 	Kernels() string
 	Close() error
 }
@@ -188,6 +192,9 @@ func (c Config) Validate() error {
 	}
 	if c.PagedSplits < 0 {
 		return fmt.Errorf("cuda: paged_splits %d: want 0 (automatic) or a positive count", c.PagedSplits)
+	}
+	if c.Attn.ExpPoly < 0 || c.Attn.ExpPoly > 2 {
+		return fmt.Errorf("cuda: attn_exp_poly %d: want 0 (off), 1 (a quarter of the exponentials as polynomials) or 2 (half)", c.Attn.ExpPoly)
 	}
 	if _, _, err := parseArch(c.Arch); err != nil {
 		return err
@@ -213,4 +220,74 @@ type GraphStats struct {
 	Launches, Captures, Failures int64
 	// Graphs is the number of graphs held now.
 	Graphs int
+}
+
+// AttnSettings are the softmax levers of the Hopper attention kernels
+// (kernels/attention_hopper.cu: attn_f8_paged, attn_tma3_paged_bf and
+// attn_wg_paged_bf), compiled in as defines. The portable kernels ignore
+// them.
+type AttnSettings struct {
+	// ExpPoly computes part of the exponentials as a polynomial on the FMA
+	// pipe instead of the special-function unit: 0 none, 1 a quarter of
+	// the score columns, 2 half (ATTN_EXP_POLY).
+	ExpPoly int
+	// LazyRescale keeps a warp's running row maxima, and skips the rescale
+	// of its output and row sums, unless a row's maximum grew by more than
+	// a threshold (ATTN_LAZY_RESCALE).
+	LazyRescale bool
+	// RowSumMMA has the FP8 kernel's P·V multiply eight more rows of ones,
+	// so the tensor cores add up the rows of P (ATTN_ROWSUM_MMA).
+	RowSumMMA bool
+}
+
+// defines are the module's NVRTC defines (without -D) for the settings.
+func (a AttnSettings) defines() []string {
+	var d []string
+	if a.ExpPoly != 0 {
+		d = append(d, fmt.Sprintf("ATTN_EXP_POLY=%d", a.ExpPoly))
+	}
+	if a.LazyRescale {
+		d = append(d, "ATTN_LAZY_RESCALE=1")
+	}
+	if a.RowSumMMA {
+		d = append(d, "ATTN_ROWSUM_MMA=1")
+	}
+	return d
+}
+
+// String names the settings in tests and benchmarks: "default", or the
+// levers joined by "+", e.g. "poly1+lazy".
+func (a AttnSettings) String() string {
+	var n []string
+	if a.ExpPoly != 0 {
+		n = append(n, fmt.Sprintf("poly%d", a.ExpPoly))
+	}
+	if a.LazyRescale {
+		n = append(n, "lazy")
+	}
+	if a.RowSumMMA {
+		n = append(n, "rowsum")
+	}
+	if len(n) == 0 {
+		return "default"
+	}
+	return strings.Join(n, "+")
+}
+
+// hopperModule is the loader's name of kernels/attention_hopper.cu compiled
+// with the settings: "attention_hopper", or "attention_hopper@D1,D2" with
+// the defines after the @ (kernelCache.options), so that each variant has
+// its own module, functions and disk-cache entry.
+func (a AttnSettings) hopperModule() string {
+	if d := a.defines(); len(d) > 0 {
+		return "attention_hopper@" + strings.Join(d, ",")
+	}
+	return "attention_hopper"
+}
+
+// attnVariants are the settings the tests compile and run: each lever
+// alone, and all of them together.
+var attnVariants = []AttnSettings{
+	{ExpPoly: 1}, {ExpPoly: 2}, {LazyRescale: true}, {RowSumMMA: true},
+	{ExpPoly: 1, LazyRescale: true, RowSumMMA: true},
 }

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -58,4 +59,40 @@ func TestConfigValidate(t *testing.T) {
 	c = d
 	c.Arch = "sm_70"
 	bad(c, `unknown arch "sm_70"`)
+	for _, a := range attnVariants {
+		c = d
+		c.Attn = a
+		ok(c)
+	}
+	for _, n := range []int{-1, 3} {
+		c = d
+		c.Attn.ExpPoly = n
+		bad(c, "attn_exp_poly")
+	}
+}
+
+// TestAttnSettingsModules: the default settings name the module as before,
+// and every variant names its own module whose defines the kernels know.
+func TestAttnSettingsModules(t *testing.T) {
+	if m := (AttnSettings{}).hopperModule(); m != "attention_hopper" {
+		t.Errorf("default settings: module %q, want attention_hopper", m)
+	}
+	src, err := os.ReadFile("kernels/attention_hopper.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, a := range attnVariants {
+		m := a.hopperModule()
+		if seen[m] || !strings.HasPrefix(m, "attention_hopper@") {
+			t.Errorf("%v: module %q is not a variant of its own", a, m)
+		}
+		seen[m] = true
+		for _, d := range a.defines() {
+			name, _, _ := strings.Cut(d, "=")
+			if !strings.Contains(string(src), "#ifndef "+name+"\n") {
+				t.Errorf("%v: kernels/attention_hopper.cu has no default for %s", a, name)
+			}
+		}
+	}
 }

@@ -180,6 +180,9 @@ func TestPagedAttentionFP8(t *testing.T) {
 			}
 		}
 		gg.pagedVariant = pagedFA
+		eachAttnVariant(gg, func(a AttnSettings) {
+			p.check(fmt.Sprintf("%s attn %v", what, a), p.gpu.PagedAttention(gq, gs, 1, table, c.specials, scale), fx.cpu.PagedAttention(cq, stored, 1, table, c.specials, scale), tolStored)
+		})
 		got := p.gpu.PagedAttention(gq, gs, 1, table, c.specials, scale)
 		want := fx.cpu.PagedAttention(cq, stored, 1, table, c.specials, scale)
 		g, w, e := p.gpu.ToHost(got), fx.cpu.ToHost(want), fx.cpu.ToHost(fx.cpu.PagedAttention(cq, exact, 1, table, c.specials, scale))

@@ -32,7 +32,8 @@ var kernelFS embed.FS
 // kernelCache compiles each kernels/<module>.cu once per process (and once
 // per machine, through the on-disk PTX cache) and looks functions up. A
 // module "file+NAME" is file.cu compiled with -DWANT_NAME, for sources whose
-// variants are compiled one at a time.
+// variants are compiled one at a time; "file@A=1,B" is file.cu compiled with
+// -DA=1 -DB (settings compiled in, AttnSettings.hopperModule).
 // Used only on the owner thread.
 type kernelCache struct {
 	dir     string // "" when the disk cache is off
@@ -87,8 +88,14 @@ func (k *kernelCache) options(module string) []string {
 	// the operator() of a generic lambda (attn_wg_paged_bf's per-warpgroup
 	// loop) has no annotation to give.
 	opts := []string{"--gpu-architecture=" + k.arch, "--std=c++17", "--fmad=true", "-default-device"}
+	module, defines, _ := strings.Cut(module, "@")
 	if _, variant, ok := strings.Cut(module, "+"); ok {
 		opts = append(opts, "-DWANT_"+variant)
+	}
+	for d := range strings.SplitSeq(defines, ",") {
+		if d != "" {
+			opts = append(opts, "-D"+d)
+		}
 	}
 	return opts
 }
@@ -96,7 +103,8 @@ func (k *kernelCache) options(module string) []string {
 // source is the module's text with the shared header in front and its
 // includes inlined (kernelSource).
 func (k *kernelCache) source(module string) (string, error) {
-	file, _, _ := strings.Cut(module, "+")
+	file, _, _ := strings.Cut(module, "@")
+	file, _, _ = strings.Cut(file, "+")
 	prod, err := fs.Sub(kernelFS, "kernels")
 	if err != nil {
 		return "", err

@@ -35,7 +35,11 @@ var hopperOnly = []string{"conv3_wg_tf32"}
 // fp32 and exact attention kernels, run in the Hopper pass only (they hold
 // no instruction that differs by target, and take most of the time), and
 // those of head dim 128 not at all: they are the head-dim-64 bodies unrolled
-// further, and the slowest to compile.
+// further, and the slowest to compile. The Hopper attention module is also
+// compiled with each softmax lever's defines (attnVariants) in the Hopper
+// pass and for compute_90 and compute_80, where the levers must leave the
+// portable code alone; in the Hopper pass each lever's mark is in the PTX
+// exactly when it is on (attnMarks).
 func TestKernelsCompile(t *testing.T) {
 	maj, minor, err := nvrtc.Version()
 	if err != nil {
@@ -52,6 +56,8 @@ func TestKernelsCompile(t *testing.T) {
 	}
 	type module struct {
 		file, want string // want: the WANT_ variant, or ""
+		defines    []string
+		attn       *AttnSettings // the Hopper attention module: its settings
 		archs      [][]string
 		kernels    []string
 	}
@@ -69,6 +75,13 @@ func TestKernelsCompile(t *testing.T) {
 				}
 			}
 			mods = append(mods, module{file: f, archs: append(slices.Clone(portable), hopper), kernels: own})
+			if dir == "kernels" && f == "attention_hopper.cu" {
+				mods[len(mods)-1].attn = &AttnSettings{}
+				for _, a := range attnVariants {
+					archs := [][]string{hopper, {"--gpu-architecture=compute_90"}, {"--gpu-architecture=compute_80"}}
+					mods = append(mods, module{file: f, defines: a.defines(), attn: &a, archs: archs, kernels: own})
+				}
+			}
 			for _, m := range wantVariant.FindAllStringSubmatch(string(text), -1) {
 				if !strings.HasSuffix(m[1], "_d128") {
 					mods = append(mods, module{file: f, want: m[1], archs: [][]string{hopper}, kernels: append(slices.Clone(own), m[1])})
@@ -86,6 +99,9 @@ func TestKernelsCompile(t *testing.T) {
 			if m.want != "" {
 				opts = append(opts, "-DWANT_"+m.want)
 			}
+			for _, d := range m.defines {
+				opts = append(opts, "-D"+d)
+			}
 			name := m.file + " " + strings.Join(opts[3:], " ")
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -98,6 +114,13 @@ func TestKernelsCompile(t *testing.T) {
 						t.Errorf("no kernel %s in the PTX", k)
 					}
 				}
+				if m.attn != nil && slices.Equal(arch, hopper) {
+					for lever, mark := range attnMarks(*m.attn) {
+						if on := strings.Contains(ptx, mark.text); on != mark.on {
+							t.Errorf("lever %s: %q in the PTX is %v, want %v", lever, mark.text, on, mark.on)
+						}
+					}
+				}
 				if !slices.Equal(arch, hopper) {
 					for _, ins := range hopperInstructions(arch[0]) {
 						if strings.Contains(ptx, ins) {
@@ -107,6 +130,25 @@ func TestKernelsCompile(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// attnMarks are PTX text that each softmax lever brings into the Hopper
+// attention module and the default build lacks: ex2_poly's rounding
+// constant 1.5·2^23, the warp vote of the lazy rescale, the P·V MMA of 72
+// columns.
+func attnMarks(a AttnSettings) map[string]struct {
+	text string
+	on   bool
+} {
+	type mark = struct {
+		text string
+		on   bool
+	}
+	return map[string]mark{
+		"exp_poly":     {"0f4B400000", a.ExpPoly != 0},
+		"lazy_rescale": {"vote.sync.any", a.LazyRescale},
+		"rowsum_mma":   {"m64n72k32", a.RowSumMMA},
 	}
 }
 

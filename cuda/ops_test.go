@@ -281,6 +281,9 @@ func TestAttention(t *testing.T) {
 					p.check(fmt.Sprintf("Attention %+v kernel %s", c, variant), p.gpu.Attention(gq, gk, gv, scale), want, tol)
 				}
 				g.pagedVariant = pagedFA
+				eachAttnVariant(g, func(a AttnSettings) {
+					p.check(fmt.Sprintf("Attention %+v attn %v", c, a), p.gpu.Attention(gq, gk, gv, scale), want, tol)
+				})
 			}
 		}
 	}
@@ -345,6 +348,9 @@ func TestPagedAttention(t *testing.T) {
 					p.check(what+" kernel "+variant, p.gpu.PagedAttention(gq, gs, 1, table, c.specials, scale), fx.cpu.PagedAttention(cq, cs, 1, table, c.specials, scale), p.tol)
 				}
 				g.pagedVariant = pagedFA
+				eachAttnVariant(g, func(a AttnSettings) {
+					p.check(fmt.Sprintf("%s attn %v", what, a), p.gpu.PagedAttention(gq, gs, 1, table, c.specials, scale), fx.cpu.PagedAttention(cq, cs, 1, table, c.specials, scale), p.tol)
+				})
 			}
 			// A shorter table (same device buffer, re-uploaded) and full last page.
 			p.check(what+" prefix", p.gpu.PagedAttention(gq, gs, 1, table[:2], c.ps, scale), fx.cpu.PagedAttention(cq, cs, 1, table[:2], c.ps, scale), p.tol)

@@ -25,7 +25,7 @@ func (g *gpu) startupModules() []string {
 	if fast {
 		mods = append(mods, "attention_fa2")
 		if g.kernels.hopper() {
-			mods = append(mods, "attention_hopper")
+			mods = append(mods, g.attn.hopperModule())
 		}
 	} else {
 		mods = append(mods, "attention+attn_dense_f32_d64")

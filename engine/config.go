@@ -157,6 +157,15 @@ type CUDAConfig struct {
 	// PagedSplits, when positive, replaces the automatic key split count of
 	// the TMA paged kernels.
 	PagedSplits int `mapstructure:"paged_splits"`
+	// AttnExpPoly computes part of the Hopper attention kernels'
+	// exponentials as an FMA polynomial: 0 none, 1 a quarter, 2 half.
+	AttnExpPoly int `mapstructure:"attn_exp_poly"`
+	// AttnLazyRescale skips the Hopper attention kernels' rescale of a
+	// warp's rows unless a row maximum grew by more than a threshold.
+	AttnLazyRescale bool `mapstructure:"attn_lazy_rescale"`
+	// AttnRowSumMMA sums the rows of P on the tensor cores in the FP8
+	// Hopper attention kernel.
+	AttnRowSumMMA bool `mapstructure:"attn_rowsum_mma"`
 	// Arch is the target the kernels are compiled for: "auto" (the GPU's
 	// own) or one of CUDAArches below the GPU's capability; below sm_90 the
 	// Hopper-only kernels are off and the portable ones run.
@@ -306,6 +315,9 @@ func (c Config) Validate() error {
 	}
 	if c.CUDA.PagedSplits < 0 {
 		bad("cuda.paged_splits", "must be ≥ 0 (0 = automatic), not %d", c.CUDA.PagedSplits)
+	}
+	if c.CUDA.AttnExpPoly < 0 || c.CUDA.AttnExpPoly > 2 {
+		bad("cuda.attn_exp_poly", "must be 0 (off), 1 (a quarter of the exponentials) or 2 (half), not %d", c.CUDA.AttnExpPoly)
 	}
 	if !slices.Contains(CUDAArches, c.CUDA.Arch) {
 		bad("cuda.arch", "must be one of %s, not %q", strings.Join(CUDAArches, ", "), c.CUDA.Arch)

@@ -51,7 +51,7 @@ func TestShippedConfigEqualsDefaults(t *testing.T) {
 		}
 	}
 	// The cuda section is the CUDA backend's knobs under their agreed keys.
-	for _, k := range []string{"cuda.kernel_cache", "cuda.exact_attention", "cuda.profile", "cuda.gemm_tuning", "cuda.pdl", "cuda.paged_kernel", "cuda.paged_splits"} {
+	for _, k := range []string{"cuda.kernel_cache", "cuda.exact_attention", "cuda.profile", "cuda.gemm_tuning", "cuda.pdl", "cuda.paged_kernel", "cuda.paged_splits", "cuda.attn_exp_poly", "cuda.attn_lazy_rescale", "cuda.attn_rowsum_mma"} {
 		if !slices.Contains(keys, k) {
 			t.Errorf("the schema lacks %s", k)
 		}
@@ -216,24 +216,25 @@ func otherValue(t *testing.T, key string, v reflect.Value) (string, any) {
 		text string
 		val  any
 	}{
-		"device":            {"cuda", "cuda"},
-		"model_size":        {"full", "full"},
-		"precision":         {"fp32", "fp32"},
-		"selected_layers":   {"1,2,3,4", []int{1, 2, 3, 4}},
-		"image_width":       {"140", 140},
-		"image_transport":   {"both", "both"},
-		"queue_policy":      {"all", "all"},
-		"base_frame":        {"base_link", "base_link"},
-		"base_to_camera":    {"0 0 0 -0.5 0.5 -0.5 0.5", "0 0 0 -0.5 0.5 -0.5 0.5"},
-		"cuda.paged_kernel": {"fa2", "fa2"},
-		"max_frames":        {"2000", 2000},
-		"cuda.arch":         {"sm_80", "sm_80"},
-		"window_mode":       {"reference", "reference"},
-		"cloud_reliability": {"best_effort", "best_effort"},
-		"ros2_gid_size":     {"24", 24},
-		"grid_extent":       {"-5 -5 10 10", "-5 -5 10 10"},
-		"odometry_in":       {"map", "map"},
-		"scale.source":      {"depth", "depth"},
+		"device":             {"cuda", "cuda"},
+		"model_size":         {"full", "full"},
+		"precision":          {"fp32", "fp32"},
+		"selected_layers":    {"1,2,3,4", []int{1, 2, 3, 4}},
+		"image_width":        {"140", 140},
+		"image_transport":    {"both", "both"},
+		"queue_policy":       {"all", "all"},
+		"base_frame":         {"base_link", "base_link"},
+		"base_to_camera":     {"0 0 0 -0.5 0.5 -0.5 0.5", "0 0 0 -0.5 0.5 -0.5 0.5"},
+		"cuda.paged_kernel":  {"fa2", "fa2"},
+		"max_frames":         {"2000", 2000},
+		"cuda.arch":          {"sm_80", "sm_80"},
+		"cuda.attn_exp_poly": {"2", 2},
+		"window_mode":        {"reference", "reference"},
+		"cloud_reliability":  {"best_effort", "best_effort"},
+		"ros2_gid_size":      {"24", 24},
+		"grid_extent":        {"-5 -5 10 10", "-5 -5 10 10"},
+		"odometry_in":        {"map", "map"},
+		"scale.source":       {"depth", "depth"},
 	}
 	if s, ok := special[key]; ok {
 		return s.text, s.val
@@ -288,6 +289,7 @@ func TestLoadConfigRejectsBadValues(t *testing.T) {
 		{"cache_headroom: 1\n", "'cache_headroom'"},
 		{"cuda:\n  paged_kernel: fastest\n", "'cuda.paged_kernel'"},
 		{"cuda:\n  paged_splits: -1\n", "'cuda.paged_splits'"},
+		{"cuda:\n  attn_exp_poly: 3\n", "'cuda.attn_exp_poly'"},
 		{"cuda:\n  pdl: maybe\n", "pdl"},
 		{"cuda:\n  pdll: false\n", "pdll"},
 		{"engine:\n  device: cpu\n", "engine"}, // the old sectioned file

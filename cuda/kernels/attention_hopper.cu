@@ -17,6 +17,37 @@
 
 #include "fp8.cuh"
 
+// Softmax levers (issue #36). Each is off unless the backend's cuda settings
+// turn it on (Config.AttnExpPoly, AttnLazyRescale, AttnRowSumMMA), which the
+// loader passes as defines of an "attention_hopper@…" module.
+// ATTN_EXP_POLY 1 or 2: one group of four scores in four, or in two, takes
+//   its exponentials from ex2_poly on the FMA pipe instead of ex2 on the SFU.
+// ATTN_LAZY_RESCALE 1: a warp keeps its rows' running maxima, and skips the
+//   rescale of O and l, unless one of its rows' maxima grew by more than TAU
+//   (wg_paged); P then reaches at most 2^TAU times its usual bound.
+// ATTN_ROWSUM_MMA 1 (the FP8 kernel): the row sums come from the tensor
+//   cores: P·V multiplies eight more rows of ones after each Vᵀ tile (N = 72),
+//   so the sums are those of the e4m3 P that O is made of, and the 32 adds a
+//   thread did for them each tile are gone.
+#ifndef ATTN_EXP_POLY
+#define ATTN_EXP_POLY 0
+#endif
+#if ATTN_EXP_POLY == 0
+#define ATTN_POLY_EVERY 0
+#elif ATTN_EXP_POLY == 1
+#define ATTN_POLY_EVERY 4
+#elif ATTN_EXP_POLY == 2
+#define ATTN_POLY_EVERY 2
+#else
+#error "ATTN_EXP_POLY is 0 (off), 1 (one group of scores in four) or 2 (one in two)"
+#endif
+#ifndef ATTN_LAZY_RESCALE
+#define ATTN_LAZY_RESCALE 0
+#endif
+#ifndef ATTN_ROWSUM_MMA
+#define ATTN_ROWSUM_MMA 0
+#endif
+
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
 // D(64×128) (+)= A(64×16, registers) · B(16×128, shared memory descriptor, K-major).
 __device__ __forceinline__ void wgmma_n128_k(float* d, const unsigned* a, unsigned long long desc, int acc) {
@@ -108,10 +139,30 @@ __device__ __forceinline__ void wgmma_f8_pv(float* d, const unsigned* a, unsigne
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
 }
 
+// O(64×72) += P(64×32, e4m3 registers) · [V | 1](32×72): Vᵀ's 64 rows and
+// then 8 rows of ones, which make columns 64…71 of O the rows' sums of P
+// (ATTN_ROWSUM_MMA).
+__device__ __forceinline__ void wgmma_f8_pv72(float* d, const unsigned* a, unsigned long long desc) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %41, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n72k32.f32.e4m3.e4m3 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35}, "
+        "{%36,%37,%38,%39}, %40, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
+
 // 2^x on the FMA and integer units instead of the special-function unit
 // (which does ex2 at an eighth of the FMA rate): x = n + f, n the nearest
-// integer, 2^f by a cubic fitted on [-0.5, 0.5] (relative error 7.5e-5),
-// 2^n added to the exponent. x is clamped at -125 (2^-125 is 0 to P).
+// integer (a Cody-Waite reduction: the rounding by adding 1.5·2^23 is
+// exact), 2^f by a cubic fitted on [-0.5, 0.5], 2^n added to the exponent
+// bits. x is clamped at -125 (2^-125 is 0 to P). cuda/exppoly_test.go reads
+// these constants and checks the relative error over the whole input range.
 __device__ __forceinline__ float ex2_poly(float x) {
     x = fmaxf(x, -125.f);
     const float r = x + 12582912.f; // 1.5·2^23: the mantissa's low bits now hold round(x)
@@ -203,9 +254,10 @@ struct __align__(64) TensorMap {
 // probabilities (in e4m3's normal range, the factor cancels in O/l), and
 // V's scale multiplies the output.
 //
-// POLY > 0 (the lab's variants): every POLY-th group of four scores takes
-// its exponentials from ex2_poly, sharing the work with the FMA units.
-template <bool TMA, int NWG, bool F8 = false, int POLY = 0>
+// POLY > 0 (ATTN_EXP_POLY, and the lab's variants): every POLY-th group of
+// four scores takes its exponentials from ex2_poly, sharing the work with
+// the FMA units. ATTN_LAZY_RESCALE and ATTN_ROWSUM_MMA: see the top.
+template <bool TMA, int NWG, bool F8 = false, int POLY = ATTN_POLY_EVERY>
 __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16_t* __restrict__ k,
                                          const bf16_t* __restrict__ v, const TensorMap* tk, const TensorMap* tv,
                                          const int* __restrict__ pages, int ps, int nq, int nk, int h, float scale,
@@ -228,8 +280,17 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
 
     constexpr int NST = TMA ? WSTAGES_TMA : WSTAGES; // K+V stages
     static_assert(!F8 || (TMA && NWG == 3), "the FP8 cache is read with three warpgroups and TMA copies");
+    // RS: the row sums on the tensor cores (ATTN_ROWSUM_MMA, FP8 only): a
+    // stage's Vᵀ tile is followed by a 1 KB atom of e4m3 ones, rows 64…71
+    // of the B operand of P·V (the TMA never writes it).
+    constexpr bool RS = F8 && ATTN_ROWSUM_MMA;
+    // LAZY: the running maxima move only when a row of the warp grows by
+    // more than TAU (log2 units): P stays below 2^TAU (bf16, fp32 l), or
+    // 2^(8+TAU) in FP8, inside e4m3's 448.
+    constexpr bool LAZY = ATTN_LAZY_RESCALE;
+    constexpr float TAU = F8 ? 0.5f : 8.f;
     constexpr int KTILE = F8 ? F8_TILE : WTILE;    // bytes of a K tile; a V tile follows it
-    constexpr int STAGE = KTILE + (F8 ? F8_TILE : WTILE);
+    constexpr int STAGE = KTILE + (F8 ? F8_TILE : WTILE) + (RS ? 1024 : 0);
     const int nsplit = gridDim.z;
     // cp.async: keys [k0, k1) in tiles of WK from k0. TMA: tiles [tb, tb +
     // ntiles) of the (page, part) sequence, tpp parts a page; the last page
@@ -369,6 +430,11 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             *(uint4*)dst = make_uint4(w[0], w[1], w[2], w[3]);
             *(uint4*)(dst + 4096) = make_uint4(wl[0], wl[1], wl[2], wl[3]);
         }
+        if constexpr (RS) {
+            for (int i = tid; i < NST * 64; i += blockDim.x) // 64 chunks of 16 bytes a stage
+                *(uint4*)(sgen + (i >> 6) * STAGE + KTILE + F8_TILE + (i & 63) * 16) =
+                    make_uint4(0x38383838u, 0x38383838u, 0x38383838u, 0x38383838u); // e4m3 1.0
+        }
         fence_proxy_async();
         __syncthreads(); // the row scales, for the threads whose score rows they are
     } else if constexpr (QS) {
@@ -401,9 +467,9 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         f0 = sl2 * sk * qscale[warp * 16 + g];
         f1 = sl2 * sk * qscale[warp * 16 + g + 8];
     }
-    float o[32];
+    float o[RS ? 36 : 32]; // RS: o[32…35] are the row sums (columns 64…71)
 #pragma unroll
-    for (int i = 0; i < 32; i++) o[i] = 0.f;
+    for (int i = 0; i < (RS ? 36 : 32); i++) o[i] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     unsigned p[F8 ? 4 : 8][4]; // P of the tile whose P·V comes next, as A fragments
 
@@ -441,7 +507,10 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         wg_fence();
         if constexpr (F8) {
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++) wgmma_f8_pv(o, p[kk], wg_desc(va + kk * 32, 16, 1024));
+            for (int kk = 0; kk < 4; kk++) {
+                if constexpr (RS) wgmma_f8_pv72(o, p[kk], wg_desc(va + kk * 32, 16, 1024));
+                else wgmma_f8_pv(o, p[kk], wg_desc(va + kk * 32, 16, 1024));
+            }
         } else {
 #pragma unroll
             for (int kk = 0; kk < 8; kk++) wgmma_n64_mn(o, p[kk], wg_desc(va + kk * 2048, 16, 1024), 1);
@@ -449,7 +518,9 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         wg_commit();
     };
     // Online softmax of tile t's scores: new maxima, the factors c0, c1 for
-    // what came before, the probabilities in s, the row sums added to l.
+    // what came before, the probabilities in s, the row sums added to l (not
+    // RS: P·V sums them). It returns whether the maxima moved (always, but
+    // LAZY): if not, c0 = c1 = 1 and O needs no rescale.
     auto softmax = [&](float(&s)[64], int t, float& c0, float& c1) {
         const int nt = tile_keys(t);
         if (nt < WK) {
@@ -467,11 +538,18 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         }
         tree16(a, b, fmaxf);
         const float mn0 = fmaxf(m0, quad_max(a[0])), mn1 = fmaxf(m1, quad_max(b[0]));
-        c0 = ex2((m0 - mn0) * f0); // 0 on the first tile
-        c1 = ex2((m1 - mn1) * f1);
-        m0 = mn0;
-        m1 = mn1;
-        float ms0 = mn0 * f0, ms1 = mn1 * f1;
+        bool moved = true;
+        if constexpr (LAZY) // warp-uniform; on the first tile mn - m is +inf
+            moved = __any_sync(0xffffffffu, (mn0 - m0) * f0 > TAU || (mn1 - m1) * f1 > TAU);
+        if (moved) {
+            c0 = ex2((m0 - mn0) * f0); // 0 on the first tile
+            c1 = ex2((m1 - mn1) * f1);
+            m0 = mn0;
+            m1 = mn1;
+        } else {
+            c0 = c1 = 1.f;
+        }
+        float ms0 = m0 * f0, ms1 = m1 * f1;
         if constexpr (F8) {
             ms0 -= 8.f; // P = 2^8 · probability
             ms1 -= 8.f;
@@ -489,12 +567,17 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
                 s[4 * j + 2] = ex2(fmaf(s[4 * j + 2], f1, -ms1));
                 s[4 * j + 3] = ex2(fmaf(s[4 * j + 3], f1, -ms1));
             }
-            a[j] = s[4 * j] + s[4 * j + 1];
-            b[j] = s[4 * j + 2] + s[4 * j + 3];
+            if constexpr (!RS) {
+                a[j] = s[4 * j] + s[4 * j + 1];
+                b[j] = s[4 * j + 2] + s[4 * j + 3];
+            }
         }
-        tree16(a, b, [](float x, float y) { return x + y; });
-        l0 = l0 * c0 + a[0];
-        l1 = l1 * c1 + b[0];
+        if constexpr (!RS) {
+            tree16(a, b, [](float x, float y) { return x + y; });
+            l0 = l0 * c0 + a[0];
+            l1 = l1 * c1 + b[0];
+        }
+        return moved;
     };
     auto to_p = [&](const float(&s)[64]) {
         if constexpr (F8) {
@@ -520,9 +603,10 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         }
     };
 
-    auto rescale = [&](float c0, float c1) {
+    auto rescale = [&](float c0, float c1, bool moved) {
+        if (!moved) return;
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < (RS ? 9 : 8); j++) {
             o[4 * j] *= c0;
             o[4 * j + 1] *= c0;
             o[4 * j + 2] *= c1;
@@ -581,6 +665,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         constexpr int ROLE = decltype(role)::value;
         float s[64];
         float c0, c1;
+        bool moved;
         if constexpr (ROLE == 1) {
 #pragma unroll
             for (int i = 0; i < 64; i++) s[i] = 0.f; // read (not used) by the tied first k-step
@@ -615,19 +700,19 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
                 issue_pv(t);
                 wg_wait<1>(); // S of tile t+1 (groups complete in order)
                 wg_pin(s);
-                softmax(s, t + 1, c0, c1);
+                moved = softmax(s, t + 1, c0, c1);
                 wg_wait<0>(); // P·V of tile t: O and p are ours again
                 wg_pin(o);
                 wg_pin(p);
-                rescale(c0, c1);
+                rescale(c0, c1, moved);
                 to_p(s);
             } else {
                 wg_wait<0>(); // S of tile t, P·V of tile t-1
                 wg_pin(s);
                 wg_pin(o);
                 wg_pin(p);
-                softmax(s, t, c0, c1);
-                rescale(c0, c1);
+                moved = softmax(s, t, c0, c1);
+                rescale(c0, c1, moved);
                 to_p(s);
                 issue_qk(s, t + 1, true);
                 issue_pv(t);
@@ -638,8 +723,8 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             wg_pin(s);
             wg_pin(o);
             wg_pin(p);
-            softmax(s, ntiles - 1, c0, c1);
-            rescale(c0, c1);
+            moved = softmax(s, ntiles - 1, c0, c1);
+            rescale(c0, c1, moved);
             to_p(s);
         }
         issue_pv(ntiles - 1);
@@ -672,7 +757,8 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         const int r = half ? r1 : r0;
-        const float lsum = quad_sum(half ? l1 : l0);
+        // RS: every thread of the quad holds its rows' whole sums.
+        const float lsum = RS ? (half ? o[34] : o[32]) : quad_sum(half ? l1 : l0);
         if (r >= nq) continue;
         float* dst;
         unsigned* dbf = nullptr;

@@ -46,8 +46,9 @@
 #   COLD_FRAMES=n     'coldstart': frames of its paced run (default 500); COLD_PRECISION
 #                     its precision (default fp8)
 #   REACH_LONG=n      'reach': frames of the long fp8 run (default 1000; 0 skips it)
-#   REACH_SPECS="name precision arch;..."  'reach': the runs (default bf16, fp8 and
-#                     bf16 and fp8 compiled for sm_80)
+#   REACH_SPECS="name precision arch [flags];..."  'reach': the runs (default bf16, fp8 and
+#                     bf16 and fp8 compiled for sm_80); flags go to bench, e.g.
+#                     "fp8-poly1 fp8 auto --cuda-attn-exp-poly 1"
 #   SIZED_HW=HxW      'golden-sized': input size of the cases it makes with the
 #                     reference and then verifies (default 224x294: 336-token
 #                     pages, so the TMA paged kernels run; needs .ref)
@@ -221,13 +222,14 @@ stage_smallgpu() { # the memory of cuda/README.md's settings for 8 and 16 GB car
 }
 
 stage_reach() { # cuda/README.md's GPU table: bf16, fp8 and the portable path with a full cache at 518×378
-  local spec name prec arch specs=()
+  local spec name prec arch flags specs=()
   IFS=';' read -ra specs <<<"${REACH_SPECS:-bf16 bf16 auto;fp8 fp8 auto;portable bf16 sm_80;portable-fp8 fp8 sm_80}"
   for spec in "${specs[@]}"; do
-    read -r name prec arch <<<"$spec"
+    read -r name prec arch flags <<<"$spec"
+    # shellcheck disable=SC2086
     LINGBOTMAP_CUDA_ARCH=$arch timeout 200 /tmp/lingbotmap bench --device cuda --precision "$prec" --frames 164 --warmup 80 \
-      --mem-every 16 >"$OUT/reach-$name.log" 2>&1
-    say "reach $name (precision $prec, cuda.arch $arch): exit $?"
+      --mem-every 16 ${flags:-} >"$OUT/reach-$name.log" 2>&1
+    say "reach $name (precision $prec, cuda.arch $arch${flags:+, $flags}): exit $?"
     grep -E 'steady|full cache|phase 1|^memory|memory at close|cuda backend ready' "$OUT/reach-$name.log" | sed -E 's/^.*INFO //' | tee -a "$OUT/summary.txt"
   done
   if [ "${REACH_LONG:-1000}" -gt 0 ]; then
@@ -330,7 +332,7 @@ stage_wgcheck() { # the Hopper paged kernel alone, built by nvcc: layout probes,
     say "wgcheck variant '${v}'"
     # shellcheck disable=SC2086
     if (IFS=' '; "$cuda"/bin/nvcc -std=c++17 -O2 -arch=sm_90a -Xptxas -v $v -o /tmp/wgcheck$i cuda/dev/wgcheck.cu -lcuda) >"$OUT/wgcheck-build$i.log" 2>&1; then
-      grep -E -A2 'attn_(wg|tma)_paged_bf' "$OUT/wgcheck-build$i.log" | grep -E 'registers|spill|C75' | tee -a "$OUT/summary.txt"
+      grep -E -A2 'attn_(wg|tma|tma3)_paged_bf|attn_f8_paged' "$OUT/wgcheck-build$i.log" | grep -E 'registers|spill|C75' | tee -a "$OUT/summary.txt"
       timeout 120 /tmp/wgcheck$i 2>&1 | tee "$OUT/wgcheck$i.log" | grep -v '^probe' | tee -a "$OUT/summary.txt"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1
     else
