@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -280,6 +281,45 @@ func TestOverlapFramesDrainResetSave(t *testing.T) {
 	for i := range want {
 		if d := sameResult(got[i], want[i]); d != "" {
 			t.Fatalf("result %d (frame %d): %s differs", i, want[i].Seq, d)
+		}
+	}
+}
+
+// TestOverlapFramesCacheFull: when the cache is full the frame held ahead
+// still comes out, with the Push that fails, and the results up to it are
+// those without overlap.
+func TestOverlapFramesCacheFull(t *testing.T) {
+	frames := goldenFrames(t, "stream_kf1")
+	run := func(overlap bool) ([]Result, int) {
+		cfg := goldenConfig(t)
+		cfg.MaxFrames, cfg.OverlapFrames = 6, overlap
+		st, err := New(context.Background(), cfg, cpuBackend, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		var res []Result
+		for i, f := range frames {
+			out, err := st.Push(context.Background(), f)
+			res = append(res, out...)
+			if err != nil {
+				if !errors.Is(err, ErrCacheFull) {
+					t.Fatalf("frame %d: %v, want ErrCacheFull", i, err)
+				}
+				return res, i
+			}
+		}
+		t.Fatalf("overlap_frames %v: no ErrCacheFull in %d frames", overlap, len(frames))
+		return nil, 0
+	}
+	want, wantAt := run(false)
+	got, at := run(true)
+	if at != wantAt || !slices.Equal(seqs(got), seqs(want)) {
+		t.Fatalf("with overlap: frames %v, then the error at frame %d; without: %v, error at %d", seqs(got), at, seqs(want), wantAt)
+	}
+	for i := range want {
+		if d := sameResult(got[i], want[i]); d != "" {
+			t.Fatalf("result %d: %s differs", i, d)
 		}
 	}
 }

@@ -105,11 +105,12 @@ func (s *stream) push(ctx context.Context, f Frame) ([]Result, error) {
 		out = append(out, res...)
 	}
 	s.saw(in)
+	// a failing step may still give the results of a frame held before it
 	res, err := s.feed(ctx, in)
+	out = append(out, res...)
 	if err != nil {
 		return out, err
 	}
-	out = append(out, res...)
 	if err := s.makePoints(out); err != nil {
 		return out, err
 	}
