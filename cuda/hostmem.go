@@ -12,6 +12,7 @@ static int lbm_fetch_word(void *p, CUdeviceptr d) { return (int)cuMemcpyDtoHAsyn
 static int lbm_dtoh_async(void *p, CUdeviceptr d, size_t n) { return (int)cuMemcpyDtoHAsync(p, d, n, 0); }
 static int lbm_htod_async(CUdeviceptr d, void *p, size_t n) { return (int)cuMemcpyHtoDAsync(d, p, n, 0); }
 static int lbm_stream_sync(void) { return (int)cuStreamSynchronize(0); }
+static int lbm_stream_idle(void) { return cuStreamQuery(0) == CUDA_SUCCESS; }
 static int lbm_event_new(CUevent *e) { return (int)cuEventCreate(e, CU_EVENT_DISABLE_TIMING); }
 static int lbm_event_record(CUevent e) { return (int)cuEventRecord(e, 0); }
 static int lbm_event_wait(CUevent e) { return (int)cuEventSynchronize(e); }
@@ -423,6 +424,11 @@ func (g *gpu) waitDownload(s *downSlot, offs []int64, srcs []cu.DevicePtr, n []i
 	}
 	if err := driverError(C.lbm_event_wait(s.ev)); err != nil {
 		return outs, err
+	}
+	if C.lbm_stream_idle() != 0 {
+		// nothing was queued behind the copies: the device idles until
+		// the next submission, so the next segments start short
+		g.batch.restart()
 	}
 	for i := range srcs {
 		if n[i] > 0 && srcs[i] != 0 {

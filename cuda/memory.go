@@ -594,9 +594,12 @@ func (d *download) Wait() [][]float32 {
 		return err
 	})
 	if d.slot != nil && outs == nil {
-		// the owner thread refused the call (a sticky error): the slot's
-		// copies are abandoned with the device
-		d.slot.inUse = false
+		// the call was refused (a sticky error): the slot's copies are
+		// abandoned with the device
+		_ = g.own.do(func() error {
+			d.slot.inUse = false
+			return nil
+		})
 	}
 	if outs == nil {
 		outs = make([][]float32, len(d.srcs))

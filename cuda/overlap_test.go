@@ -15,9 +15,11 @@ import (
 )
 
 // StartDownload's batches hold the tensors' values at the point of the
-// work where they were queued, exactly, while later kernels and later
-// batches are queued behind them and the waits come in reverse order;
-// batches beyond the download slots copy at their wait.
+// work where they were queued, exactly, while later kernels (which write
+// into the memory of a downloaded tensor freed meanwhile: the pool hands
+// it out again) and later batches are queued behind them and the waits
+// come in reverse order; batches beyond the download slots copy at their
+// wait.
 func TestStartDownloadAhead(t *testing.T) {
 	g := fx.fp32
 	rng := rand.New(rand.NewPCG(5, 9))
@@ -41,10 +43,16 @@ func TestStartDownloadAhead(t *testing.T) {
 		small := []float32{float32(b), 1, 2}
 		s := g.FromHost(small, 3)
 		batches = append(batches, batch{p: g.(backend.AsyncDownloader).StartDownload(x, s), want: [][]float32{prev, small}})
-		live = append(live, x, s)
-		// work queued behind the batch makes the next batch's tensor
+		live = append(live, s)
+		// work queued behind the batch makes the next batch's tensor,
+		// likely in x's memory
 		host := randn()
 		h := g.FromHost(host, n)
+		if b < downSlots {
+			g.Free(x)
+		} else {
+			live = append(live, x) // copied at its wait
+		}
 		x = g.Add(h, h)
 		g.Free(h)
 		prev = make([]float32, n)
