@@ -137,6 +137,12 @@ type Config struct {
 	// overlap_frames for the whole previous frame before the next one's
 	// global layers are queued. The table is the same either way.
 	AsyncPageTable bool
+	// QKVBF16 has a block's qkv GEMM (heads of 64, BF16 mode) write bf16
+	// with its bias, as the reference's autocast does, and the q/k/v split
+	// read those values, where by default the projection stays fp32: half
+	// the GEMM's output and the split's input, one more rounding (the
+	// reference's).
+	QKVBF16 bool
 	// LazyKernels compiles each kernel module when it is first used
 	// instead of in New. By default New compiles (in parallel, or reads from
 	// CacheDir) and loads every module a stream of this configuration runs,

@@ -133,8 +133,8 @@ func TestSplitQKVLean(t *testing.T) {
 			}
 			sameBits(p, what+": dense attention, lean_qkv against KVAny", gl, ga)
 			cq, ck, cv := fx.cpu.SplitQKV(cx, prm(cws, backend.KVAny))
-			fx.cpu.Free(ck)
 			ca := fx.cpu.Attention(fx.cpu.Reshape(cq, 1, n, h, 64), fx.cpu.Reshape(ck, 1, n, h, 64), fx.cpu.Reshape(cv, 1, n, h, 64), scale)
+			fx.cpu.Free(ck)
 			fx.cpu.Free(cv)
 			p.check(what+": dense attention", gl, ca, p.tol)
 			p.gpu.Free(ga)
@@ -298,3 +298,80 @@ func TestFC1BF16(t *testing.T) {
 
 // gelu64 is the exact GELU in float64.
 func gelu64(x float64) float64 { return 0.5 * x * (1 + math.Erf(x/math.Sqrt2)) }
+
+// TestNormQKV: NormQKV (norm1, the qkv GEMM and the split with qk-norm and
+// RoPE) matches the CPU's. With cuda.qkv_bf16, in bf16 and fp8, cuBLASLt
+// runs the projection with a bf16 output (its plan says so) and the split
+// reads it: v, a plain copy of the projection, holds bf16 values, each
+// within a bf16 step of the default path's fp32 v; in fp32 the lever
+// changes nothing.
+func TestNormQKV(t *testing.T) {
+	for _, p := range allPrecisions(t, 34) {
+		for _, s := range [][2]int{{37, 2}, {1005, 16}} {
+			n, h := s[0], s[1]
+			e := h * 64
+			bf := p.name() != "fp32"
+			what := fmt.Sprintf("NormQKV %d tokens × %d heads", n, h)
+			cx, gx := p.in(p.randn(n*e, 1), 1, n, e)
+			cnw, gnw := p.weight(p.randn(e, 1), backend.Trunk, e)
+			cnb, gnb := p.weight(p.randn(e, 0.2), backend.Trunk, e)
+			cw, gw := p.weight(p.randn(3*e*e, 1/math.Sqrt(float64(e))), backend.Trunk, 3*e, e)
+			cb, gb := p.weight(p.randn(3*e, 0.5), backend.Trunk, 3*e)
+			cqn, gqn := p.weight(p.randn(4*64, 1), backend.Trunk, 4, 64)
+			ang := p.randn(n*32, 3)
+			cs, sn := make([]float32, len(ang)), make([]float32, len(ang))
+			for i, a := range ang {
+				cs[i], sn[i] = float32(math.Cos(float64(a))), float32(math.Sin(float64(a)))
+			}
+			ccs, gcs := p.in(cs, n, 32)
+			csn, gsn := p.in(sn, n, 32)
+			prm := func(be backend.Backend, qn, c, s backend.Tensor) backend.QKVParams {
+				row := func(i int) backend.Tensor { return be.Reshape(be.SliceRows(qn, i, 1), 64) }
+				return backend.QKVParams{Heads: h, HeadDim: 64, Norm: true, QW: row(0), QB: row(1), KW: row(2), KB: row(3), Eps: 1e-5,
+					Cos: c, Sin: s, Pairing: backend.RoPEInterleaved}
+			}
+			gp, cp := prm(p.gpu, gqn, gcs, gsn), prm(fx.cpu, cqn, ccs, csn)
+			dq, dk, dv := backend.NormQKV(p.gpu, gx, gnw, gnb, 1e-6, gw, gb, gp)
+			undo := setConfig(p.gpu, func(c *Config) { c.QKVBF16 = true })
+			lq, lk, lv := backend.NormQKV(p.gpu, gx, gnw, gnb, 1e-6, gw, gb, gp)
+			undo()
+			g := p.gpu.(*gpu)
+			var planned bool
+			_ = g.own.do(func() error {
+				for key := range g.lt.plans {
+					planned = planned || key.outBF && key.m == 3*e && key.n == n && key.k == e
+				}
+				return nil
+			})
+			if planned != bf {
+				t.Errorf("%s (%s): a bf16-output GEMM plan made: %v, want %v", what, p.name(), planned, bf)
+			}
+			if bf {
+				lvv, dvv := p.gpu.ToHost(lv), p.gpu.ToHost(dv)
+				for i, v := range lvv {
+					r := bf16Round(dvv[i])
+					_, exp := math.Frexp(math.Abs(float64(r)))
+					if bf16Round(v) != v || math.Abs(float64(v)-float64(r)) > math.Ldexp(1, exp-8) {
+						t.Errorf("%s (%s): v element %d is %g, want a bf16 value next to %g", what, p.name(), i, v, dvv[i])
+						break
+					}
+				}
+			} else {
+				sameBits(p, what+": q, lever on against off (fp32)", lq, dq)
+			}
+			for _, lever := range []string{"", " with qkv_bf16"} {
+				got := [3]backend.Tensor{dq, dk, dv}
+				if lever != "" {
+					got = [3]backend.Tensor{lq, lk, lv}
+				}
+				cq, ck, cv := fx.cpu.NormQKV(cx, cnw, cnb, 1e-6, cw, cb, cp)
+				for i, want := range []backend.Tensor{cq, ck, cv} {
+					p.check(what+": "+[]string{"q", "k", "v"}[i]+lever, got[i], want, p.tol)
+				}
+			}
+			for _, x := range []backend.Tensor{gx, gnw, gnb, gw, gb, gqn, gcs, gsn} {
+				p.gpu.Free(x)
+			}
+		}
+	}
+}

@@ -11,7 +11,10 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 )
 
-var _ backend.NormLinearer = (*gpu)(nil)
+var (
+	_ backend.NormLinearer = (*gpu)(nil)
+	_ backend.NormQKVer    = (*gpu)(nil)
+)
 
 // LayerNorm over the last dimension; w and b may be nil.
 func (g *gpu) LayerNorm(x, w, b backend.Tensor, eps float32) backend.Tensor {
@@ -68,23 +71,68 @@ func (g *gpu) layerNormWarp(y, ybf cu.DevicePtr, xt, wt, bt *Tensor, rows, c int
 // for other readers has none here. The GEMM reads the same bf16 values
 // either way, so the result is the same to the bit.
 func (g *gpu) NormLinear(x, nw, nb backend.Tensor, eps float32, w, b backend.Tensor, act backend.Activation) backend.Tensor {
-	xt, wt := g.tensor(x), g.gemmTensor(w)
+	h := g.normFor(x, nw, nb, eps, g.gemmTensor(w))
+	y := g.Linear(h, w, b, act)
+	g.Free(h)
+	return y
+}
+
+// normFor is LayerNorm(x) for the GEMM of weight wt alone to read: only
+// its bf16 operand (bf16 only, no fp32 values) where cuda.fuse_norm is on,
+// the GEMM runs in bf16 and the one-warp kernel takes the width;
+// LayerNorm's output otherwise. The caller frees it.
+func (g *gpu) normFor(x, nw, nb backend.Tensor, eps float32, wt *Tensor) backend.Tensor {
+	xt := g.tensor(x)
 	rows, c := rowsCols(xt.shape)
 	if !g.cfg.FuseNorm || !g.bf16Weight(wt) || !warpNorm(rows, c) || !aligned(8, xt.ptr()) {
-		h := g.LayerNorm(x, nw, nb, eps)
-		y := g.Linear(h, w, b, act)
-		g.Free(h)
-		return y
+		return g.LayerNorm(x, nw, nb, eps)
 	}
 	nwt, nbt := g.tensor(nw), g.tensor(nb)
 	checkNormAffine(xt, nwt, nbt, c)
-	h := g.outputBF16(xt.shape, "NormLinear", func(bf *buffer) error {
+	return g.outputBF16(xt.shape, "NormLinear", func(bf *buffer) error {
 		if rows == 0 {
 			return nil
 		}
 		return g.layerNormWarp(0, bf.ptr, xt, nwt, nbt, rows, c, eps)
 	})
-	y := g.Linear(h, w, b, act)
+}
+
+// NormQKV is SplitQKV(NormLinear(x, …)) (backend.NormQKVer). With
+// cuda.qkv_bf16, for a trunk weight in BF16 mode and heads of 64, the
+// projection exists in bf16 only, its bias added before the rounding (as
+// the reference's autocast rounds it), and the split reads that: half the
+// GEMM's output and the split's input, one more rounding than the default
+// path, which keeps the projection in fp32.
+func (g *gpu) NormQKV(x, nw, nb backend.Tensor, eps float32, w, b backend.Tensor, p backend.QKVParams) (q, k, v backend.Tensor) {
+	wt, bt := g.gemmTensor(w), g.tensor(b)
+	if !g.cfg.QKVBF16 || p.HeadDim != 64 || !g.bf16Weight(wt) || (bt != nil && !bt.buf.trunk) {
+		qkv := g.NormLinear(x, nw, nb, eps, w, b, backend.ActNone)
+		q, k, v = g.SplitQKV(qkv, p)
+		g.Free(qkv)
+		return q, k, v
+	}
+	h := g.normFor(x, nw, nb, eps, wt)
+	ht := g.gemmTensor(h)
+	rows, kd, m, shape := linearShape("NormQKV", ht, wt, bt)
+	qkv := g.outputBF16(shape, "Linear", func(bf *buffer) error {
+		ok, err := g.linearBF16Out(bf.ptr, ht, wt, bt, rows, kd, m)
+		if err != nil || ok {
+			return err
+		}
+		// No bf16-output algorithm: fp32, then the same one rounding.
+		n := int64(rows) * int64(m)
+		acc, err := g.scratch(n * 4)
+		if err != nil {
+			return err
+		}
+		defer g.pool.put(acc)
+		if err := g.linearInto(acc.ptr, ht, wt, bt, rows, kd, m); err != nil {
+			return err
+		}
+		return g.toBF16(bf.ptr, acc.ptr, n)
+	})
 	g.Free(h)
-	return y
+	q, k, v = g.SplitQKV(qkv, p)
+	g.Free(qkv)
+	return q, k, v
 }

@@ -15,11 +15,17 @@ import (
 // optional qk-norm and RoPE in one launch (kernels/qkv.cu), instead of three
 // SliceCols, two LayerNorms and two RoPEs.
 func (g *gpu) SplitQKV(qkv backend.Tensor, p backend.QKVParams) (q, k, v backend.Tensor) {
-	xt := g.tensor(qkv)
+	// A projection kept in bf16 only (QKV with cuda.qkv_bf16) is read as
+	// it is by the head-size-64 kernel; the others get its fp32 values.
+	xt := g.gemmTensor(qkv)
 	r := len(xt.shape)
 	h, d := p.Heads, p.HeadDim
 	if r < 2 || h <= 0 || d <= 0 || xt.shape[r-1] != 3*h*d {
 		panic(fmt.Sprintf("cuda: SplitQKV of %v into %d heads of %d", xt.shape, h, d))
+	}
+	bfIn := xt.buf.bfOnly && d == 64 && aligned(4, xt.buf.bf.ptr)
+	if xt.buf.bfOnly && !bfIn {
+		xt = g.tensor(qkv)
 	}
 	n := xt.shape[r-2]
 	var qw, qb, kw, kb *Tensor
@@ -89,9 +95,20 @@ func (g *gpu) SplitQKV(qkv backend.Tensor, p backend.QKVParams) (q, k, v backend
 			ts[i] = t
 		}
 		var err error
-		args := []any{ts[0].ptr(), ts[1].ptr(), ts[2].ptr(), xt.ptr(), ptrOf(qw), ptrOf(qb), ptrOf(kw), ptrOf(kb),
+		fast := d == 64 && aligned(8, ts[0].ptr(), ts[1].ptr(), ts[2].ptr(), xt.ptr())
+		if !fast && bfIn {
+			if err := g.restoreF32(xt); err != nil {
+				release()
+				return err
+			}
+		}
+		kernel, in := "qkv_split_d64", xt.ptr()
+		if fast && bfIn {
+			kernel, in = "qkv_split_d64_bf", xt.buf.bf.ptr
+		}
+		args := []any{ts[0].ptr(), ts[1].ptr(), ts[2].ptr(), in, ptrOf(qw), ptrOf(qb), ptrOf(kw), ptrOf(kb),
 			norm, p.Eps, ptrOf(ct), ptrOf(st), int(p.Pairing), rows, n, h}
-		if d == 64 && aligned(8, ts[0].ptr(), ts[1].ptr(), ts[2].ptr(), xt.ptr()) {
+		if fast {
 			var kbf, vbf cu.DevicePtr
 			if bfKV {
 				var err error
@@ -103,7 +120,7 @@ func (g *gpu) SplitQKV(qkv backend.Tensor, p backend.QKVParams) (q, k, v backend
 					return err
 				}
 			}
-			err = g.launch1D("qkv", "qkv_split_d64", rows*int64(h)*32, append(args, kbf, vbf)...)
+			err = g.launch1D("qkv", kernel, rows*int64(h)*32, append(args, kbf, vbf)...)
 		} else {
 			err = g.launch1D("qkv", "qkv_split_f32", rows*int64(h)*32, append(args, d)...)
 		}

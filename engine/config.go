@@ -186,6 +186,9 @@ type CUDAConfig struct {
 	// AsyncPageTable queues the paged attention's page table in stream
 	// order instead of a copy that waits for the device (same table).
 	AsyncPageTable bool `mapstructure:"async_page_table"`
+	// QKVBF16 has a block's qkv GEMM write bf16 and the q/k/v split read
+	// those values, as the reference's autocast rounds them.
+	QKVBF16 bool `mapstructure:"qkv_bf16"`
 }
 
 // CUDAArches are the values of CUDAConfig.Arch, as the CUDA backend names

@@ -94,26 +94,33 @@ __device__ __forceinline__ float2 qk_head64(float2 xv, const float* w, const flo
     return make_float2(xv.x * c0 + p0 * s0, xv.y * c1 + p1 * s1);
 }
 
+// Two consecutive elements (i even) of the qkv projection, fp32 or bf16.
+__device__ __forceinline__ float2 qkv_pair(const float* x, i64 i) { return *(const float2*)(x + i); }
+__device__ __forceinline__ float2 qkv_pair(const bf16_t* x, i64 i) {
+    const unsigned w = *(const unsigned*)(x + i);
+    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
+
 // kbf, vbf, when set, also get k and v rounded to bf16 (two values a word),
 // which a bf16 attention reads instead of casting them itself; k and v may
 // then be null when only that attention reads them (backend.KVAttention).
-extern "C" __global__ void qkv_split_d64(float* q, float* k, float* v, const float* x,
-                                         const float* qw, const float* qb, const float* kw, const float* kb,
-                                         int norm, float eps, const float* cs, const float* sn, int pairing,
-                                         i64 rows, int n, int h, unsigned* kbf, unsigned* vbf) {
-    pdl_wait();
+template <typename T>
+__device__ __forceinline__ void qkv_split64(float* q, float* k, float* v, const T* x,
+                                            const float* qw, const float* qb, const float* kw, const float* kb,
+                                            int norm, float eps, const float* cs, const float* sn, int pairing,
+                                            i64 rows, int n, int h, unsigned* kbf, unsigned* vbf) {
     const int lane = threadIdx.x & 31;
     const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
     const i64 e = (i64)h * 64;
     for (i64 wi = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; wi < rows * h; wi += warps) {
         const i64 row = wi / h;
         const int head = (int)(wi % h);
-        const float2* src = (const float2*)(x + row * 3 * e + (i64)head * 64);
+        const i64 src = row * 3 * e + (i64)head * 64 + 2 * lane;
         const i64 dst = row * e + (i64)head * 64;
         const i64 tab = (row % n) * 32;
         const float* c = cs ? cs + tab : nullptr;
         const float* s = cs ? sn + tab : nullptr;
-        const float2 xq = src[lane], xk = src[e / 2 + lane], xv = src[e + lane];
+        const float2 xq = qkv_pair(x, src), xk = qkv_pair(x, src + e), xv = qkv_pair(x, src + 2 * e);
         ((float2*)(q + dst))[lane] = qk_head64(xq, qw, qb, norm, eps, c, s, pairing, lane);
         const float2 ko = qk_head64(xk, kw, kb, norm, eps, c, s, pairing, lane);
         if (k) ((float2*)(k + dst))[lane] = ko;
@@ -123,4 +130,22 @@ extern "C" __global__ void qkv_split_d64(float* q, float* k, float* v, const flo
             vbf[dst / 2 + lane] = pack_bf16(xv.x, xv.y);
         }
     }
+}
+
+extern "C" __global__ void qkv_split_d64(float* q, float* k, float* v, const float* x,
+                                         const float* qw, const float* qb, const float* kw, const float* kb,
+                                         int norm, float eps, const float* cs, const float* sn, int pairing,
+                                         i64 rows, int n, int h, unsigned* kbf, unsigned* vbf) {
+    pdl_wait();
+    qkv_split64(q, k, v, x, qw, qb, kw, kb, norm, eps, cs, sn, pairing, rows, n, h, kbf, vbf);
+}
+
+// The same on a bf16 projection (cuda.qkv_bf16: the qkv GEMM rounded its
+// output to bf16, as the reference's autocast does).
+extern "C" __global__ void qkv_split_d64_bf(float* q, float* k, float* v, const bf16_t* x,
+                                            const float* qw, const float* qb, const float* kw, const float* kb,
+                                            int norm, float eps, const float* cs, const float* sn, int pairing,
+                                            i64 rows, int n, int h, unsigned* kbf, unsigned* vbf) {
+    pdl_wait();
+    qkv_split64(q, k, v, x, qw, qb, kw, kb, norm, eps, cs, sn, pairing, rows, n, h, kbf, vbf);
 }

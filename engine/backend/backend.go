@@ -234,6 +234,27 @@ func NormLinear(be Backend, x, nw, nb Tensor, eps float32, w, b Tensor, act Acti
 	return y
 }
 
+// NormQKVer is a Backend that runs a block's LayerNorm, qkv projection
+// and SplitQKV as one operation (NormQKV uses it), so that the projection
+// need not exist in every form.
+type NormQKVer interface {
+	// NormQKV is SplitQKV(NormLinear(x, nw, nb, eps, w, b, ActNone), p).
+	NormQKV(x, nw, nb Tensor, eps float32, w, b Tensor, p QKVParams) (q, k, v Tensor)
+}
+
+// NormQKV is SplitQKV(NormLinear(x, nw, nb, eps, w, b, ActNone), p): one
+// operation where be is a NormQKVer, else those two with the projection
+// freed.
+func NormQKV(be Backend, x, nw, nb Tensor, eps float32, w, b Tensor, p QKVParams) (q, k, v Tensor) {
+	if nq, ok := be.(NormQKVer); ok {
+		return nq.NormQKV(x, nw, nb, eps, w, b, p)
+	}
+	qkv := NormLinear(be, x, nw, nb, eps, w, b, ActNone)
+	q, k, v = be.SplitQKV(qkv, p)
+	be.Free(qkv)
+	return q, k, v
+}
+
 // Backend runs the model's operations.
 type Backend interface {
 	// Name identifies the backend ("cpu", "cuda").

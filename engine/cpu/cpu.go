@@ -35,7 +35,10 @@ type Backend struct {
 
 var _ backend.Backend = (*Backend)(nil)
 
-var _ backend.NormLinearer = (*Backend)(nil)
+var (
+	_ backend.NormLinearer = (*Backend)(nil)
+	_ backend.NormQKVer    = (*Backend)(nil)
+)
 
 // New makes a CPU backend.
 func New(cfg Config) *Backend {

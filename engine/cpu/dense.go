@@ -121,6 +121,15 @@ func (b *Backend) NormLinear(x, nw, nb backend.Tensor, eps float32, w, bias back
 	return y
 }
 
+// NormQKV is SplitQKV(NormLinear(x, …), p) as those operations are
+// (backend.NormQKVer): the reference for backends that fuse them.
+func (b *Backend) NormQKV(x, nw, nb backend.Tensor, eps float32, w, bias backend.Tensor, p backend.QKVParams) (q, k, v backend.Tensor) {
+	qkv := b.NormLinear(x, nw, nb, eps, w, bias, backend.ActNone)
+	q, k, v = b.SplitQKV(qkv, p)
+	b.Free(qkv)
+	return q, k, v
+}
+
 // Unary applies an elementwise function.
 func (b *Backend) Unary(op backend.UnaryOp, x backend.Tensor) backend.Tensor {
 	xt := ct(x)

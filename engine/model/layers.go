@@ -185,20 +185,16 @@ func loadBlock(be backend.Backend, c *weights.Cursor, cfg blockConfig) (*block, 
 func (b *block) scale() float32 { return float32(1 / math.Sqrt(float64(b.hd))) }
 
 // qkvHeads runs norm1 and the qkv projection on x [..., N, E] and splits the
-// result into q, k, v [..., N, H, D] with one SplitQKV, which also applies the
-// optional qk-norm and, when cos and sin [N, D/2] are set, the RoPE of q and k
-// (nil tables: no rotation).
-// kvUse says what reads k and v (backend.KVUse): a backend may then write
-// only the forms those read.
+// result into q, k, v [..., N, H, D], all in one backend.NormQKV, whose split
+// also applies the optional qk-norm and, when cos and sin [N, D/2] are set,
+// the RoPE of q and k (nil tables: no rotation). kvUse says what reads k and
+// v (backend.KVUse): a backend may then write only the forms those read.
 func (b *block) qkvHeads(be backend.Backend, x, cos, sin backend.Tensor, pairing backend.RoPEPairing, kvUse backend.KVUse) (q, k, v backend.Tensor) {
-	qkv := b.norm1.linear(be, x, b.qkv, backend.ActNone)
-	q, k, v = be.SplitQKV(qkv, backend.QKVParams{
+	return backend.NormQKV(be, x, b.norm1.w, b.norm1.b, b.norm1.eps, b.qkv.w, b.qkv.b, backend.QKVParams{
 		Heads: b.heads, HeadDim: b.hd,
 		Norm: b.hasQKNorm, QW: b.qNorm.w, QB: b.qNorm.b, KW: b.kNorm.w, KB: b.kNorm.b, Eps: b.qNorm.eps,
 		Cos: cos, Sin: sin, Pairing: pairing, KVUse: kvUse,
 	})
-	be.Free(qkv)
-	return q, k, v
 }
 
 // finish adds the attention branch (attn [..., N, H, D]) and the MLP branch to x,
