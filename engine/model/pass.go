@@ -382,6 +382,7 @@ func (p *Pass) StepCosts(dst []int) []int {
 			}
 			stage = stageDone
 		case stageFetch:
+			dst = append(dst, 0) // the wait for the copies
 			stage = stageDone
 		}
 	}

@@ -271,3 +271,94 @@ func sum(xs []int) int {
 	}
 	return n
 }
+
+// TestPassDeferFetch: a pass with Step.DeferFetch stops once its work and
+// its copies are queued (Queued), leaves the model, which runs the next
+// call at once, and completes with the step after, its output and the next
+// call's bit-identical to Forward's one after the other; its cost then is
+// zero, a cancelled context does not cut the wait short, and an aborted
+// queued pass (its frame committed, as a call's whose outputs go unread)
+// leaves the model's next call undisturbed.
+func TestPassDeferFetch(t *testing.T) {
+	gc := loadCase(t, "stream_kf1")
+	ctx := context.Background()
+	alone := loadTiny(t, gc.m, false)
+	var want []*Output
+	for _, imgs := range [][][]float32{gc.images[:3], gc.images[3:4], gc.images[4:5], gc.images[5:6]} {
+		out, err := alone.Forward(ctx, imgs, gc.h, gc.w, Step{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, out)
+	}
+	same := func(name string, got, w *Output) {
+		t.Helper()
+		if !slices.Equal(got.PoseEnc, w.PoseEnc) {
+			t.Fatalf("%s: pose %v, Forward %v", name, got.PoseEnc, w.PoseEnc)
+		}
+		for f := range w.Depth {
+			if !slices.Equal(got.Depth[f], w.Depth[f]) || !slices.Equal(got.DepthConf[f], w.DepthConf[f]) || !slices.Equal(got.Points[f], w.Points[f]) {
+				t.Fatalf("%s frame %d: dense outputs differ from Forward's", name, f)
+			}
+		}
+	}
+	m := loadTiny(t, gc.m, false)
+	if _, err := m.Forward(ctx, gc.images[:3], gc.h, gc.w, Step{}); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	p, err := m.Begin(cctx, gc.images[3:4], gc.h, gc.w, Step{DeferFetch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for !p.Queued() {
+		done, err := p.Step()
+		if err != nil || done {
+			t.Fatalf("before the copies: done %v, %v", done, err)
+		}
+	}
+	if p.Output() != nil || p.Cost() != 0 || len(p.StepCosts(nil)) != 1 {
+		t.Fatalf("queued pass: output %v, cost %d, steps %v", p.Output() != nil, p.Cost(), p.StepCosts(nil))
+	}
+	cancel()
+	// the next frame runs while the first one's copies are in flight
+	next, err := m.Forward(ctx, gc.images[4:5], gc.h, gc.w, Step{})
+	if err != nil {
+		t.Fatalf("a call after a queued pass: %v", err)
+	}
+	done, err := p.Step()
+	if err != nil || !done || p.Queued() {
+		t.Fatalf("the wait: done %v, queued %v, %v", done, p.Queued(), err)
+	}
+	same("queued call", p.Output(), want[1])
+	same("the call after it", next, want[2])
+
+	// an aborted queued pass: the model's next call is as Forward's
+	q, err := m.Begin(ctx, gc.images[5:6], gc.h, gc.w, Step{DeferFetch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for !q.Queued() {
+		if _, err := q.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.Abort()
+	if _, err := q.Step(); err == nil || q.Output() != nil {
+		t.Fatalf("an aborted queued pass stepped on: %v", err)
+	}
+	// its frame was committed when it was queued, as a call's whose
+	// outputs went unread
+	if m.Stats() != alone.Stats() || m.CameraFrames() != alone.CameraFrames() {
+		t.Fatalf("after the aborted queued pass: %+v (camera %d), Forward alone %+v (camera %d)", m.Stats(), m.CameraFrames(), alone.Stats(), alone.CameraFrames())
+	}
+	w, err := alone.Forward(ctx, gc.images[6:7], gc.h, gc.w, Step{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.Forward(ctx, gc.images[6:7], gc.h, gc.w, Step{})
+	if err != nil {
+		t.Fatalf("a call after an aborted queued pass: %v", err)
+	}
+	same("the call after an aborted queued pass", got, w)
+}
