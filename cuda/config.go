@@ -143,6 +143,11 @@ type Config struct {
 	// the GEMM's output and the split's input, one more rounding (the
 	// reference's).
 	QKVBF16 bool
+	// CameraHeadFuseNorm, with CameraHeadBF16, runs each LayerNorm of the
+	// camera head that feeds one of its linears inside that linear's GEMV
+	// (every block normalises the token itself) instead of as a kernel of
+	// its own. The statistics are summed in another order.
+	CameraHeadFuseNorm bool
 	// LazyKernels compiles each kernel module when it is first used
 	// instead of in New. By default New compiles (in parallel, or reads from
 	// CacheDir) and loads every module a stream of this configuration runs,
@@ -162,7 +167,8 @@ var retiredPagedKernels = []string{"mma", "exact", "wg", "tma", "poly4", "poly2"
 
 // DefaultConfig is device 0 in bf16 with the default kernels.
 func DefaultConfig() Config {
-	return Config{Device: 0, Precision: BF16, PagedKernel: "auto", Arch: "auto", Graphs: true, FuseNorm: true, LeanQKV: true}
+	return Config{Device: 0, Precision: BF16, PagedKernel: "auto", Arch: "auto", Graphs: true, FuseNorm: true, LeanQKV: true,
+		CameraHeadFuseNorm: true}
 }
 
 // Backend is a backend.Backend on a GPU. Device failures (out of memory, a

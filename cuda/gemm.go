@@ -133,7 +133,7 @@ func (g *gpu) Linear(x, w, b backend.Tensor, act backend.Activation) backend.Ten
 	rows, k, m, shape := linearShape("Linear", xt, wt, bt)
 	if wt.buf.headBF {
 		return g.output(shape, "Linear", func(out *Tensor) error {
-			return g.gemvBF16(out.ptr(), xt, wt, bt, nil, rows, k, m, act == backend.ActGELU)
+			return g.gemvBF16(out.ptr(), xt, wt, bt, nil, rows, k, m, act == backend.ActGELU, nil)
 		})
 	}
 	if act == backend.ActGELU && g.bf16Weight(wt) {
@@ -223,7 +223,7 @@ func (g *gpu) LinearAdd(x, w, b, r backend.Tensor) backend.Tensor {
 	}
 	if wt.buf.headBF {
 		return g.output(shape, "LinearAdd", func(out *Tensor) error {
-			return g.gemvBF16(out.ptr(), xt, wt, bt, rt, rows, k, m, false)
+			return g.gemvBF16(out.ptr(), xt, wt, bt, rt, rows, k, m, false, nil)
 		})
 	}
 	return g.output(shape, "LinearAdd", func(out *Tensor) error {

@@ -58,22 +58,63 @@ func (g *gpu) uploadHeadBF16(data []float32, shape []int) backend.Tensor {
 	return out
 }
 
-// gemvKernel is the kernel for a block row of r rows of x.
-func gemvKernel(rows int) (name string, r int) {
+// gemvRows is the block row of the GEMV kernels for rows rows of x: 1, 2,
+// 4 or 8 (then several block rows).
+func gemvRows(rows int) int {
 	switch {
 	case rows <= 1:
-		return "gemv_bf16_r1", 1
+		return 1
 	case rows == 2:
-		return "gemv_bf16_r2", 2
+		return 2
 	case rows <= 4:
-		return "gemv_bf16_r4", 4
+		return 4
 	}
-	return "gemv_bf16_r8", 8
+	return 8
+}
+
+// The kernels by block row (gemvRows), plain and normalising.
+var (
+	gemvNames     = map[int]string{1: "gemv_bf16_r1", 2: "gemv_bf16_r2", 4: "gemv_bf16_r4", 8: "gemv_bf16_r8"}
+	gemvNormNames = map[int]string{1: "gemv_norm_bf16_r1", 2: "gemv_norm_bf16_r2", 4: "gemv_norm_bf16_r4", 8: "gemv_norm_bf16_r8"}
+)
+
+// gemvNormShared bounds the shared memory of a GEMV that normalises its
+// rows (R·k floats): what a block gets without asking, less room for the
+// kernel's own reduction buffer (a phase 1 of more than 4 frames at the
+// camera head's width normalises apart).
+const gemvNormShared = 47 << 10
+
+// gemvNorm is the LayerNorm a GEMV applies to x first (NormLinear): its
+// affine weight and bias (0 when absent) and eps.
+type gemvNorm struct {
+	w, b cu.DevicePtr
+	eps  float32
+}
+
+// normGEMV is NormLinear on a head matrix kept in bf16. With
+// Config.CameraHeadFuseNorm each block of the GEMV normalises its rows of x
+// itself; otherwise, or when they do not fit its shared memory, the
+// LayerNorm runs as its own kernel first.
+func (g *gpu) normGEMV(x, nw, nb backend.Tensor, eps float32, w, b backend.Tensor, act backend.Activation) backend.Tensor {
+	xt, wt, bt := g.tensor(x), g.gemmTensor(w), g.tensor(b)
+	nwt, nbt := g.tensor(nw), g.tensor(nb)
+	rows, k, m, shape := linearShape("NormLinear", xt, wt, bt)
+	checkNormAffine(xt, nwt, nbt, k)
+	if !g.cfg.CameraHeadFuseNorm || gemvRows(rows)*k*4 > gemvNormShared || !aligned(16, ptrOf(nwt), ptrOf(nbt)) {
+		h := g.LayerNorm(x, nw, nb, eps)
+		y := g.Linear(h, w, b, act)
+		g.Free(h)
+		return y
+	}
+	return g.output(shape, "NormLinear", func(out *Tensor) error {
+		return g.gemvBF16(out.ptr(), xt, wt, bt, nil, rows, k, m, act == backend.ActGELU, &gemvNorm{ptrOf(nwt), ptrOf(nbt), eps})
+	})
 }
 
 // gemvBF16 writes x·wᵀ + b, plus rt when set, then the exact GELU when gelu,
-// to out (fp32 [rows, m]) for a head matrix w kept in bf16. Owner thread.
-func (g *gpu) gemvBF16(out cu.DevicePtr, xt, wt, bt, rt *Tensor, rows, k, m int, gelu bool) error {
+// to out (fp32 [rows, m]) for a head matrix w kept in bf16; with norm, x is
+// first normalised. Owner thread.
+func (g *gpu) gemvBF16(out cu.DevicePtr, xt, wt, bt, rt *Tensor, rows, k, m int, gelu bool, norm *gemvNorm) error {
 	if rows == 0 || m == 0 {
 		return nil
 	}
@@ -95,7 +136,7 @@ func (g *gpu) gemvBF16(out cu.DevicePtr, xt, wt, bt, rt *Tensor, rows, k, m int,
 		}
 		xp = s.ptr
 	}
-	name, r := gemvKernel(rows)
+	r := gemvRows(rows)
 	chunks := (rows + r - 1) / r
 	if chunks > 65535 {
 		return fmt.Errorf("bf16 GEMV on %d rows: more than %d block rows", rows, 65535)
@@ -104,6 +145,14 @@ func (g *gpu) gemvBF16(out cu.DevicePtr, xt, wt, bt, rt *Tensor, rows, k, m int,
 	if gelu {
 		act = 1
 	}
-	grid := [3]int{(m + gemvWarps - 1) / gemvWarps, chunks, 1}
-	return g.launch("gemv", name, grid, [3]int{gemvWarps * 32, 1, 1}, 0, out, xp, wt.buf.bf.ptr, ptrOf(bt), ptrOf(rt), rows, k, m, act)
+	grid, block := [3]int{(m + gemvWarps - 1) / gemvWarps, chunks, 1}, [3]int{gemvWarps * 32, 1, 1}
+	args := []any{out, xp, wt.buf.bf.ptr, ptrOf(bt), ptrOf(rt), rows, k, m, act}
+	if norm == nil {
+		return g.launch("gemv", gemvNames[r], grid, block, 0, args...)
+	}
+	shared := r * k * 4
+	if shared > gemvNormShared {
+		return fmt.Errorf("bf16 GEMV normalising %d rows of %d: %d bytes of shared memory", r, k, shared)
+	}
+	return g.launch("gemv", gemvNormNames[r], grid, block, shared, append(args, norm.w, norm.b, norm.eps)...)
 }

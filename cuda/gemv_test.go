@@ -164,6 +164,8 @@ func TestGEMVBF16(t *testing.T) {
 		}
 	}
 
+	checkNormGEMV(t, p, g)
+
 	// x one float past an aligned address: the kernels read 16-byte
 	// vectors, so it is copied to aligned memory first.
 	const rows, k, m = 3, 64, 24
@@ -179,6 +181,63 @@ func TestGEMVBF16(t *testing.T) {
 	p.check("Linear on an unaligned x", g.Linear(shifted, gw, nil, backend.ActNone), want, p.tol)
 	g.Free(base)
 	g.Free(gw)
+}
+
+// checkNormGEMV: NormLinear on head matrices kept in bf16 matches the CPU's
+// LayerNorm and Linear on the same bf16-rounded weights, with the LayerNorm
+// inside the GEMV (Config.CameraHeadFuseNorm: each block normalises its
+// rows, up to 4 rows at the head's width, with and without the affine
+// parameters) and apart (more rows than fit a block's shared memory, and
+// the setting off).
+func checkNormGEMV(t *testing.T, p pair, g *gpu) {
+	t.Helper()
+	off := newHeadBF16(t, BF16)
+	defer off.Close()
+	off.cfg.CameraHeadFuseNorm = false
+	for _, c := range []gemvCase{{[]int{1}, 2048, 6144}, {[]int{1}, 2048, 1024}, {[]int{2}, 2048, 40}, {[]int{3}, 2048, 8192},
+		{[]int{5}, 2048, 24}, {[]int{8}, 264, 33}, {[]int{17}, 64, 9}, {[]int{1}, 8, 3}} {
+		rows := backend.Numel(c.lead)
+		x := p.randn(rows*c.k, 1)
+		for i := range x {
+			x[i] += 0.5 // a mean to take out
+		}
+		w := p.randn(c.m*c.k, 1/math.Sqrt(float64(c.k)))
+		b := p.randn(c.m, 0.5)
+		nw := p.randn(c.k, 0.3)
+		nb := p.randn(c.k, 0.1)
+		cx := fx.cpu.FromHost(x, rows, c.k)
+		cw, cb := fx.cpu.Weight("w", roundedBF16(w), backend.Head, c.m, c.k), fx.cpu.Weight("b", b, backend.Head, c.m)
+		cnw, cnb := fx.cpu.Weight("nw", nw, backend.Head, c.k), fx.cpu.Weight("nb", nb, backend.Head, c.k)
+		for _, gg := range []*gpu{g, off} {
+			q := pair{t: t, gpu: gg, tol: p.tol, rng: p.rng}
+			gx := gg.FromHost(x, rows, c.k)
+			gw, gb := gg.Weight("w", w, backend.Head, c.m, c.k), gg.Weight("b", b, backend.Head, c.m)
+			gnw, gnb := gg.Weight("nw", nw, backend.Head, c.k), gg.Weight("nb", nb, backend.Head, c.k)
+			what := fmt.Sprintf("NormLinear %v×%d→%d (fuse_norm %v)", c.lead, c.k, c.m, gg.cfg.CameraHeadFuseNorm)
+			for _, act := range []backend.Activation{backend.ActNone, backend.ActGELU} {
+				q.check(fmt.Sprintf("%s act %d", what, act), gg.NormLinear(gx, gnw, gnb, 1e-5, gw, gb, act),
+					fx.cpu.NormLinear(cx, cnw, cnb, 1e-5, cw, cb, act), q.tol)
+			}
+			q.check(what+" without affine or bias", gg.NormLinear(gx, nil, nil, 1e-6, gw, nil, backend.ActNone),
+				fx.cpu.NormLinear(cx, nil, nil, 1e-6, cw, nil, backend.ActNone), q.tol)
+			for _, v := range []backend.Tensor{gx, gw, gb, gnw, gnb} {
+				gg.Free(v)
+			}
+		}
+	}
+	// Which kernels ran: the normalising GEMVs for up to 4 rows with the
+	// setting, none without it.
+	for _, c := range []struct {
+		g    *gpu
+		name string
+		want bool
+	}{{g, "gemv_norm_bf16_r1", true}, {g, "gemv_norm_bf16_r4", true}, {g, "gemv_norm_bf16_r8", true}, {off, "gemv_norm_bf16_r1", false}} {
+		var loaded bool
+		_ = c.g.own.do(func() error { _, loaded = c.g.kernels.funcs["gemv."+c.name]; return nil })
+		if loaded != c.want {
+			t.Errorf("fuse_norm %v: kernel %s ran: %v, want %v", c.g.cfg.CameraHeadFuseNorm, c.name, loaded, c.want)
+		}
+	}
 }
 
 // headRoundingCPU is the CPU backend with the head matrices that
@@ -235,9 +294,10 @@ func poseDiff(t *testing.T, got, want []float32) float64 {
 //     bf16 (the setting itself applies to BF16 and FP8 only) against the
 //     CPU with the same matrices rounded: everything but the order of the
 //     sums is the same arithmetic, so the poses agree to fp32 tolerance.
-//   - The setting: BF16 with camera_head_bf16 against the CPU's fp32 model
-//     within verify's bf16 pose tolerance; it keeps less fp32 weight memory
-//     than without, and CUDA graphs replay its kernels bit for bit.
+//   - The setting: BF16 with camera_head_bf16 (its LayerNorms inside the
+//     GEMVs or apart) against the CPU's fp32 model within verify's bf16
+//     pose tolerance; it keeps less fp32 weight memory than without, and
+//     CUDA graphs replay its kernels bit for bit.
 func TestCameraHeadBF16Stream(t *testing.T) {
 	modes := []struct {
 		name, golden string
@@ -277,20 +337,27 @@ func TestCameraHeadBF16Stream(t *testing.T) {
 
 			cfg = goldenEngineConfig(t, "bf16")
 			mode.set(&cfg)
-			run := func(on, graphs bool) ([]float32, MemStats) {
+			run := func(on, fuse, graphs bool) ([]float32, MemStats) {
 				var g *gpu
 				res := streamResults(t, cfg, frames, keptFactory(func(c *Config) {
-					c.CameraHeadBF16, c.Graphs, c.FixedGEMMAlgo = on, graphs, true
+					c.CameraHeadBF16, c.CameraHeadFuseNorm, c.Graphs, c.FixedGEMMAlgo = on, fuse, graphs, true
 				}, &g))
 				return poseEncodings(res), g.MemStats()
 			}
-			off, offMem := run(false, true)
-			on, onMem := run(true, true)
-			direct, _ := run(true, false)
-			if e := poseDiff(t, on, exact); !(e <= 2e-2) {
-				t.Errorf("bf16 with camera_head_bf16: pose encodings %.3g from the CPU's fp32, want ≤ 2e-2 (verify's bf16 tolerance)", e)
+			off, offMem := run(false, true, true)
+			on, onMem := run(true, true, true)
+			direct, _ := run(true, true, false)
+			apart, _ := run(true, false, true)
+			for _, c := range []struct {
+				name string
+				pose []float32
+			}{{"camera_head_bf16", on}, {"camera_head_bf16 without camera_head_fuse_norm", apart}} {
+				if e := poseDiff(t, c.pose, exact); !(e <= 2e-2) {
+					t.Errorf("bf16 with %s: pose encodings %.3g from the CPU's fp32, want ≤ 2e-2 (verify's bf16 tolerance)", c.name, e)
+				}
 			}
-			t.Logf("bf16: pose encodings from the CPU's fp32 %.3g with camera_head_bf16, %.3g without", poseDiff(t, on, exact), poseDiff(t, off, exact))
+			t.Logf("bf16: pose encodings from the CPU's fp32 %.3g with camera_head_bf16 (%.3g with its norms apart), %.3g without",
+				poseDiff(t, on, exact), poseDiff(t, apart, exact), poseDiff(t, off, exact))
 			if !(onMem.Weights < offMem.Weights && onMem.WeightsBF16 > offMem.WeightsBF16 && onMem.Weights+onMem.WeightsBF16 < offMem.Weights+offMem.WeightsBF16) {
 				t.Errorf("weights with camera_head_bf16: %d fp32 + %d bf16 bytes, without: %d + %d; want fewer fp32 and fewer in all",
 					onMem.Weights, onMem.WeightsBF16, offMem.Weights, offMem.WeightsBF16)

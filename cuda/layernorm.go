@@ -71,7 +71,11 @@ func (g *gpu) layerNormWarp(y, ybf cu.DevicePtr, xt, wt, bt *Tensor, rows, c int
 // for other readers has none here. The GEMM reads the same bf16 values
 // either way, so the result is the same to the bit.
 func (g *gpu) NormLinear(x, nw, nb backend.Tensor, eps float32, w, b backend.Tensor, act backend.Activation) backend.Tensor {
-	h := g.normFor(x, nw, nb, eps, g.gemmTensor(w))
+	wt := g.gemmTensor(w)
+	if wt.buf.headBF {
+		return g.normGEMV(x, nw, nb, eps, w, b, act)
+	}
+	h := g.normFor(x, nw, nb, eps, wt)
 	y := g.Linear(h, w, b, act)
 	g.Free(h)
 	return y

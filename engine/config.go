@@ -189,6 +189,10 @@ type CUDAConfig struct {
 	// QKVBF16 has a block's qkv GEMM write bf16 and the q/k/v split read
 	// those values, as the reference's autocast rounds them.
 	QKVBF16 bool `mapstructure:"qkv_bf16"`
+	// CameraHeadFuseNorm, with CameraHeadBF16, runs the camera head's
+	// LayerNorms inside the GEMVs they feed rather than as kernels of
+	// their own.
+	CameraHeadFuseNorm bool `mapstructure:"camera_head_fuse_norm"`
 }
 
 // CUDAArches are the values of CUDAConfig.Arch, as the CUDA backend names
@@ -222,13 +226,14 @@ func DefaultConfig() Config {
 		OverlapSize:       16,
 		WindowMode:        WindowReference,
 		CUDA: CUDAConfig{
-			GEMMTuning:  true,
-			PDL:         true,
-			Graphs:      true,
-			PagedKernel: "auto",
-			Arch:        "auto",
-			FuseNorm:    true,
-			LeanQKV:     true,
+			GEMMTuning:         true,
+			PDL:                true,
+			Graphs:             true,
+			PagedKernel:        "auto",
+			Arch:               "auto",
+			FuseNorm:           true,
+			LeanQKV:            true,
+			CameraHeadFuseNorm: true,
 		},
 	}
 }

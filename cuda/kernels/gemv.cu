@@ -22,10 +22,8 @@ __device__ __forceinline__ uint4 gemv_load_w(const uint4* p) {
 
 __device__ __forceinline__ void gemv_prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
-// acc plus the dot product of the 8 bf16 weights in w with x[0..8).
-__device__ __forceinline__ float gemv_dot8(uint4 w, const float* x, float acc) {
-    const float4 a = __ldg(reinterpret_cast<const float4*>(x));
-    const float4 b = __ldg(reinterpret_cast<const float4*>(x) + 1);
+// acc plus the dot product of the 8 bf16 weights in w with a and b.
+__device__ __forceinline__ float gemv_dot8(uint4 w, float4 a, float4 b, float acc) {
     acc = fmaf(__uint_as_float(w.x << 16), a.x, acc);
     acc = fmaf(__uint_as_float(w.x & 0xffff0000u), a.y, acc);
     acc = fmaf(__uint_as_float(w.y << 16), a.z, acc);
@@ -37,14 +35,99 @@ __device__ __forceinline__ float gemv_dot8(uint4 w, const float* x, float acc) {
     return acc;
 }
 
+// The block's sum of each of its threads' R values (every thread gets the
+// totals). red holds GEMV_WARPS × R floats.
+template <int R>
+__device__ __forceinline__ void gemv_block_sums(float (&v)[R], float* red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const float s = warp_sum(v[r]);
+        if (lane == 0) red[warp * R + r] = s;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        float s = 0.0f;
+#pragma unroll
+        for (int w = 0; w < GEMV_WARPS; w++) s += red[w * R + r];
+        v[r] = s;
+    }
+    __syncthreads();
+}
+
+// The block normalises nr (at most R) rows of x, k wide, into xs as
+// LayerNorm does (the mean, then the mean square of x − mean, eps; nw and nb
+// may be null): the rows the warps then multiply. Every thread of the block
+// takes part.
+template <int R>
+__device__ __forceinline__ void gemv_norm_rows(float* xs, const float* x, const float* nw, const float* nb, int nr, int k, float eps) {
+    __shared__ float red[GEMV_WARPS * R];
+    const int k4 = k >> 2;
+    float4* xs4 = reinterpret_cast<float4*>(xs);
+    float s[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        s[r] = 0.0f;
+        if (r < nr) {
+            for (int i = threadIdx.x; i < k4; i += blockDim.x) {
+                const float4 v = reinterpret_cast<const float4*>(x + (i64)r * k)[i];
+                xs4[r * k4 + i] = v;
+                s[r] += (v.x + v.y) + (v.z + v.w);
+            }
+        }
+    }
+    gemv_block_sums<R>(s, red);
+    float mean[R], q[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        mean[r] = s[r] / k;
+        q[r] = 0.0f;
+        if (r < nr) {
+            for (int i = threadIdx.x; i < k4; i += blockDim.x) {
+                const float4 v = xs4[r * k4 + i];
+                const float a = v.x - mean[r], b = v.y - mean[r], c = v.z - mean[r], d = v.w - mean[r];
+                q[r] += (a * a + b * b) + (c * c + d * d);
+            }
+        }
+    }
+    gemv_block_sums<R>(q, red);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const float inv = rsqrtf(q[r] / k + eps);
+        if (r < nr) {
+            for (int i = threadIdx.x; i < k4; i += blockDim.x) {
+                float4 v = xs4[r * k4 + i];
+                v.x = (v.x - mean[r]) * inv;
+                v.y = (v.y - mean[r]) * inv;
+                v.z = (v.z - mean[r]) * inv;
+                v.w = (v.w - mean[r]) * inv;
+                if (nw) {
+                    const float4 g = reinterpret_cast<const float4*>(nw)[i];
+                    v.x *= g.x, v.y *= g.y, v.z *= g.z, v.w *= g.w;
+                }
+                if (nb) {
+                    const float4 b = reinterpret_cast<const float4*>(nb)[i];
+                    v.x += b.x, v.y += b.y, v.z += b.z, v.w += b.w;
+                }
+                xs4[r * k4 + i] = v;
+            }
+        }
+    }
+    __syncthreads();
+}
+
 // One warp an output o, rows r0 .. r0+R-1 of x (block row blockIdx.y). k is
 // a multiple of 8 and x 16-byte aligned (the caller checks both). bias and
 // res may be null; gelu applies the exact GELU after the bias (never with
-// res: a residual branch ends in a plain projection).
-template <int R>
+// res: a residual branch ends in a plain projection). With NORM the block
+// first normalises its rows of x into shared memory (R·k floats of dynamic
+// shared memory; gemv_norm_rows) and the warps multiply those.
+template <int R, bool NORM>
 __device__ __forceinline__ void gemv_bf16_rows(float* __restrict__ y, const float* __restrict__ x, const uint4* __restrict__ w,
                                                const float* __restrict__ bias, const float* __restrict__ res, int rows, int k,
-                                               int m, int gelu) {
+                                               int m, int gelu, const float* __restrict__ nw, const float* __restrict__ nb,
+                                               float eps) {
     const int lane = threadIdx.x & 31;
     const int o = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
     const int r0 = blockIdx.y * R;
@@ -61,8 +144,14 @@ __device__ __forceinline__ void gemv_bf16_rows(float* __restrict__ y, const floa
         for (int v = lane + GEMV_DEPTH * 32; v < nv; v += 32) gemv_prefetch_l2(wr + v);
     }
     pdl_wait();
-    if (!live) return;
     const int nr = min(R, rows - r0);
+    extern __shared__ float4 gemv_rows[];
+    const float* xr = x + (i64)r0 * k; // row r of the block is xr + r·k
+    if (NORM) {
+        gemv_norm_rows<R>(reinterpret_cast<float*>(gemv_rows), xr, nw, nb, nr, k, eps);
+        xr = reinterpret_cast<const float*>(gemv_rows);
+    }
+    if (!live) return;
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = 0.0f;
@@ -80,7 +169,14 @@ __device__ __forceinline__ void gemv_bf16_rows(float* __restrict__ y, const floa
             if (v < nv) {
 #pragma unroll
                 for (int r = 0; r < R; r++) {
-                    if (r < nr) acc[r] = gemv_dot8(wv[d], x + (i64)(r0 + r) * k + (i64)v * 8, acc[r]);
+                    if (r < nr) {
+                        const float4* xv = reinterpret_cast<const float4*>(xr + (i64)r * k) + 2 * v;
+                        if (NORM) {
+                            acc[r] = gemv_dot8(wv[d], xv[0], xv[1], acc[r]);
+                        } else {
+                            acc[r] = gemv_dot8(wv[d], __ldg(xv), __ldg(xv + 1), acc[r]);
+                        }
+                    }
                 }
             }
         }
@@ -101,22 +197,42 @@ __device__ __forceinline__ void gemv_bf16_rows(float* __restrict__ y, const floa
 
 // The host picks the smallest R that holds the rows (one token a frame: R =
 // 1), or R = 8 with a block row per 8 rows.
+#define GEMV_ARGS float *y, const float *x, const uint4 *w, const float *bias, const float *res, int rows, int k, int m, int gelu
+
+extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_bf16_r1(GEMV_ARGS) {
+    gemv_bf16_rows<1, false>(y, x, w, bias, res, rows, k, m, gelu, nullptr, nullptr, 0.0f);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_bf16_r2(GEMV_ARGS) {
+    gemv_bf16_rows<2, false>(y, x, w, bias, res, rows, k, m, gelu, nullptr, nullptr, 0.0f);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_bf16_r4(GEMV_ARGS) {
+    gemv_bf16_rows<4, false>(y, x, w, bias, res, rows, k, m, gelu, nullptr, nullptr, 0.0f);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_bf16_r8(GEMV_ARGS) {
+    gemv_bf16_rows<8, false>(y, x, w, bias, res, rows, k, m, gelu, nullptr, nullptr, 0.0f);
+}
+
+// Linear(LayerNorm(x)) in one kernel (NormLinear on the camera head): each
+// block normalises its rows itself, so the LayerNorm is no launch of its own.
 extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)
-    gemv_bf16_r1(float* y, const float* x, const uint4* w, const float* bias, const float* res, int rows, int k, int m, int gelu) {
-    gemv_bf16_rows<1>(y, x, w, bias, res, rows, k, m, gelu);
+    gemv_norm_bf16_r1(GEMV_ARGS, const float* nw, const float* nb, float eps) {
+    gemv_bf16_rows<1, true>(y, x, w, bias, res, rows, k, m, gelu, nw, nb, eps);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)
-    gemv_bf16_r2(float* y, const float* x, const uint4* w, const float* bias, const float* res, int rows, int k, int m, int gelu) {
-    gemv_bf16_rows<2>(y, x, w, bias, res, rows, k, m, gelu);
+    gemv_norm_bf16_r2(GEMV_ARGS, const float* nw, const float* nb, float eps) {
+    gemv_bf16_rows<2, true>(y, x, w, bias, res, rows, k, m, gelu, nw, nb, eps);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)
-    gemv_bf16_r4(float* y, const float* x, const uint4* w, const float* bias, const float* res, int rows, int k, int m, int gelu) {
-    gemv_bf16_rows<4>(y, x, w, bias, res, rows, k, m, gelu);
+    gemv_norm_bf16_r4(GEMV_ARGS, const float* nw, const float* nb, float eps) {
+    gemv_bf16_rows<4, true>(y, x, w, bias, res, rows, k, m, gelu, nw, nb, eps);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)
-    gemv_bf16_r8(float* y, const float* x, const uint4* w, const float* bias, const float* res, int rows, int k, int m, int gelu) {
-    gemv_bf16_rows<8>(y, x, w, bias, res, rows, k, m, gelu);
+    gemv_norm_bf16_r8(GEMV_ARGS, const float* nw, const float* nb, float eps) {
+    gemv_bf16_rows<8, true>(y, x, w, bias, res, rows, k, m, gelu, nw, nb, eps);
 }

@@ -200,10 +200,8 @@ func (h *cameraHead) forward(be backend.Backend, cc *camCache, last backend.Tens
 			be.Free(x)
 			x = be.Reshape(nx, s, h.dim)
 		}
-		tn := h.trunkNorm.forward(be, x)
+		hid := h.trunkNorm.linear(be, x, h.fc1, backend.ActGELU)
 		be.Free(x)
-		hid := h.fc1.forward(be, tn, backend.ActGELU)
-		be.Free(tn)
 		delta := h.fc2.forward(be, hid, backend.ActNone)
 		be.Free(hid)
 		if pred == nil {
