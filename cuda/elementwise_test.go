@@ -375,3 +375,70 @@ func TestNormQKV(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkTrunkBlockLevers times a frame block of 1005 tokens as the model
+// runs it (NormQKV with KVAttention, the attention, proj with the residual,
+// NormLinear with GELU, fc2 with the residual), graphs on, in bf16 and fp8,
+// with the element-wise levers off, with the default (cuda.fuse_norm and
+// cuda.lean_qkv), and with cuda.fc1_bf16 and cuda.qkv_bf16 added one at a
+// time and together.
+func BenchmarkTrunkBlockLevers(b *testing.B) {
+	const n, c, h = 1005, 1024, 16
+	levers := []struct {
+		name string
+		set  func(*Config)
+	}{
+		{"off", func(c *Config) { c.FuseNorm, c.LeanQKV, c.FC1BF16, c.QKVBF16 = false, false, false, false }},
+		{"default", func(c *Config) { c.FuseNorm, c.LeanQKV, c.FC1BF16, c.QKVBF16 = true, true, false, false }},
+		{"fc1_bf16", func(c *Config) { c.FuseNorm, c.LeanQKV, c.FC1BF16, c.QKVBF16 = true, true, true, false }},
+		{"qkv_bf16", func(c *Config) { c.FuseNorm, c.LeanQKV, c.FC1BF16, c.QKVBF16 = true, true, false, true }},
+		{"all", func(c *Config) { c.FuseNorm, c.LeanQKV, c.FC1BF16, c.QKVBF16 = true, true, true, true }},
+	}
+	for _, be := range []Backend{fx.bf16, fx.fp8} {
+		g := be.(*gpu)
+		p := pair{t: b, gpu: be, rng: rand.New(rand.NewPCG(24, 1))}
+		w := func(scale float64, shape ...int) backend.Tensor {
+			return be.Weight("w", p.randn(backend.Numel(shape), scale), backend.Trunk, shape...)
+		}
+		x := be.FromHost(p.randn(n*c, 1), 1, n, c)
+		ln1w, ln1b, ln2w, ln2b := w(0.1, c), w(0.1, c), w(0.1, c), w(0.1, c)
+		wqkv, bqkv := w(0.03, 3*c, c), w(0.1, 3*c)
+		wo, bo := w(0.03, c, c), w(0.1, c)
+		w1, b1 := w(0.03, 4*c, c), w(0.1, 4*c)
+		w2, b2 := w(0.015, c, 4*c), w(0.1, c)
+		block := func() {
+			q, k, v := backend.NormQKV(be, x, ln1w, ln1b, 1e-6, wqkv, bqkv, backend.QKVParams{Heads: h, HeadDim: c / h, KVUse: backend.KVAttention})
+			a := be.Attention(q, k, v, 0.125)
+			be.Free(q)
+			be.Free(k)
+			be.Free(v)
+			x1 := be.LinearAdd(be.Reshape(a, 1, n, c), wo, bo, x)
+			be.Free(a)
+			f := backend.NormLinear(be, x1, ln2w, ln2b, 1e-6, w1, b1, backend.ActGELU)
+			be.Free(be.LinearAdd(f, w2, b2, x1))
+			be.Free(f)
+			be.Free(x1)
+			if err := g.own.do(g.flush); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, l := range levers {
+			b.Run(p.name()+"/"+l.name, func(b *testing.B) {
+				undo := setConfig(be, l.set)
+				defer undo()
+				for range 3 {
+					block()
+				}
+				waitGPU(b, be)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					block()
+				}
+				waitGPU(b, be)
+			})
+		}
+		for _, t := range []backend.Tensor{x, ln1w, ln1b, ln2w, ln2b, wqkv, bqkv, wo, bo, w1, b1, w2, b2} {
+			be.Free(t)
+		}
+	}
+}
