@@ -92,6 +92,21 @@ var f8Kernel = attnKernel{module: "attention_hopper", name: "attn_f8_paged", bq:
 // widened to fp16, two stages of a K and a Vᵀ tile of 64 rows × 80 bytes.
 var fa2F8Kernel = attnKernel{module: "attention_fa2", name: "attn_fa2_paged_f8", bq: faBQ, tk: mmaTK, perSM: 2, smem: 2 * 2 * mmaTK * 80, bfOut: true}
 
+// hopperKernel is one of the Hopper kernels above compiled with the
+// backend's softmax levers (gpu.attn): its module, and with the row sums on
+// the tensor cores the shared memory of their ones (kernels/attention_hopper.cu,
+// RS): a 1 KB atom after each stage's Vᵀ tile in FP8, else one 1 KB block.
+func (g *gpu) hopperKernel(k attnKernel) attnKernel {
+	k.module = g.attn.hopperModule()
+	switch {
+	case g.attn.RowSumMMA && k.name == f8Kernel.name:
+		k.smem += tmaStages * 1024
+	case g.attn.RowSumMMA:
+		k.smem += 1024
+	}
+	return k
+}
+
 // fa2Kernel is the mma.sync pipelined kernel, paged or dense.
 func fa2Kernel(name string) attnKernel {
 	return attnKernel{module: "attention_fa2", name: name, bq: faBQ, tk: mmaTK, perSM: 2, smem: 2 * faStage, bfOut: true}
@@ -270,9 +285,7 @@ func (g *gpu) denseBF(out, qt, kt, vt *Tensor, scale float32) error {
 			}
 			g.onePage = pt
 		}
-		k := wgKernel
-		k.module = g.attn.hopperModule()
-		return g.attend(k, out, 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
+		return g.attend(g.hopperKernel(wgKernel), out, 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
 			return []any{qt.ptr(), kb, vb, g.onePage.ptr, nk, nq, nk, h, scale, o, pm, pl}
 		})
 	}
@@ -352,11 +365,7 @@ func (g *gpu) pagedKernel(st *kvStore, layer int) (k attnKernel, kArg, vArg any,
 		if err != nil {
 			return k, nil, nil, err
 		}
-		k = f8Kernel
-		k.module = g.attn.hopperModule()
-		if g.attn.RowSumMMA {
-			k.smem += tmaStages * 1024 // a 1 KB atom of ones after each stage's Vᵀ tile
-		}
+		k = g.hopperKernel(f8Kernel)
 		if lk, ok := g.labF8Kernel(); ok {
 			k = lk
 		}
@@ -374,14 +383,11 @@ func (g *gpu) pagedKernel(st *kvStore, layer int) (k attnKernel, kArg, vArg any,
 		if err != nil {
 			return k, nil, nil, err
 		}
-		k = tma3Kernel
-		k.module = g.attn.hopperModule()
+		k = g.hopperKernel(tma3Kernel)
 		k.splits = g.pagedSplits
 		return k, maps.at(2 * layer), maps.at(2*layer + 1), nil
 	case hopper:
-		k = wgKernel
-		k.module = g.attn.hopperModule()
-		return k, kArg, vArg, nil
+		return g.hopperKernel(wgKernel), kArg, vArg, nil
 	case fast:
 		return fa2Kernel("attn_fa2_paged_bf"), kArg, vArg, nil
 	case st.bf:

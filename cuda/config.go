@@ -247,8 +247,9 @@ type AttnSettings struct {
 	// of its output and row sums, unless a row's maximum grew by more than
 	// a threshold (ATTN_LAZY_RESCALE).
 	LazyRescale bool
-	// RowSumMMA has the FP8 kernel's P·V multiply eight more rows of ones,
-	// so the tensor cores add up the rows of P (ATTN_ROWSUM_MMA).
+	// RowSumMMA has the tensor cores add up the rows of P: the FP8 kernel's
+	// P·V multiplies eight more rows of ones, the bf16 kernels' a second
+	// MMA of eight columns against ones (ATTN_ROWSUM_MMA).
 	RowSumMMA bool
 }
 

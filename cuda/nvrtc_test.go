@@ -135,8 +135,8 @@ func TestKernelsCompile(t *testing.T) {
 
 // attnMarks are PTX text that each softmax lever brings into the Hopper
 // attention module and the default build lacks: ex2_poly's rounding
-// constant 1.5·2^23, the warp vote of the lazy rescale, the P·V MMA of 72
-// columns.
+// constant 1.5·2^23, the warp vote of the lazy rescale, the FP8 P·V MMA of
+// 72 columns and the bf16 row-sum MMA of 8.
 func attnMarks(a AttnSettings) map[string]struct {
 	text string
 	on   bool
@@ -146,9 +146,10 @@ func attnMarks(a AttnSettings) map[string]struct {
 		on   bool
 	}
 	return map[string]mark{
-		"exp_poly":     {"0f4B400000", a.ExpPoly != 0},
-		"lazy_rescale": {"vote.sync.any", a.LazyRescale},
-		"rowsum_mma":   {"m64n72k32", a.RowSumMMA},
+		"exp_poly":        {"0f4B400000", a.ExpPoly != 0},
+		"lazy_rescale":    {"vote.sync.any", a.LazyRescale},
+		"rowsum_mma":      {"m64n72k32", a.RowSumMMA},
+		"rowsum_mma_bf16": {"m64n8k16", a.RowSumMMA},
 	}
 }
 

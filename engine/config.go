@@ -163,8 +163,8 @@ type CUDAConfig struct {
 	// AttnLazyRescale skips the Hopper attention kernels' rescale of a
 	// warp's rows unless a row maximum grew by more than a threshold.
 	AttnLazyRescale bool `mapstructure:"attn_lazy_rescale"`
-	// AttnRowSumMMA sums the rows of P on the tensor cores in the FP8
-	// Hopper attention kernel.
+	// AttnRowSumMMA sums the rows of P on the tensor cores in the Hopper
+	// attention kernels.
 	AttnRowSumMMA bool `mapstructure:"attn_rowsum_mma"`
 	// Arch is the target the kernels are compiled for: "auto" (the GPU's
 	// own) or one of CUDAArches below the GPU's capability; below sm_90 the

@@ -265,8 +265,11 @@ static void paged(Rng& rng, Case c, bool timeit) {
     }
     // WG_TMA3=1: the TMA cases run attn_tma3_paged_bf (three warpgroups, Q in shared memory).
     const bool three = c.tma && getenv("WG_TMA3") != nullptr;
-    const int smem = three ? WSTAGES_TMA * 2 * WTILE + 1024 + 3 * 8192 + 1024
-                     : c.tma ? WSTAGES_TMA * (2 * WTILE + 8) + 1024 : WSTAGES * 2 * WTILE + 1024;
+    // -DATTN_ROWSUM_MMA=1: the bf16 kernels' 1 KB of ones after the rest (and
+    // the two-warpgroup TMA kernel's barrier slot before it).
+    const int smem = (three ? WSTAGES_TMA * 2 * WTILE + 1024 + 3 * 8192 + 1024
+                      : c.tma ? WSTAGES_TMA * (2 * WTILE + 8) + 1024 : WSTAGES * 2 * WTILE + 1024) +
+                     (ATTN_ROWSUM_MMA ? 2048 : 0);
     CK(cudaFuncSetAttribute(attn_wg_paged_bf, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     CK(cudaFuncSetAttribute(attn_tma_paged_bf, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     CK(cudaFuncSetAttribute(attn_tma3_paged_bf, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));

@@ -25,10 +25,12 @@
 // ATTN_LAZY_RESCALE 1: a warp keeps its rows' running maxima, and skips the
 //   rescale of O and l, unless one of its rows' maxima grew by more than TAU
 //   (wg_paged); P then reaches at most 2^TAU times its usual bound.
-// ATTN_ROWSUM_MMA 1 (the FP8 kernel): the row sums come from the tensor
-//   cores: P·V multiplies eight more rows of ones after each Vᵀ tile (N = 72),
-//   so the sums are those of the e4m3 P that O is made of, and the 32 adds a
-//   thread did for them each tile are gone.
+// ATTN_ROWSUM_MMA 1: the row sums come from the tensor cores, and the 32
+//   adds and the tree a thread did for them each tile are gone. FP8: P·V
+//   multiplies eight more rows of ones after each Vᵀ tile (N = 72), so the
+//   sums are those of the e4m3 P that O is made of. bf16: each k-step of
+//   P·V has a second MMA of N = 8 against a 1 KB block of ones after the
+//   rest of shared memory (ones_at in wg_paged).
 #ifndef ATTN_EXP_POLY
 #define ATTN_EXP_POLY 0
 #endif
@@ -137,6 +139,15 @@ __device__ __forceinline__ void wgmma_f8_pv(float* d, const unsigned* a, unsigne
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
+
+// D(64×8) += A(64×16, bf16 registers) · B(16×8, shared memory descriptor,
+// K-major): with B all ones, each row's sum of A (ATTN_ROWSUM_MMA, bf16).
+__device__ __forceinline__ void wgmma_n8_k(float* d, const unsigned* a, unsigned long long desc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
 }
 
 // O(64×72) += P(64×32, e4m3 registers) · [V | 1](32×72): Vᵀ's 64 rows and
@@ -280,17 +291,18 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
 
     constexpr int NST = TMA ? WSTAGES_TMA : WSTAGES; // K+V stages
     static_assert(!F8 || (TMA && NWG == 3), "the FP8 cache is read with three warpgroups and TMA copies");
-    // RS: the row sums on the tensor cores (ATTN_ROWSUM_MMA, FP8 only): a
+    // RS: the row sums on the tensor cores (ATTN_ROWSUM_MMA). FP8: a
     // stage's Vᵀ tile is followed by a 1 KB atom of e4m3 ones, rows 64…71
-    // of the B operand of P·V (the TMA never writes it).
-    constexpr bool RS = F8 && ATTN_ROWSUM_MMA;
+    // of the B operand of P·V (the TMA never writes it). bf16: a 1 KB block
+    // of bf16 ones after the rest of shared memory (ones_at below).
+    constexpr bool RS = ATTN_ROWSUM_MMA;
     // LAZY: the running maxima move only when a row of the warp grows by
     // more than TAU (log2 units): P stays below 2^TAU (bf16, fp32 l), or
     // 2^(8+TAU) in FP8, inside e4m3's 448.
     constexpr bool LAZY = ATTN_LAZY_RESCALE;
     constexpr float TAU = F8 ? 0.5f : 8.f;
     constexpr int KTILE = F8 ? F8_TILE : WTILE;    // bytes of a K tile; a V tile follows it
-    constexpr int STAGE = KTILE + (F8 ? F8_TILE : WTILE) + (RS ? 1024 : 0);
+    constexpr int STAGE = KTILE + (F8 ? F8_TILE : WTILE) + (RS && F8 ? 1024 : 0);
     const int nsplit = gridDim.z;
     // cp.async: keys [k0, k1) in tiles of WK from k0. TMA: tiles [tb, tb +
     // ntiles) of the (page, part) sequence, tpp parts a page; the last page
@@ -458,6 +470,14 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         const float* q1 = q + (i64)(ok1 ? r1 : 0) * ld + (i64)hd * HD;
         load_q_frags(qa, q0, q1, ok0, ok1, tg);
     }
+    // RS, bf16: the block of ones after the stages, the barriers' slot (TMA)
+    // and Q (three warpgroups); the launch adds its 1 KB.
+    const unsigned ones_at = sbase + NST * STAGE + (TMA ? 1024 : 0) + (QS ? NWG * QTILE : 0);
+    if constexpr (RS && !F8) {
+        for (int i = tid; i < 64; i += blockDim.x)
+            *(uint4*)(sgen + (ones_at - sbase) + i * 16) = make_uint4(0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u);
+        fence_proxy_async(); // a barrier comes before the first MMA
+    }
     const float sl2 = scale * 1.4426950408889634f;
     // The scores' factors into base-2 exponents of rows r0 and r1.
     float f0 = sl2, f1 = sl2, sv = 1.f;
@@ -513,7 +533,10 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             }
         } else {
 #pragma unroll
-            for (int kk = 0; kk < 8; kk++) wgmma_n64_mn(o, p[kk], wg_desc(va + kk * 2048, 16, 1024), 1);
+            for (int kk = 0; kk < 8; kk++) {
+                wgmma_n64_mn(o, p[kk], wg_desc(va + kk * 2048, 16, 1024), 1);
+                if constexpr (RS) wgmma_n8_k(o + 32, p[kk], wg_desc(ones_at, 16, 1024));
+            }
         }
         wg_commit();
     };
