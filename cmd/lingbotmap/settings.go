@@ -40,7 +40,7 @@ func benchSettings() []string {
 // verifySettings are the settings of `lingbotmap verify`: the backend and the
 // weights; the golden case's manifest sets the model and its schedule.
 func verifySettings() []string {
-	return append([]string{"weights", "device", "threads", "precision"}, cudaSettings()...)
+	return append([]string{"weights", "device", "threads", "precision", "overlap_frames"}, cudaSettings()...)
 }
 
 // cudaSettings are the keys of the cuda section.

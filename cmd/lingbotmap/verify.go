@@ -35,6 +35,7 @@ type verifyOptions struct {
 	precision string
 	threads   int
 	cuda      engine.CUDAConfig
+	overlap   bool // overlap_frames: the same results, checked the same way
 	rtol      float64
 	jsonOut   string
 	images    string
@@ -72,7 +73,9 @@ The backend settings (config/lingbotmap.yaml: device, precision, threads, the
 cuda section) and weights (default: GOLDEN_DIR/../weights.safetensors) come
 from the built-in defaults, the --config file, LINGBOTMAP_* environment
 variables and the flags; precision defaults to fp32 here, the precision of the
-golden outputs. The golden case's manifest sets the model and its schedule.`,
+golden outputs. The golden case's manifest sets the model and its schedule;
+overlap_frames (streaming cases) checks the results the engine gives with
+the next frame queued ahead, which are the same.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if bindErr != nil {
@@ -85,6 +88,7 @@ golden outputs. The golden case's manifest sets the model and its schedule.`,
 			}
 			e := all.Engine
 			o.weights, o.device, o.precision, o.threads, o.cuda = e.Weights, e.Device, e.Precision, e.Threads, e.CUDA
+			o.overlap = e.OverlapFrames
 			return runF(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
@@ -194,6 +198,7 @@ func runVerify(ctx context.Context, o *verifyOptions, out io.Writer) error {
 	}
 	cfg.Device, cfg.Precision, cfg.Threads = o.device, o.precision, o.threads
 	cfg.CUDA = o.cuda
+	cfg.OverlapFrames = o.overlap
 	pose, depth := o.rtol, o.rtol
 	if pose == 0 {
 		pose, depth = 1e-4, 1e-4

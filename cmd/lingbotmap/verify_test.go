@@ -182,3 +182,27 @@ func withVerify(o *verifyOptions, change func(*verifyOptions)) *verifyOptions {
 	change(o)
 	return o
 }
+
+// verify with overlap_frames reports what it reports without, line for
+// line, on the streaming golden cases (the frames queued ahead give the
+// same results).
+func TestVerifyOverlapFramesSameReport(t *testing.T) {
+	for _, name := range []string{"stream_kf1", "stream_kf2"} {
+		t.Run(name, func(t *testing.T) {
+			dir, err := shared.Path("golden", name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var off, on bytes.Buffer
+			if err := runVerify(context.Background(), cpuVerifyOptions(dir), &off); err != nil {
+				t.Fatal(err)
+			}
+			if err := runVerify(context.Background(), withVerify(cpuVerifyOptions(dir), func(o *verifyOptions) { o.overlap = true }), &on); err != nil {
+				t.Fatal(err)
+			}
+			if on.String() != off.String() || !strings.Contains(on.String(), "PASS") {
+				t.Fatalf("with overlap_frames:\n%s\nwithout:\n%s", on.String(), off.String())
+			}
+		})
+	}
+}
