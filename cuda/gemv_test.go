@@ -296,15 +296,20 @@ func poseDiff(t *testing.T, got, want []float32) float64 {
 //     sums is the same arithmetic, so the poses agree to fp32 tolerance.
 //   - The setting: BF16 with camera_head_bf16 (its LayerNorms inside the
 //     GEMVs or apart) against the CPU's fp32 model within verify's bf16
-//     pose tolerance; it keeps less fp32 weight memory than without, and
-//     CUDA graphs replay its kernels bit for bit.
+//     pose tolerance (streaming); it keeps less fp32 weight memory than
+//     without, and CUDA graphs replay its kernels bit for bit.
 func TestCameraHeadBF16Stream(t *testing.T) {
+	// bf16's pose differences may flip a keyframe choice by flow (which
+	// follows the poses), and then the streams part ways: bf16 is held to
+	// the CPU in streaming mode only (verify checks flow mode with the
+	// golden case's own allowances).
 	modes := []struct {
 		name, golden string
 		set          func(*engine.Config)
+		bf16VsCPU    bool
 	}{
-		{"streaming", "stream_kf1", func(*engine.Config) {}},
-		{"flow keyframes", "stream_flow", func(c *engine.Config) { c.FlowThreshold = 14 }},
+		{"streaming", "stream_kf1", func(*engine.Config) {}, true},
+		{"flow keyframes", "stream_flow", func(c *engine.Config) { c.FlowThreshold = 14 }, false},
 	}
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
@@ -348,16 +353,18 @@ func TestCameraHeadBF16Stream(t *testing.T) {
 			on, onMem := run(true, true, true)
 			direct, _ := run(true, true, false)
 			apart, _ := run(true, false, true)
-			for _, c := range []struct {
-				name string
-				pose []float32
-			}{{"camera_head_bf16", on}, {"camera_head_bf16 without camera_head_fuse_norm", apart}} {
-				if e := poseDiff(t, c.pose, exact); !(e <= 2e-2) {
-					t.Errorf("bf16 with %s: pose encodings %.3g from the CPU's fp32, want ≤ 2e-2 (verify's bf16 tolerance)", c.name, e)
+			if mode.bf16VsCPU {
+				for _, c := range []struct {
+					name string
+					pose []float32
+				}{{"camera_head_bf16", on}, {"camera_head_bf16 without camera_head_fuse_norm", apart}} {
+					if e := poseDiff(t, c.pose, exact); !(e <= 2e-2) {
+						t.Errorf("bf16 with %s: pose encodings %.3g from the CPU's fp32, want ≤ 2e-2 (verify's bf16 tolerance)", c.name, e)
+					}
 				}
+				t.Logf("bf16: pose encodings from the CPU's fp32 %.3g with camera_head_bf16 (%.3g with its norms apart), %.3g without",
+					poseDiff(t, on, exact), poseDiff(t, apart, exact), poseDiff(t, off, exact))
 			}
-			t.Logf("bf16: pose encodings from the CPU's fp32 %.3g with camera_head_bf16 (%.3g with its norms apart), %.3g without",
-				poseDiff(t, on, exact), poseDiff(t, apart, exact), poseDiff(t, off, exact))
 			if !(onMem.Weights < offMem.Weights && onMem.WeightsBF16 > offMem.WeightsBF16 && onMem.Weights+onMem.WeightsBF16 < offMem.Weights+offMem.WeightsBF16) {
 				t.Errorf("weights with camera_head_bf16: %d fp32 + %d bf16 bytes, without: %d + %d; want fewer fp32 and fewer in all",
 					onMem.Weights, onMem.WeightsBF16, offMem.Weights, offMem.WeightsBF16)
