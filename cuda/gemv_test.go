@@ -252,14 +252,18 @@ func (b headRoundingCPU) Weight(name string, data []float32, prec backend.Precis
 	return b.Backend.Weight(name, data, prec, shape...)
 }
 
-// streamResults runs a golden case on the engine with a backend from f.
-func streamResults(t *testing.T, cfg engine.Config, frames []engine.Frame, f engine.BackendFactory) []engine.Result {
+// streamResults runs a golden case on the engine with a backend from f;
+// atEnd, when set, runs before the stream (and its backend) closes.
+func streamResults(t *testing.T, cfg engine.Config, frames []engine.Frame, f engine.BackendFactory, atEnd func()) []engine.Result {
 	t.Helper()
 	st, err := engine.New(context.Background(), cfg, f, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	res := pushAll(t, st, frames, true)
+	if atEnd != nil {
+		atEnd()
+	}
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -319,10 +323,10 @@ func TestCameraHeadBF16Stream(t *testing.T) {
 			mode.set(&cpuCfg)
 			rounded := poseEncodings(streamResults(t, cpuCfg, frames, func(engine.Config) (backend.Backend, error) {
 				return headRoundingCPU{cpu.New(cpu.Config{})}, nil
-			}))
+			}, nil))
 			exact := poseEncodings(streamResults(t, cpuCfg, frames, func(engine.Config) (backend.Backend, error) {
 				return cpu.New(cpu.Config{}), nil
-			}))
+			}, nil))
 
 			cfg := goldenEngineConfig(t, "fp32")
 			mode.set(&cfg)
@@ -333,7 +337,7 @@ func TestCameraHeadBF16Stream(t *testing.T) {
 					g.headBF16 = true // before the model loads its weights
 				}
 				return be, err
-			}))
+			}, nil))
 			if e := poseDiff(t, forced, rounded); !(e <= 1e-4) {
 				t.Errorf("fp32 with the head's matrices in bf16: pose encodings %.3g from the CPU's with the same rounding, want ≤ 1e-4", e)
 			}
@@ -344,10 +348,11 @@ func TestCameraHeadBF16Stream(t *testing.T) {
 			mode.set(&cfg)
 			run := func(on, fuse, graphs bool) ([]float32, MemStats) {
 				var g *gpu
+				var mem MemStats
 				res := streamResults(t, cfg, frames, keptFactory(func(c *Config) {
 					c.CameraHeadBF16, c.CameraHeadFuseNorm, c.Graphs, c.FixedGEMMAlgo = on, fuse, graphs, true
-				}, &g))
-				return poseEncodings(res), g.MemStats()
+				}, &g), func() { mem = g.MemStats() })
+				return poseEncodings(res), mem
 			}
 			off, offMem := run(false, true, true)
 			on, onMem := run(true, true, true)
