@@ -49,7 +49,15 @@ type attnKernel struct {
 	// splits, when positive, is the split count to use (at most what the
 	// keys allow).
 	splits int
+	// fold: a Hopper kernel compiled with ATTN_FOLD_COMBINE, whose last
+	// parameters are the split counters and the merged output.
+	fold bool
 }
+
+// foldCounters is how many (query tile, head) blocks of one launch the
+// split counters of ATTN_FOLD_COMBINE cover (a frame's global attention has
+// 96; more fall back to attn_combine).
+const foldCounters = 4096
 
 // faStage is one cp.async stage of attn_fa*_paged_bf: a K and a V tile of
 // 64 keys × 72 (padded) bf16.
@@ -98,6 +106,7 @@ var fa2F8Kernel = attnKernel{module: "attention_fa2", name: "attn_fa2_paged_f8",
 // RS): a 1 KB atom after each stage's Vᵀ tile in FP8, else one 1 KB block.
 func (g *gpu) hopperKernel(k attnKernel) attnKernel {
 	k.module = g.attn.hopperModule()
+	k.fold = g.attn.FoldCombine
 	switch {
 	case g.attn.RowSumMMA && k.name == f8Kernel.name:
 		k.smem += tmaStages * 1024
@@ -151,9 +160,12 @@ func (g *gpu) splits(k attnKernel, blocks, nk int) int {
 func (g *gpu) attend(k attnKernel, out *Tensor, batch, nq, h, d, nk int, args func(o, pm, pl cu.DevicePtr) []any) error {
 	qTiles := (nq + k.bq - 1) / k.bq
 	ns := g.splits(k, qTiles*batch*h, nk)
+	// fold: the kernel merges the splits itself (ATTN_FOLD_COMBINE), when
+	// its blocks fit the counters.
+	fold := k.fold && ns > 1 && qTiles*batch*h <= foldCounters
 	if k.bfOut {
 		var obf cu.DevicePtr
-		if ns == 1 && g.cfg.Precision.bf16Trunk() {
+		if (ns == 1 || fold) && g.cfg.Precision.bf16Trunk() {
 			var err error
 			if obf, err = g.attachBF16(out); err != nil {
 				return err
@@ -161,6 +173,25 @@ func (g *gpu) attend(k attnKernel, out *Tensor, batch, nq, h, d, nk int, args fu
 		}
 		inner := args
 		args = func(o, pm, pl cu.DevicePtr) []any { return append(inner(o, pm, pl), obf) }
+	}
+	if k.fold {
+		var counters, fin cu.DevicePtr
+		if fold {
+			if g.foldCounts == nil {
+				c, err := g.pool.get(foldCounters * 4)
+				if err != nil {
+					return err
+				}
+				if err := g.batch.zero(c.ptr, foldCounters); err != nil {
+					g.pool.put(c)
+					return err
+				}
+				g.foldCounts = c
+			}
+			counters, fin = g.foldCounts.ptr, out.ptr()
+		}
+		inner := args
+		args = func(o, pm, pl cu.DevicePtr) []any { return append(inner(o, pm, pl), counters, fin) }
 	}
 	grid := [3]int{qTiles, batch * h, ns}
 	block := [3]int{128, 1, 1}
@@ -186,6 +217,9 @@ func (g *gpu) attend(k attnKernel, out *Tensor, batch, nq, h, d, nk int, args fu
 	pl := pm + cu.DevicePtr(int64(ns)*rowsh*4)
 	if err := g.launch(k.module, k.name, grid, block, k.smem, args(po, pm, pl)...); err != nil {
 		return err
+	}
+	if fold {
+		return nil
 	}
 	return g.launch1D("attention+combine", "attn_combine", rowsh*int64(d), out.ptr(), po, pm, pl, rowsh, d, ns)
 }

@@ -51,7 +51,11 @@ type gpu struct {
 	convVariant string
 	// onePage is a device page table holding page 0: dense attention runs
 	// the Hopper paged kernel with its keys as one page (made on first use).
-	onePage     *buffer
+	onePage *buffer
+	// foldCounts are the split counters of the kernels that merge their
+	// own splits (AttnSettings.FoldCombine), zero between launches (made
+	// on first use).
+	foldCounts  *buffer
 	smemAllowed map[string]int // kernels whose shared memory limit was raised
 	prof        *profile       // nil unless Config.Profile
 	stage       staging        // pinned host memory for copies (owner thread)

@@ -251,6 +251,10 @@ type AttnSettings struct {
 	// P·V multiplies eight more rows of ones, the bf16 kernels' a second
 	// MMA of eight columns against ones (ATTN_ROWSUM_MMA).
 	RowSumMMA bool
+	// FoldCombine has the last block of each split (query tile, head)
+	// merge the splits' partial results, instead of a separate attn_combine
+	// launch (ATTN_FOLD_COMBINE).
+	FoldCombine bool
 }
 
 // defines are the module's NVRTC defines (without -D) for the settings.
@@ -264,6 +268,9 @@ func (a AttnSettings) defines() []string {
 	}
 	if a.RowSumMMA {
 		d = append(d, "ATTN_ROWSUM_MMA=1")
+	}
+	if a.FoldCombine {
+		d = append(d, "ATTN_FOLD_COMBINE=1")
 	}
 	return d
 }
@@ -280,6 +287,9 @@ func (a AttnSettings) String() string {
 	}
 	if a.RowSumMMA {
 		n = append(n, "rowsum")
+	}
+	if a.FoldCombine {
+		n = append(n, "fold")
 	}
 	if len(n) == 0 {
 		return "default"
@@ -301,6 +311,6 @@ func (a AttnSettings) hopperModule() string {
 // attnVariants are the settings the tests compile and run: each lever
 // alone, and all of them together.
 var attnVariants = []AttnSettings{
-	{ExpPoly: 1}, {ExpPoly: 2}, {LazyRescale: true}, {RowSumMMA: true},
-	{ExpPoly: 1, LazyRescale: true, RowSumMMA: true},
+	{ExpPoly: 1}, {ExpPoly: 2}, {LazyRescale: true}, {RowSumMMA: true}, {FoldCombine: true},
+	{ExpPoly: 1, LazyRescale: true, RowSumMMA: true, FoldCombine: true},
 }

@@ -166,6 +166,9 @@ type CUDAConfig struct {
 	// AttnRowSumMMA sums the rows of P on the tensor cores in the Hopper
 	// attention kernels.
 	AttnRowSumMMA bool `mapstructure:"attn_rowsum_mma"`
+	// AttnFoldCombine has the Hopper attention kernels merge their key
+	// splits in their last block instead of a separate kernel.
+	AttnFoldCombine bool `mapstructure:"attn_fold_combine"`
 	// Arch is the target the kernels are compiled for: "auto" (the GPU's
 	// own) or one of CUDAArches below the GPU's capability; below sm_90 the
 	// Hopper-only kernels are off and the portable ones run.

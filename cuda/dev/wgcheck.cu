@@ -280,10 +280,24 @@ static void paged(Rng& rng, Case c, bool timeit) {
         tk = tensor_map(dk, ld, c.ps, npages);
         tv = tensor_map(dv, ld, c.ps, npages);
     }
+    // -DATTN_FOLD_COMBINE=1: with split keys the kernels also merge the
+    // splits into dfin (checked below beside the host's merge).
+    unsigned* dcnt = nullptr;
+    float* dfin = nullptr;
+#if ATTN_FOLD_COMBINE
+    if (c.splits > 1) {
+        CK(cudaMalloc(&dcnt, (size_t)grid.x * grid.y * 4));
+        CK(cudaMemset(dcnt, 0, (size_t)grid.x * grid.y * 4));
+        CK(cudaMalloc(&dfin, rowsh * 64 * 4));
+    }
+#define WG_FOLD , dcnt, dfin
+#else
+#define WG_FOLD
+#endif
     auto run = [&] {
-        if (three) attn_tma3_paged_bf<<<grid, 384, smem>>>(dq, tk, tv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl, nullptr);
-        else if (c.tma) attn_tma_paged_bf<<<grid, 256, smem>>>(dq, tk, tv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl, nullptr);
-        else attn_wg_paged_bf<<<grid, 256, smem>>>(dq, dk, dv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl, nullptr);
+        if (three) attn_tma3_paged_bf<<<grid, 384, smem>>>(dq, tk, tv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl, nullptr WG_FOLD);
+        else if (c.tma) attn_tma_paged_bf<<<grid, 256, smem>>>(dq, tk, tv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl, nullptr WG_FOLD);
+        else attn_wg_paged_bf<<<grid, 256, smem>>>(dq, dk, dv, dt, c.ps, c.nq, nk, c.h, scale, dout, dpm, dpl, nullptr WG_FOLD);
     };
     run();
     CK(cudaGetLastError());
@@ -348,6 +362,14 @@ static void paged(Rng& rng, Case c, bool timeit) {
     snprintf(what, sizeof what, "%s ps %d frames %d specials %d nq %d h %d splits %d", c.tma ? "tma" : "paged", c.ps, c.frames,
              c.specials, c.nq, c.h, c.splits);
     report(what, relerr(got, want), 1e-2);
+    if (dfin) {
+        const auto fin = host(dfin, rowsh * 64);
+        std::vector<float> folded;
+        for (int r : rows)
+            for (int hd = 0; hd < c.h; hd++)
+                for (int d = 0; d < 64; d++) folded.push_back(fin[((size_t)r * c.h + hd) * 64 + d]);
+        report((std::string(what) + " folded merge").c_str(), relerr(folded, want), 1e-2);
+    }
 
     if (timeit) {
         cudaEvent_t a, b;
@@ -368,6 +390,7 @@ static void paged(Rng& rng, Case c, bool timeit) {
     }
     CK(cudaFree(dq)); CK(cudaFree(dout)); CK(cudaFree(dk)); CK(cudaFree(dv)); CK(cudaFree(dt));
     if (dpm) { CK(cudaFree(dpm)); CK(cudaFree(dpl)); }
+    if (dfin) { CK(cudaFree(dcnt)); CK(cudaFree(dfin)); }
 }
 
 int main() {

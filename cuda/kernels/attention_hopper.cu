@@ -49,6 +49,21 @@
 #ifndef ATTN_ROWSUM_MMA
 #define ATTN_ROWSUM_MMA 0
 #endif
+// ATTN_FOLD_COMBINE 1: with the keys split, the last block of a (query
+//   tile, head) to finish merges the splits' partial results into the
+//   output (and its bf16 copy), attn_combine's work, counting the finished
+//   splits in counters (zero before a launch, and left zero); the kernels
+//   take the counters and the output as two more parameters.
+#ifndef ATTN_FOLD_COMBINE
+#define ATTN_FOLD_COMBINE 0
+#endif
+#if ATTN_FOLD_COMBINE
+#define ATTN_FOLD_PARAMS , unsigned *__restrict__ counters, float *__restrict__ fin
+#define ATTN_FOLD_ARGS counters, fin
+#else
+#define ATTN_FOLD_PARAMS
+#define ATTN_FOLD_ARGS nullptr, nullptr
+#endif
 
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
 // D(64×128) (+)= A(64×16, registers) · B(16×128, shared memory descriptor, K-major).
@@ -273,7 +288,8 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
                                          const bf16_t* __restrict__ v, const TensorMap* tk, const TensorMap* tv,
                                          const int* __restrict__ pages, int ps, int nq, int nk, int h, float scale,
                                          float* __restrict__ out, float* __restrict__ pm, float* __restrict__ pl,
-                                         unsigned* __restrict__ obf, const float* __restrict__ kvs = nullptr) {
+                                         unsigned* __restrict__ obf, const float* __restrict__ kvs = nullptr,
+                                         unsigned* __restrict__ counters = nullptr, float* __restrict__ fin = nullptr) {
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
     extern __shared__ __align__(16) unsigned char wg_smem[];
     // Swizzle atoms must start on 1024 bytes; the launch adds 1 KB of slack.
@@ -807,6 +823,44 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             if (dbf) dbf[c / 2] = pack_bf16(x0, x1);
         }
     }
+    if constexpr (ATTN_FOLD_COMBINE) {
+        if (counters != nullptr && nsplit > 1) {
+            __shared__ int fold_last;
+            __threadfence(); // this block's partial results before its count
+            __syncthreads();
+            unsigned* const cnt = counters + (blockIdx.y * gridDim.x + blockIdx.x);
+            if (tid == 0) fold_last = atomicAdd(cnt, 1u) == (unsigned)nsplit - 1;
+            __syncthreads();
+            if (fold_last) {
+                // attn_combine's merge of this block's rows, two columns a
+                // thread, reading the other splits' results from L2.
+                __threadfence();
+                const int row0 = blockIdx.x * (64 * NWG), rows = min(64 * NWG, nq - row0);
+                const i64 rowsh = (i64)nq * h;
+                for (int i = tid; i < rows * (HD / 2); i += blockDim.x) {
+                    const int c = 2 * (i % (HD / 2));
+                    const i64 prow = (i64)(row0 + i / (HD / 2)) * h + hd;
+                    float mx = -INFINITY;
+                    for (int z = 0; z < nsplit; z++) mx = fmaxf(mx, __ldcg(pm + z * rowsh + prow));
+                    float den = 0.f, n0 = 0.f, n1 = 0.f;
+                    if (mx != -INFINITY) {
+                        for (int z = 0; z < nsplit; z++) {
+                            const float w = exp2f(__ldcg(pm + z * rowsh + prow) - mx);
+                            den += w * __ldcg(pl + z * rowsh + prow);
+                            const float2 x = __ldcg((const float2*)(out + (z * rowsh + prow) * HD + c));
+                            n0 += w * x.x;
+                            n1 += w * x.y;
+                        }
+                    }
+                    const float y0 = den > 0.f ? n0 / den : 0.f, y1 = den > 0.f ? n1 / den : 0.f;
+                    const i64 at = prow * HD + c; // row r, head hd: r·h·64 + hd·64 + c
+                    *(float2*)(fin + at) = make_float2(y0, y1);
+                    if (obf) obf[at / 2] = pack_bf16(y0, y1);
+                }
+                if (tid == 0) *cnt = 0u; // for the next launch
+            }
+        }
+    }
 #endif
 }
 
@@ -816,9 +870,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
                                                                       const int* __restrict__ pages, int ps, int nq,
                                                                       int nk, int h, float scale, float* __restrict__ out,
                                                                       float* __restrict__ pm, float* __restrict__ pl,
-                                                                      unsigned* __restrict__ obf) {
+                                                                      unsigned* __restrict__ obf ATTN_FOLD_PARAMS) {
     pdl_wait();
-    wg_paged<false, 2>(q, k, v, nullptr, nullptr, pages, ps, nq, nk, h, scale, out, pm, pl, obf);
+    wg_paged<false, 2>(q, k, v, nullptr, nullptr, pages, ps, nq, nk, h, scale, out, pm, pl, obf, nullptr, ATTN_FOLD_ARGS);
 }
 
 // The same kernel with TMA copies: K and V come as tensor maps of the
@@ -831,9 +885,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
     extern "C" __global__ void __launch_bounds__(128 * NWG, 1)                                                         \
         NAME(const float* __restrict__ q, const __grid_constant__ TensorMap tk, const __grid_constant__ TensorMap tv,   \
              const int* __restrict__ pages, int ps, int nq, int nk, int h, float scale, float* __restrict__ out,        \
-             float* __restrict__ pm, float* __restrict__ pl, unsigned* __restrict__ obf) {                              \
+             float* __restrict__ pm, float* __restrict__ pl, unsigned* __restrict__ obf ATTN_FOLD_PARAMS) {             \
         pdl_wait();                                                                                                     \
-        wg_paged<true, NWG>(q, nullptr, nullptr, &tk, &tv, pages, ps, nq, nk, h, scale, out, pm, pl, obf);             \
+        wg_paged<true, NWG>(q, nullptr, nullptr, &tk, &tv, pages, ps, nq, nk, h, scale, out, pm, pl, obf, nullptr,      \
+                            ATTN_FOLD_ARGS);                                                                            \
     }
 // Three warpgroups (192 queries a block), FlashAttention-3's layout for
 // head dim 64. It needs key splits to fill the GPU (96 blocks for one
@@ -848,7 +903,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     attn_f8_paged(const float* __restrict__ q, const __grid_constant__ TensorMap tk, const __grid_constant__ TensorMap tv,
                   const int* __restrict__ pages, int ps, int nq, int nk, int h, float scale, float* __restrict__ out,
                   float* __restrict__ pm, float* __restrict__ pl, const float* __restrict__ kvs,
-                  unsigned* __restrict__ obf) {
+                  unsigned* __restrict__ obf ATTN_FOLD_PARAMS) {
     pdl_wait();
-    wg_paged<true, 3, true>(q, nullptr, nullptr, &tk, &tv, pages, ps, nq, nk, h, scale, out, pm, pl, obf, kvs);
+    wg_paged<true, 3, true>(q, nullptr, nullptr, &tk, &tv, pages, ps, nq, nk, h, scale, out, pm, pl, obf, kvs,
+                            ATTN_FOLD_ARGS);
 }
