@@ -221,6 +221,17 @@ func (g *gpu) attend(k attnKernel, out *Tensor, batch, nq, h, d, nk int, args fu
 	if fold {
 		return nil
 	}
+	if d == 64 && g.cfg.WarpCombine && aligned(8, out.ptr()) {
+		// A warp a row; in BF16 mode it also writes the bf16 copy that an
+		// unsplit kernel would have (bfOut), sparing the proj GEMM a cast.
+		var obf cu.DevicePtr
+		if k.bfOut && g.cfg.Precision.bf16Trunk() {
+			if obf, err = g.attachBF16(out); err != nil {
+				return err
+			}
+		}
+		return g.launch1D("attention+combine", "attn_combine_d64", rowsh*32, out.ptr(), po, pm, pl, rowsh, ns, obf)
+	}
 	return g.launch1D("attention+combine", "attn_combine", rowsh*int64(d), out.ptr(), po, pm, pl, rowsh, d, ns)
 }
 

@@ -118,6 +118,11 @@ type Config struct {
 	// dense attention, the bf16 ones before the KV cache's writes. The
 	// result is the same either way.
 	LeanQKV bool
+	// WarpCombine merges the key splits of an attention with heads of 64
+	// a warp a row (attn_combine_d64), which in BF16 mode also writes the
+	// bf16 copy the proj GEMM reads, instead of a thread a value and a cast
+	// in that GEMM. The result is the same either way.
+	WarpCombine bool
 	// FC1BF16 has the MLP's hidden GEMM (a trunk Linear with GELU in BF16
 	// mode) write bf16 with its bias, as the reference's autocast does, and
 	// the GELU then run on those bf16 values in place, where by default the
@@ -168,7 +173,7 @@ var retiredPagedKernels = []string{"mma", "exact", "wg", "tma", "poly4", "poly2"
 // DefaultConfig is device 0 in bf16 with the default kernels.
 func DefaultConfig() Config {
 	return Config{Device: 0, Precision: BF16, PagedKernel: "auto", Arch: "auto", Graphs: true, FuseNorm: true, LeanQKV: true,
-		CameraHeadFuseNorm: true}
+		WarpCombine: true, CameraHeadFuseNorm: true}
 }
 
 // Backend is a backend.Backend on a GPU. Device failures (out of memory, a

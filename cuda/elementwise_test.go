@@ -442,3 +442,79 @@ func BenchmarkTrunkBlockLevers(b *testing.B) {
 		}
 	}
 }
+
+// TestWarpCombine: attention split over its keys (paged over five pages
+// with four splits; dense fp32 with few queries) merges the same with
+// cuda.warp_combine as without, bit for bit, and matches the CPU; in bf16
+// and fp8 the warp merge also writes the bf16 copy the proj GEMM reads,
+// where the old merge wrote none (which shows the keys were split).
+func TestWarpCombine(t *testing.T) {
+	for _, p := range allPrecisions(t, 35) {
+		const n, h, pages = 1005, 16, 5
+		e := h * 64
+		g := p.gpu.(*gpu)
+		bf := p.name() != "fp32"
+		spec := backend.KVSpec{Layers: 1, Pages: pages, PageSize: n, Heads: h, HeadDim: 64}
+		gs, err := p.gpu.NewKVStore(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		table := make([]int32, pages)
+		for i := range table {
+			table[i] = int32(pages - 1 - i)
+			gk, gv := p.gpu.FromHost(p.randn(n*e, 1), n, h, 64), p.gpu.FromHost(p.randn(n*e, 1), n, h, 64)
+			p.gpu.WriteKV(gs, 0, i, 0, gk, gv, 0, n)
+			p.gpu.Free(gk)
+			p.gpu.Free(gv)
+		}
+		cq, gq := p.in(p.randn(n*e, 1), n, h, 64)
+		splits := g.pagedSplits
+		g.pagedSplits = 4
+		on := p.gpu.PagedAttention(gq, gs, 0, table, n, 0.125)
+		undo := setConfig(p.gpu, func(c *Config) { c.WarpCombine = false })
+		off := p.gpu.PagedAttention(gq, gs, 0, table, n, 0.125)
+		undo()
+		g.pagedSplits = splits
+		sameBits(p, "paged attention merged a warp a row", on, off)
+		checkBF16Copy(p, "paged attention, warp merge", on, bf)
+		checkBF16Copy(p, "paged attention, old merge", off, false)
+		// The CPU attends to what the GPU's cache stored.
+		cs, err := fx.cpu.NewKVStore(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sk, sv := make([]float32, pages*n*e), make([]float32, pages*n*e)
+		if err := gs.(backend.KVSnapshotter).ExportKV(0, table, sk, sv); err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.(backend.KVSnapshotter).ImportKV(0, table, sk, sv); err != nil {
+			t.Fatal(err)
+		}
+		tol := p.tol
+		if p.name() == "fp8" {
+			tol = 6e-2 // against the stored e4m3 values, as TestPagedAttentionFP8
+		}
+		p.check("paged attention, split keys", on, fx.cpu.PagedAttention(cq, cs, 0, table, n, 0.125), tol)
+		p.gpu.Free(off)
+		if c, ok := gs.(interface{ Close() error }); ok {
+			c.Close()
+		}
+
+		if !bf {
+			// Dense fp32: 37 queries over 1005 keys split in several.
+			cq, gq := p.in(p.randn(37*2*64, 1), 1, 37, 2, 64)
+			ck, gk := p.in(p.randn(n*2*64, 1), 1, n, 2, 64)
+			cv, gv := p.in(p.randn(n*2*64, 1), 1, n, 2, 64)
+			on := p.gpu.Attention(gq, gk, gv, 0.125)
+			undo := setConfig(p.gpu, func(c *Config) { c.WarpCombine = false })
+			off := p.gpu.Attention(gq, gk, gv, 0.125)
+			undo()
+			sameBits(p, "dense fp32 attention merged a warp a row", on, off)
+			p.check("dense fp32 attention, split keys", on, fx.cpu.Attention(cq, ck, cv, 0.125), p.tol)
+			for _, x := range []backend.Tensor{off, gq, gk, gv} {
+				p.gpu.Free(x)
+			}
+		}
+		p.gpu.Free(gq)
+	}
+}

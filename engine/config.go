@@ -179,6 +179,9 @@ type CUDAConfig struct {
 	// LeanQKV has the q/k/v split write only the forms of k and v that
 	// their readers read (same result).
 	LeanQKV bool `mapstructure:"lean_qkv"`
+	// WarpCombine merges split attention results a warp a row and writes
+	// the proj GEMM's bf16 operand there (same result).
+	WarpCombine bool `mapstructure:"warp_combine"`
 	// FC1BF16 has the MLP's hidden GEMM write bf16 and its GELU run on
 	// those values, as the reference's autocast rounds them.
 	FC1BF16 bool `mapstructure:"fc1_bf16"`
@@ -236,6 +239,7 @@ func DefaultConfig() Config {
 			Arch:               "auto",
 			FuseNorm:           true,
 			LeanQKV:            true,
+			WarpCombine:        true,
 			CameraHeadFuseNorm: true,
 		},
 	}

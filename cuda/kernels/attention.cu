@@ -115,6 +115,35 @@ extern "C" __global__ void attn_combine(float* out, const float* po, const float
     }
 }
 
+// attn_combine for heads of 64 (cuda.warp_combine): a warp a (row, head),
+// two values a lane, so the splits' weights come once a row and no index
+// is divided; each value is the same arithmetic in the same order as
+// attn_combine's. obf, when set, also gets the output rounded to bf16 (two
+// values a word) for the proj GEMM that reads it next.
+extern "C" __global__ void attn_combine_d64(float* out, const float* po, const float* pm, const float* pl, i64 rowsh, int nsplit,
+                                            unsigned* obf) {
+    pdl_wait();
+    const int lane = threadIdx.x & 31;
+    const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
+    for (i64 r = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rowsh; r += warps) {
+        float mx = -INFINITY;
+        for (int s = 0; s < nsplit; s++) mx = fmaxf(mx, pm[s * rowsh + r]);
+        float num0 = 0.f, num1 = 0.f, den = 0.f;
+        if (mx != -INFINITY) {
+            for (int s = 0; s < nsplit; s++) {
+                const float w = exp2f(pm[s * rowsh + r] - mx);
+                den += w * pl[s * rowsh + r];
+                const float2 o = ((const float2*)(po + (s * rowsh + r) * 64))[lane];
+                num0 += w * o.x;
+                num1 += w * o.y;
+            }
+        }
+        const float y0 = den > 0.f ? num0 / den : 0.f, y1 = den > 0.f ? num1 / den : 0.f;
+        ((float2*)(out + r * 64))[lane] = make_float2(y0, y1);
+        if (obf) obf[r * 32 + lane] = pack_bf16(y0, y1);
+    }
+}
+
 #define ATTN_DENSE(D)                                                                                             \
     extern "C" __global__ void __launch_bounds__(BQ) attn_dense_f32_d##D(                                         \
         const float* q, const float* k, const float* v, int nq, int nk, int h, float scale, float* out, float* pm, \
