@@ -59,7 +59,10 @@ __device__ __forceinline__ void gemv_block_sums(float (&v)[R], float* red) {
 // The block normalises nr (at most R) rows of x, k wide, into xs as
 // LayerNorm does (the mean, then the mean square of x − mean, eps; nw and nb
 // may be null): the rows the warps then multiply. Every thread of the block
-// takes part.
+// takes part. A row goes to xs in the order the warps read it: of each 8
+// values the first 4 in the row's first half and the last 4 in its second,
+// so that a warp's 16-byte reads of a half are contiguous (no bank
+// conflicts).
 template <int R>
 __device__ __forceinline__ void gemv_norm_rows(float* xs, const float* x, const float* nw, const float* nb, int nr, int k, float eps) {
     __shared__ float red[GEMV_WARPS * R];
@@ -92,12 +95,14 @@ __device__ __forceinline__ void gemv_norm_rows(float* xs, const float* x, const 
         }
     }
     gemv_block_sums<R>(q, red);
+    // xs is now rewritten in the reading order, so x is read again (every
+    // thread has passed its last read of xs in gemv_block_sums).
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const float inv = rsqrtf(q[r] / k + eps);
         if (r < nr) {
             for (int i = threadIdx.x; i < k4; i += blockDim.x) {
-                float4 v = xs4[r * k4 + i];
+                float4 v = reinterpret_cast<const float4*>(x + (i64)r * k)[i];
                 v.x = (v.x - mean[r]) * inv;
                 v.y = (v.y - mean[r]) * inv;
                 v.z = (v.z - mean[r]) * inv;
@@ -110,7 +115,7 @@ __device__ __forceinline__ void gemv_norm_rows(float* xs, const float* x, const 
                     const float4 b = reinterpret_cast<const float4*>(nb)[i];
                     v.x += b.x, v.y += b.y, v.z += b.z, v.w += b.w;
                 }
-                xs4[r * k4 + i] = v;
+                xs4[r * k4 + (i & 1) * (k4 >> 1) + (i >> 1)] = v;
             }
         }
     }
@@ -122,7 +127,7 @@ __device__ __forceinline__ void gemv_norm_rows(float* xs, const float* x, const 
 // res may be null; gelu applies the exact GELU after the bias (never with
 // res: a residual branch ends in a plain projection). With NORM the block
 // first normalises its rows of x into shared memory (R·k floats of dynamic
-// shared memory; gemv_norm_rows) and the warps multiply those.
+// shared memory, in gemv_norm_rows's order) and the warps multiply those.
 template <int R, bool NORM>
 __device__ __forceinline__ void gemv_bf16_rows(float* __restrict__ y, const float* __restrict__ x, const uint4* __restrict__ w,
                                                const float* __restrict__ bias, const float* __restrict__ res, int rows, int k,
@@ -170,11 +175,11 @@ __device__ __forceinline__ void gemv_bf16_rows(float* __restrict__ y, const floa
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     if (r < nr) {
-                        const float4* xv = reinterpret_cast<const float4*>(xr + (i64)r * k) + 2 * v;
+                        const float4* xv = reinterpret_cast<const float4*>(xr + (i64)r * k);
                         if (NORM) {
-                            acc[r] = gemv_dot8(wv[d], xv[0], xv[1], acc[r]);
+                            acc[r] = gemv_dot8(wv[d], xv[v], xv[nv + v], acc[r]);
                         } else {
-                            acc[r] = gemv_dot8(wv[d], __ldg(xv), __ldg(xv + 1), acc[r]);
+                            acc[r] = gemv_dot8(wv[d], __ldg(xv + 2 * v), __ldg(xv + 2 * v + 1), acc[r]);
                         }
                     }
                 }
