@@ -29,6 +29,9 @@ func TestKernelsPreparedAtStart(t *testing.T) {
 		{"bf16 fa2", "bf16", func(c *Config) { c.PagedKernel = pagedFA2 }},
 		{"fp8 fa2", "fp8", func(c *Config) { c.PagedKernel = pagedFA2 }},
 		{"bf16 camera head bf16", "bf16", func(c *Config) { c.CameraHeadBF16 = true }},
+		// Every softmax lever at once: the variant module is prepared.
+		{"bf16 attention levers", "bf16", func(c *Config) { c.Attn = attnVariants[len(attnVariants)-1] }},
+		{"fp8 attention levers", "fp8", func(c *Config) { c.Attn = attnVariants[len(attnVariants)-1] }},
 	}
 	modes := []struct {
 		name, golden string
