@@ -376,24 +376,37 @@ func TestNormQKV(t *testing.T) {
 	}
 }
 
-// BenchmarkTrunkBlockLevers times a frame block of 1005 tokens as the model
-// runs it (NormQKV with KVAttention, the attention, proj with the residual,
-// NormLinear with GELU, fc2 with the residual), graphs on, in bf16 and fp8,
-// with the element-wise levers off, with the default (cuda.fuse_norm and
-// cuda.lean_qkv), and with cuda.fc1_bf16 and cuda.qkv_bf16 added one at a
-// time and together.
+// BenchmarkTrunkBlockLevers times a block of 1005 tokens as the model runs
+// it, graphs on, in bf16 and fp8: a frame block (NormQKV with KVAttention,
+// the dense attention, proj with the residual, NormLinear with GELU, fc2
+// with the residual) and a streaming global block (NormQKV with KVCache,
+// the cache's write, paged attention over 8 pages, whose keys are split,
+// then the same), each with the element-wise levers off, with the default
+// (cuda.fuse_norm, cuda.lean_qkv, cuda.warp_combine), and with
+// cuda.fc1_bf16 and cuda.qkv_bf16 added one at a time and together.
 func BenchmarkTrunkBlockLevers(b *testing.B) {
 	const n, c, h = 1005, 1024, 16
 	levers := []struct {
 		name string
 		set  func(*Config)
 	}{
-		{"off", func(c *Config) { c.FuseNorm, c.LeanQKV, c.FC1BF16, c.QKVBF16 = false, false, false, false }},
-		{"default", func(c *Config) { c.FuseNorm, c.LeanQKV, c.FC1BF16, c.QKVBF16 = true, true, false, false }},
-		{"fc1_bf16", func(c *Config) { c.FuseNorm, c.LeanQKV, c.FC1BF16, c.QKVBF16 = true, true, true, false }},
-		{"qkv_bf16", func(c *Config) { c.FuseNorm, c.LeanQKV, c.FC1BF16, c.QKVBF16 = true, true, false, true }},
-		{"all", func(c *Config) { c.FuseNorm, c.LeanQKV, c.FC1BF16, c.QKVBF16 = true, true, true, true }},
+		{"off", func(c *Config) {
+			c.FuseNorm, c.LeanQKV, c.WarpCombine, c.FC1BF16, c.QKVBF16 = false, false, false, false, false
+		}},
+		{"default", func(c *Config) {
+			c.FuseNorm, c.LeanQKV, c.WarpCombine, c.FC1BF16, c.QKVBF16 = true, true, true, false, false
+		}},
+		{"fc1_bf16", func(c *Config) {
+			c.FuseNorm, c.LeanQKV, c.WarpCombine, c.FC1BF16, c.QKVBF16 = true, true, true, true, false
+		}},
+		{"qkv_bf16", func(c *Config) {
+			c.FuseNorm, c.LeanQKV, c.WarpCombine, c.FC1BF16, c.QKVBF16 = true, true, true, false, true
+		}},
+		{"all", func(c *Config) {
+			c.FuseNorm, c.LeanQKV, c.WarpCombine, c.FC1BF16, c.QKVBF16 = true, true, true, true, true
+		}},
 	}
+	const pages = 8 // a streaming global block over 8 frames' pages: its keys are split
 	for _, be := range []Backend{fx.bf16, fx.fp8} {
 		g := be.(*gpu)
 		p := pair{t: b, gpu: be, rng: rand.New(rand.NewPCG(24, 1))}
@@ -406,12 +419,34 @@ func BenchmarkTrunkBlockLevers(b *testing.B) {
 		wo, bo := w(0.03, c, c), w(0.1, c)
 		w1, b1 := w(0.03, 4*c, c), w(0.1, 4*c)
 		w2, b2 := w(0.015, c, 4*c), w(0.1, c)
+		store, err := be.NewKVStore(backend.KVSpec{Layers: 1, Pages: pages, PageSize: n, Heads: h, HeadDim: c / h})
+		if err != nil {
+			b.Fatal(err)
+		}
+		table := make([]int32, pages)
+		for i := range table {
+			table[i] = int32(i)
+			kv := be.FromHost(p.randn(n*c, 1), n, h, c/h)
+			be.WriteKV(store, 0, i, 0, kv, kv, 0, n)
+			be.Free(kv)
+		}
+		var global bool
 		block := func() {
-			q, k, v := backend.NormQKV(be, x, ln1w, ln1b, 1e-6, wqkv, bqkv, backend.QKVParams{Heads: h, HeadDim: c / h, KVUse: backend.KVAttention})
-			a := be.Attention(q, k, v, 0.125)
-			be.Free(q)
-			be.Free(k)
-			be.Free(v)
+			var a backend.Tensor
+			if global {
+				q, k, v := backend.NormQKV(be, x, ln1w, ln1b, 1e-6, wqkv, bqkv, backend.QKVParams{Heads: h, HeadDim: c / h, KVUse: backend.KVCache})
+				be.WriteKV(store, 0, pages-1, 0, be.Reshape(k, n, h, c/h), be.Reshape(v, n, h, c/h), 0, n)
+				a = be.PagedAttention(be.Reshape(q, n, h, c/h), store, 0, table, n, 0.125)
+				be.Free(q)
+				be.Free(k)
+				be.Free(v)
+			} else {
+				q, k, v := backend.NormQKV(be, x, ln1w, ln1b, 1e-6, wqkv, bqkv, backend.QKVParams{Heads: h, HeadDim: c / h, KVUse: backend.KVAttention})
+				a = be.Attention(q, k, v, 0.125)
+				be.Free(q)
+				be.Free(k)
+				be.Free(v)
+			}
 			x1 := be.LinearAdd(be.Reshape(a, 1, n, c), wo, bo, x)
 			be.Free(a)
 			f := backend.NormLinear(be, x1, ln2w, ln2b, 1e-6, w1, b1, backend.ActGELU)
@@ -422,20 +457,26 @@ func BenchmarkTrunkBlockLevers(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		for _, l := range levers {
-			b.Run(p.name()+"/"+l.name, func(b *testing.B) {
-				undo := setConfig(be, l.set)
-				defer undo()
-				for range 3 {
-					block()
-				}
-				waitGPU(b, be)
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					block()
-				}
-				waitGPU(b, be)
-			})
+		for _, kind := range []string{"frame", "global"} {
+			for _, l := range levers {
+				b.Run(p.name()+"/"+kind+"/"+l.name, func(b *testing.B) {
+					global = kind == "global"
+					undo := setConfig(be, l.set)
+					defer undo()
+					for range 3 {
+						block()
+					}
+					waitGPU(b, be)
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						block()
+					}
+					waitGPU(b, be)
+				})
+			}
+		}
+		if c, ok := store.(interface{ Close() error }); ok {
+			c.Close()
 		}
 		for _, t := range []backend.Tensor{x, ln1w, ln1b, ln2w, ln2b, wqkv, bqkv, wo, bo, w1, b1, w2, b2} {
 			be.Free(t)
