@@ -123,6 +123,11 @@ type Config struct {
 	// bf16 copy the proj GEMM reads, instead of a thread a value and a cast
 	// in that GEMM. The result is the same either way.
 	WarpCombine bool
+	// LayerNormV4 runs LayerNorms of width 1024 (the trunk's) with two
+	// warps a row and 16-byte loads (layernorm_v4_w1024) instead of one
+	// warp a row and 8-byte loads: twice the warps in flight, the
+	// statistics summed in another order (fp32 either way).
+	LayerNormV4 bool
 	// FC1BF16 has the MLP's hidden GEMM (a trunk Linear with GELU in BF16
 	// mode) write bf16 with its bias, as the reference's autocast does, and
 	// the GELU then run on those bf16 values in place, where by default the

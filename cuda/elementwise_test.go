@@ -383,7 +383,8 @@ func TestNormQKV(t *testing.T) {
 // the cache's write, paged attention over 8 pages, whose keys are split,
 // then the same), each with the element-wise levers off, with the default
 // (cuda.fuse_norm, cuda.lean_qkv, cuda.warp_combine), and with
-// cuda.fc1_bf16 and cuda.qkv_bf16 added one at a time and together.
+// cuda.fc1_bf16 and cuda.qkv_bf16 added one at a time and together, and
+// with cuda.layernorm_v4 added to the default.
 func BenchmarkTrunkBlockLevers(b *testing.B) {
 	const n, c, h = 1005, 1024, 16
 	levers := []struct {
@@ -404,6 +405,10 @@ func BenchmarkTrunkBlockLevers(b *testing.B) {
 		}},
 		{"all", func(c *Config) {
 			c.FuseNorm, c.LeanQKV, c.WarpCombine, c.FC1BF16, c.QKVBF16 = true, true, true, true, true
+		}},
+		{"layernorm_v4", func(c *Config) {
+			c.FuseNorm, c.LeanQKV, c.WarpCombine, c.FC1BF16, c.QKVBF16 = true, true, true, false, false
+			c.LayerNormV4 = true
 		}},
 	}
 	const pages = 8 // a streaming global block over 8 frames' pages: its keys are split
@@ -557,5 +562,49 @@ func TestWarpCombine(t *testing.T) {
 			}
 		}
 		p.gpu.Free(gq)
+	}
+}
+
+// TestLayerNormV4: with cuda.layernorm_v4 the trunk's width (1024) runs
+// layernorm_v4_w1024 (two warps a row, 16-byte loads): LayerNorm, with
+// and without affine, matches the CPU at fp32's tolerance and the one-warp
+// kernel to within a few fp32 roundings, its bf16 copy is its output
+// rounded, and NormLinear (bf16 operand only) matches the CPU.
+func TestLayerNormV4(t *testing.T) {
+	for _, p := range allPrecisions(t, 36) {
+		for _, rows := range []int{1005, 37, 1} {
+			const c = 1024
+			x := p.randn(rows*c, 3)
+			for i := range x {
+				x[i] += 1.5 // a mean far from zero tests the two-pass variance
+			}
+			cx, gx := p.in(x, rows, c)
+			cw, gw := p.weight(p.randn(c, 1), backend.Head, c)
+			cb, gb := p.weight(p.randn(c, 1), backend.Head, c)
+			cm, gm := p.weight(p.randn(96*c, 1/math.Sqrt(c)), backend.Trunk, 96, c)
+			what := fmt.Sprintf("LayerNorm %dx%d, layernorm_v4", rows, c)
+			off := p.gpu.LayerNorm(gx, gw, gb, 1e-5)
+			undo := setConfig(p.gpu, func(c *Config) { c.LayerNormV4 = true })
+			on := p.gpu.LayerNorm(gx, gw, gb, 1e-5)
+			plain := p.gpu.LayerNorm(gx, nil, nil, 1e-6)
+			nl := backend.NormLinear(p.gpu, gx, gw, gb, 1e-5, gm, nil, backend.ActNone)
+			undo()
+			g := p.gpu.(*gpu)
+			var ran bool
+			_ = g.own.do(func() error { _, ran = g.kernels.funcs["layernorm.layernorm_v4_w1024"]; return nil })
+			if !ran {
+				t.Fatalf("%s (%s): layernorm_v4_w1024 never ran", what, p.name())
+			}
+			if rel, i := relErr(p.gpu.ToHost(on), p.gpu.ToHost(off)); !(rel <= 1e-6) {
+				t.Errorf("%s (%s): %.3g from the one-warp kernel (element %d)", what, p.name(), rel, i)
+			}
+			checkBF16Copy(p, what, on, p.name() != "fp32")
+			p.check(what, on, fx.cpu.LayerNorm(cx, cw, cb, 1e-5), tolFP32)
+			p.check(what+" no affine", plain, fx.cpu.LayerNorm(cx, nil, nil, 1e-6), tolFP32)
+			p.check(what+" → Linear", nl, fx.cpu.NormLinear(cx, cw, cb, 1e-5, cm, nil, backend.ActNone), p.tol)
+			for _, x := range []backend.Tensor{off, gx, gw, gb, gm} {
+				p.gpu.Free(x)
+			}
+		}
 	}
 }

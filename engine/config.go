@@ -182,6 +182,9 @@ type CUDAConfig struct {
 	// WarpCombine merges split attention results a warp a row and writes
 	// the proj GEMM's bf16 operand there (same result).
 	WarpCombine bool `mapstructure:"warp_combine"`
+	// LayerNormV4 runs the trunk's LayerNorms with two warps a row and
+	// 16-byte loads (the statistics summed in another order).
+	LayerNormV4 bool `mapstructure:"layernorm_v4"`
 	// FC1BF16 has the MLP's hidden GEMM write bf16 and its GELU run on
 	// those values, as the reference's autocast rounds them.
 	FC1BF16 bool `mapstructure:"fc1_bf16"`

@@ -42,6 +42,7 @@ func cudaConfig(cfg engine.Config, log *slog.Logger) cuda.Config {
 	c.FuseNorm = k.FuseNorm
 	c.LeanQKV = k.LeanQKV
 	c.WarpCombine = k.WarpCombine
+	c.LayerNormV4 = k.LayerNormV4
 	c.FC1BF16 = k.FC1BF16
 	c.CameraHeadBF16 = k.CameraHeadBF16
 	c.AsyncPageTable = k.AsyncPageTable

@@ -99,3 +99,47 @@ extern "C" __global__ void layernorm_w1024(float* y, unsigned* ybf, const float*
     pdl_wait();
     layernorm_warp<32>(y, ybf, x, w, b, rows, eps);
 }
+
+// Width 1024 with two warps a row (cuda.layernorm_v4): a block of 64
+// threads a row, each thread four 16-byte loads, so twice the warps of
+// layernorm_w1024 are in flight; the statistics are the same two passes in
+// fp32, summed in another order. y and ybf as in layernorm_warp (either
+// may be null).
+extern "C" __global__ void layernorm_v4_w1024(float4* y, uint2* ybf, const float4* x, const float4* w, const float4* b, float eps) {
+    pdl_wait();
+    __shared__ float red[2];
+    const i64 row = blockIdx.x;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const float4* xr = x + row * 256;
+    float4 v[4];
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        v[i] = xr[t + 64 * i];
+        s += (v[i].x + v[i].y) + (v[i].z + v[i].w);
+    }
+    s = warp_sum(s);
+    if (lane == 0) red[warp] = s;
+    __syncthreads();
+    const float mean = (red[0] + red[1]) / 1024.f;
+    __syncthreads();
+    float q = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float a = v[i].x - mean, c = v[i].y - mean, d = v[i].z - mean, e = v[i].w - mean;
+        q += (a * a + c * c) + (d * d + e * e);
+    }
+    q = warp_sum(q);
+    if (lane == 0) red[warp] = q;
+    __syncthreads();
+    const float inv = rsqrtf((red[0] + red[1]) / 1024.f + eps);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int j = t + 64 * i;
+        float4 o = make_float4((v[i].x - mean) * inv, (v[i].y - mean) * inv, (v[i].z - mean) * inv, (v[i].w - mean) * inv);
+        if (w) { const float4 g = w[j]; o.x *= g.x; o.y *= g.y; o.z *= g.z; o.w *= g.w; }
+        if (b) { const float4 c = b[j]; o.x += c.x; o.y += c.y; o.z += c.z; o.w += c.w; }
+        if (y) y[row * 256 + j] = o;
+        if (ybf) ybf[row * 256 + j] = make_uint2(pack_bf16(o.x, o.y), pack_bf16(o.z, o.w));
+    }
+}
