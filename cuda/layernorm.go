@@ -59,10 +59,11 @@ func checkNormAffine(xt, wt, bt *Tensor, c int) {
 }
 
 // layerNormWarp launches layernorm_w{c} (or, with cuda.layernorm_v4 at
-// width 1024, layernorm_v4_w1024): y (fp32) and ybf (bf16), either of
-// which may be 0 (owner thread).
+// width 1024 in bf16 and fp8, layernorm_v4_w1024): y (fp32) and ybf (bf16),
+// either of which may be 0 (owner thread). fp32 keeps the one-warp kernel:
+// it is the exact path, and v4 sums the statistics in another order.
 func (g *gpu) layerNormWarp(y, ybf cu.DevicePtr, xt, wt, bt *Tensor, rows, c int, eps float32) error {
-	if c == 1024 && g.cfg.LayerNormV4 && aligned(16, y, xt.ptr(), ptrOf(wt), ptrOf(bt)) && aligned(8, ybf) {
+	if c == 1024 && g.cfg.LayerNormV4 && g.cfg.Precision.bf16Trunk() && aligned(16, y, xt.ptr(), ptrOf(wt), ptrOf(bt)) && aligned(8, ybf) {
 		// cuda.layernorm_v4: two warps a row, 16-byte loads.
 		return g.launch("layernorm", "layernorm_v4_w1024", [3]int{rows, 1, 1}, [3]int{64, 1, 1}, 0,
 			y, ybf, xt.ptr(), ptrOf(wt), ptrOf(bt), eps)

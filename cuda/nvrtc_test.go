@@ -36,7 +36,8 @@ var hopperOnly = []string{"conv3_wg_tf32"}
 // no instruction that differs by target, and take most of the time), and
 // those of head dim 128 not at all: they are the head-dim-64 bodies unrolled
 // further, and the slowest to compile. The Hopper attention module is also
-// compiled with each softmax lever's defines (attnVariants) in the Hopper
+// compiled with each softmax lever's defines (attnVariants, and the lab's
+// RowSumMMA) in the Hopper
 // pass and for compute_90 and compute_80, where the levers must leave the
 // portable code alone; in the Hopper pass each lever's mark is in the PTX
 // exactly when it is on (attnMarks).
@@ -77,7 +78,8 @@ func TestKernelsCompile(t *testing.T) {
 			mods = append(mods, module{file: f, archs: append(slices.Clone(portable), hopper), kernels: own})
 			if dir == "kernels" && f == "attention_hopper.cu" {
 				mods[len(mods)-1].attn = &AttnSettings{}
-				for _, a := range attnVariants {
+				// the GPU tests' variants and the lab's row sums on the tensor cores
+				for _, a := range append(slices.Clone(attnVariants), AttnSettings{RowSumMMA: true}) {
 					archs := [][]string{hopper, {"--gpu-architecture=compute_90"}, {"--gpu-architecture=compute_80"}}
 					mods = append(mods, module{file: f, defines: a.defines(), attn: &a, archs: archs, kernels: own})
 				}

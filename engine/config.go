@@ -163,9 +163,6 @@ type CUDAConfig struct {
 	// AttnLazyRescale skips the Hopper attention kernels' rescale of a
 	// warp's rows unless a row maximum grew by more than a threshold.
 	AttnLazyRescale bool `mapstructure:"attn_lazy_rescale"`
-	// AttnRowSumMMA sums the rows of P on the tensor cores in the Hopper
-	// attention kernels.
-	AttnRowSumMMA bool `mapstructure:"attn_rowsum_mma"`
 	// AttnFoldCombine has the Hopper attention kernels merge their key
 	// splits in their last block instead of a separate kernel.
 	AttnFoldCombine bool `mapstructure:"attn_fold_combine"`
@@ -243,6 +240,10 @@ func DefaultConfig() Config {
 			FuseNorm:           true,
 			LeanQKV:            true,
 			WarpCombine:        true,
+			LayerNormV4:        true,
+			FC1BF16:            true,
+			CameraHeadBF16:     true,
+			QKVBF16:            true,
 			CameraHeadFuseNorm: true,
 		},
 	}

@@ -28,7 +28,8 @@ def family(name):
     if ("gemm" in low or "xmma" in low or "cutlass" in low or low.startswith("nvjet")
             or low.startswith("sm90_") or low.startswith("sm80_")):
         return "cuBLASLt GEMM"
-    if "gemv" in low:
+    # the camera head's own bf16 GEMVs (kernels/gemv.cu) keep their names
+    if "gemv" in low and not low.startswith(("gemv_bf16", "gemv_norm_bf16")):
         return "cuBLASLt GEMV"
     return name.split("(")[0][:48]
 
