@@ -38,10 +38,41 @@ const (
 	stagingMax = 64 << 20
 )
 
-type staging struct {
+// pinned is page-locked host memory that grows in powers of two: the
+// staging buffer and the upload and download rings' slots.
+type pinned struct {
 	p unsafe.Pointer
 	n int64
 }
+
+// reserve makes the buffer at least need bytes (least, doubled as often as
+// needed) and returns it, or nil when the driver refuses page-locked
+// memory. The old contents are not kept.
+func (b *pinned) reserve(need, least int64) unsafe.Pointer {
+	if need <= b.n {
+		return b.p
+	}
+	b.free()
+	size := least
+	for size < need {
+		size *= 2
+	}
+	var p unsafe.Pointer
+	if C.lbm_host_alloc(&p, C.size_t(size)) != 0 {
+		return nil
+	}
+	b.p, b.n = p, size
+	return p
+}
+
+func (b *pinned) free() {
+	if b.p != nil {
+		C.lbm_host_free(b.p)
+		b.p, b.n = nil, 0
+	}
+}
+
+type staging struct{ pinned }
 
 // get returns at least n bytes of pinned memory, or nil when n is above
 // stagingMax or the driver refuses (the caller then copies directly).
@@ -50,27 +81,7 @@ func (s *staging) get(n int64) unsafe.Pointer {
 	if n > stagingMax {
 		return nil
 	}
-	if n <= s.n {
-		return s.p
-	}
-	s.free()
-	size := int64(stagingMin)
-	for size < n {
-		size *= 2
-	}
-	var p unsafe.Pointer
-	if C.lbm_host_alloc(&p, C.size_t(size)) != 0 {
-		return nil
-	}
-	s.p, s.n = p, size
-	return p
-}
-
-func (s *staging) free() {
-	if s.p != nil {
-		C.lbm_host_free(s.p)
-		s.p, s.n = nil, 0
-	}
+	return s.reserve(n, stagingMin)
 }
 
 // toHost copies n floats from the device into dst. Owner thread only.
@@ -204,8 +215,7 @@ type upRing struct {
 }
 
 type upSlot struct {
-	p    unsafe.Pointer
-	n    int64
+	pinned
 	ev   C.CUevent
 	busy bool // a copy from it was queued after the last wait
 }
@@ -226,22 +236,7 @@ func (r *upRing) take(n int64) (unsafe.Pointer, error) {
 		}
 		s.busy = false
 	}
-	if n > s.n {
-		if s.p != nil {
-			C.lbm_host_free(s.p)
-			s.p, s.n = nil, 0
-		}
-		size := int64(upMin)
-		for size < n {
-			size *= 2
-		}
-		var p unsafe.Pointer
-		if C.lbm_host_alloc(&p, C.size_t(size)) != 0 {
-			return nil, nil
-		}
-		s.p, s.n = p, size
-	}
-	return s.p, nil
+	return s.reserve(n, upMin), nil
 }
 
 // send queues the copy of the slot take returned to dst and moves on.
@@ -262,9 +257,7 @@ func (r *upRing) send(dst cu.DevicePtr, n int64) error {
 func (r *upRing) free() {
 	for i := range r.slot {
 		s := &r.slot[i]
-		if s.p != nil {
-			C.lbm_host_free(s.p)
-		}
+		s.free()
 		if s.ev != nil {
 			C.lbm_event_free(s.ev)
 		}
@@ -316,8 +309,7 @@ type downRing struct {
 }
 
 type downSlot struct {
-	p     unsafe.Pointer
-	n     int64
+	pinned
 	ev    C.CUevent
 	inUse bool // its batch was queued and not yet copied out
 }
@@ -338,20 +330,8 @@ func (r *downRing) take(n int64) (*downSlot, error) {
 				return nil, fmt.Errorf("download event: %w", err)
 			}
 		}
-		if n > s.n {
-			if s.p != nil {
-				C.lbm_host_free(s.p)
-				s.p, s.n = nil, 0
-			}
-			size := int64(stagingMin)
-			for size < n {
-				size *= 2
-			}
-			var p unsafe.Pointer
-			if C.lbm_host_alloc(&p, C.size_t(size)) != 0 {
-				return nil, nil
-			}
-			s.p, s.n = p, size
+		if s.reserve(n, stagingMin) == nil {
+			return nil, nil
 		}
 		s.inUse = true
 		return s, nil
@@ -363,9 +343,7 @@ func (r *downRing) take(n int64) (*downSlot, error) {
 func (r *downRing) free() {
 	for i := range r.slot {
 		s := &r.slot[i]
-		if s.p != nil {
-			C.lbm_host_free(s.p)
-		}
+		s.free()
 		if s.ev != nil {
 			C.lbm_event_free(s.ev)
 		}
