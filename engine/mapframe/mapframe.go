@@ -179,9 +179,19 @@ func (f *Frame) Points(dst, src []geom.Point) []geom.Point {
 		dst = make([]geom.Point, len(src))
 	}
 	dst = dst[:len(src)]
+	// geom.Apply's arithmetic inline, in its order (the same values): a
+	// keyframe has hundreds of thousands of points
+	r00, r01, r02, t0 := m[0][0], m[0][1], m[0][2], m[0][3]
+	r10, r11, r12, t1 := m[1][0], m[1][1], m[1][2], m[1][3]
+	r20, r21, r22, t2 := m[2][0], m[2][1], m[2][2], m[2][3]
 	for i, p := range src {
-		q := geom.Apply(m, [3]float64{s * float64(p.X), s * float64(p.Y), s * float64(p.Z)})
-		dst[i] = geom.Point{X: float32(q[0]), Y: float32(q[1]), Z: float32(q[2]), R: p.R, G: p.G, B: p.B}
+		x, y, z := s*float64(p.X), s*float64(p.Y), s*float64(p.Z)
+		dst[i] = geom.Point{
+			X: float32(r00*x + r01*y + r02*z + t0),
+			Y: float32(r10*x + r11*y + r12*z + t1),
+			Z: float32(r20*x + r21*y + r22*z + t2),
+			R: p.R, G: p.G, B: p.B,
+		}
 	}
 	return dst
 }

@@ -218,3 +218,38 @@ func TestFixAtFirstPose(t *testing.T) {
 		t.Fatalf("restored frame off by %g", d)
 	}
 }
+
+// TestPointsEqualPoint: Points, which converts a keyframe's points in one
+// loop, gives each point exactly what Point gives it, colours kept, in
+// place too.
+func TestPointsEqualPoint(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	f := New()
+	first, err := geom.Compose([3]float64{0.4, -1.2, 2.5}, geom.Quat{0.1, -0.3, 0.2, 0.9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.FixAt(OpticalToBody(), first); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetScale(0.37); err != nil {
+		t.Fatal(err)
+	}
+	src := make([]geom.Point, 1000)
+	for i := range src {
+		src[i] = geom.Point{X: float32(rng.NormFloat64() * 5), Y: float32(rng.NormFloat64() * 5), Z: float32(rng.NormFloat64() * 5),
+			R: uint8(i), G: uint8(i >> 2), B: uint8(i >> 4)}
+	}
+	got := f.Points(nil, src)
+	for i, p := range src {
+		w := f.Point([3]float64{float64(p.X), float64(p.Y), float64(p.Z)})
+		want := geom.Point{X: float32(w[0]), Y: float32(w[1]), Z: float32(w[2]), R: p.R, G: p.G, B: p.B}
+		if got[i] != want {
+			t.Fatalf("point %d: %+v, want %+v", i, got[i], want)
+		}
+	}
+	in := append([]geom.Point(nil), src...)
+	if out := f.Points(in, in); &out[0] != &in[0] || out[len(out)-1] != got[len(got)-1] {
+		t.Fatal("in place: another slice or other values")
+	}
+}
