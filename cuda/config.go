@@ -19,7 +19,8 @@ type Precision int
 const (
 	// BF16 follows the reference's production path: trunk weights and the KV
 	// cache in bf16, GEMMs in bf16 with fp32 accumulation, residual stream,
-	// LayerNorm statistics and heads in fp32.
+	// LayerNorm statistics and heads in fp32 (the camera head's matrices in
+	// bf16 with Config.CameraHeadBF16, fp32 arithmetic either way).
 	BF16 Precision = iota
 	// FP32 keeps everything in float32 with TF32 off, for exact golden checks.
 	FP32
@@ -96,7 +97,8 @@ type Config struct {
 	// paged kernel (for timing whole frames at other counts).
 	PagedSplits int
 	// Attn turns on softmax levers of the Hopper attention kernels (issue
-	// #36); the zero value runs them as they were measured.
+	// #36); the zero value, every lever off, runs the kernels as they were
+	// before the levers.
 	Attn AttnSettings
 	// Window is the stream's configured window: with it NewKVStore checks
 	// that all the caches the stream fills fit, and says what fits when they
@@ -321,12 +323,4 @@ func (a AttnSettings) hopperModule() string {
 		return "attention_hopper@" + strings.Join(d, ",")
 	}
 	return "attention_hopper"
-}
-
-// attnVariants are the settings the GPU tests compile and run: each lever
-// alone, and all of them together (RowSumMMA, which hung, only in the
-// NVRTC test).
-var attnVariants = []AttnSettings{
-	{ExpPoly: 1}, {ExpPoly: 2}, {LazyRescale: true}, {FoldCombine: true},
-	{ExpPoly: 1, LazyRescale: true, FoldCombine: true},
 }

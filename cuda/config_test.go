@@ -96,3 +96,11 @@ func TestAttnSettingsModules(t *testing.T) {
 		}
 	}
 }
+
+// attnVariants are the settings the GPU tests compile and run: each lever
+// alone, and all of them together (RowSumMMA, which hung, only in the
+// NVRTC test).
+var attnVariants = []AttnSettings{
+	{ExpPoly: 1}, {ExpPoly: 2}, {LazyRescale: true}, {FoldCombine: true},
+	{ExpPoly: 1, LazyRescale: true, FoldCombine: true},
+}

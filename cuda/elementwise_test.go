@@ -66,11 +66,11 @@ func TestNormLinear(t *testing.T) {
 			for _, prec := range []backend.Precision{backend.Trunk, backend.Head} {
 				cnw, gnw := p.weight(p.randn(s.e, 1), prec, s.e)
 				cnb, gnb := p.weight(p.randn(s.e, 0.2), prec, s.e)
-				cw, gw := p.weight(p.randn(s.m*s.e, 1/math.Sqrt(float64(s.e))), prec, s.m, s.e)
+				cw, gw := p.weightAsStored(p.randn(s.m*s.e, 1/math.Sqrt(float64(s.e))), prec, s.m, s.e)
 				cb, gb := p.weight(p.randn(s.m, 0.5), prec, s.m)
 				tol := p.tol
 				if prec == backend.Head {
-					tol = tolFP32
+					tol = tolFP32 // fp32 arithmetic on the head's weights as stored
 				}
 				for _, act := range []backend.Activation{backend.ActNone, backend.ActGELU} {
 					what := fmt.Sprintf("NormLinear %dx%d→%d prec %d act %d", s.rows, s.e, s.m, prec, act)
@@ -225,9 +225,9 @@ func bf16Round(v float32) float32 {
 // TestFC1BF16: with cuda.fc1_bf16 a trunk Linear with GELU in bf16 and fp8
 // runs cuBLASLt with a bf16 output and bias (its plan says so) and GELU on
 // those values: every element is a bf16 value, it equals the GELU of the
-// default path's bf16-rounded pre-activation to within one bf16 step, and
-// the MLP (NormLinear → LinearAdd) matches the CPU's. Off, and in fp32, the
-// path is the default one.
+// fp32 pre-activation rounded to bf16 to within one bf16 step, and
+// the MLP (NormLinear → LinearAdd) matches the CPU's. In fp32 the lever
+// changes nothing.
 func TestFC1BF16(t *testing.T) {
 	for _, p := range allPrecisions(t, 33) {
 		for _, s := range [][3]int{{37, 128, 512}, {1005, 1024, 4096}, {3, 64, 6}} {
@@ -263,7 +263,7 @@ func TestFC1BF16(t *testing.T) {
 				// pre-activation's rounding may land on a neighbouring bf16
 				// value, and Go's erf and the GPU's may round GELU apart:
 				// each element is within a bf16 step of GELU of one of the
-				// three bf16 values nearest the default path's fp32 result.
+				// three bf16 values nearest the fp32 pre-activation.
 				hv, pv := p.gpu.ToHost(gh), p.gpu.ToHost(pre)
 				bad := 0
 				for i, v := range hv {
@@ -303,8 +303,8 @@ func gelu64(x float64) float64 { return 0.5 * x * (1 + math.Erf(x/math.Sqrt2)) }
 // RoPE) matches the CPU's. With cuda.qkv_bf16, in bf16 and fp8, cuBLASLt
 // runs the projection with a bf16 output (its plan says so) and the split
 // reads it: v, a plain copy of the projection, holds bf16 values, each
-// within a bf16 step of the default path's fp32 v; in fp32 the lever
-// changes nothing.
+// within a bf16 step of the fp32 v of the path without it; in fp32 the
+// lever changes nothing.
 func TestNormQKV(t *testing.T) {
 	for _, p := range allPrecisions(t, 34) {
 		for _, s := range [][2]int{{37, 2}, {1005, 16}} {
@@ -331,8 +331,10 @@ func TestNormQKV(t *testing.T) {
 					Cos: c, Sin: s, Pairing: backend.RoPEInterleaved}
 			}
 			gp, cp := prm(p.gpu, gqn, gcs, gsn), prm(fx.cpu, cqn, ccs, csn)
+			undo := setConfig(p.gpu, func(c *Config) { c.QKVBF16 = false })
 			dq, dk, dv := backend.NormQKV(p.gpu, gx, gnw, gnb, 1e-6, gw, gb, gp)
-			undo := setConfig(p.gpu, func(c *Config) { c.QKVBF16 = true })
+			undo()
+			undo = setConfig(p.gpu, func(c *Config) { c.QKVBF16 = true })
 			lq, lk, lv := backend.NormQKV(p.gpu, gx, gnw, gnb, 1e-6, gw, gb, gp)
 			undo()
 			g := p.gpu.(*gpu)
@@ -381,10 +383,10 @@ func TestNormQKV(t *testing.T) {
 // the dense attention, proj with the residual, NormLinear with GELU, fc2
 // with the residual) and a streaming global block (NormQKV with KVCache,
 // the cache's write, paged attention over 8 pages, whose keys are split,
-// then the same), each with the element-wise levers off, with the default
-// (cuda.fuse_norm, cuda.lean_qkv, cuda.warp_combine), and with
-// cuda.fc1_bf16 and cuda.qkv_bf16 added one at a time and together, and
-// with cuda.layernorm_v4 added to the default.
+// then the same), each with the element-wise levers off, with the exact
+// ones (cuda.fuse_norm, cuda.lean_qkv, cuda.warp_combine), with
+// cuda.fc1_bf16, cuda.qkv_bf16 and cuda.layernorm_v4 added one at a time,
+// and with all of them (the defaults).
 func BenchmarkTrunkBlockLevers(b *testing.B) {
 	const n, c, h = 1005, 1024, 16
 	levers := []struct {
@@ -392,23 +394,22 @@ func BenchmarkTrunkBlockLevers(b *testing.B) {
 		set  func(*Config)
 	}{
 		{"off", func(c *Config) {
-			c.FuseNorm, c.LeanQKV, c.WarpCombine, c.FC1BF16, c.QKVBF16 = false, false, false, false, false
+			c.FuseNorm, c.LeanQKV, c.WarpCombine, c.FC1BF16, c.QKVBF16, c.LayerNormV4 = false, false, false, false, false, false
 		}},
-		{"default", func(c *Config) {
-			c.FuseNorm, c.LeanQKV, c.WarpCombine, c.FC1BF16, c.QKVBF16 = true, true, true, false, false
+		{"exact", func(c *Config) {
+			c.FuseNorm, c.LeanQKV, c.WarpCombine, c.FC1BF16, c.QKVBF16, c.LayerNormV4 = true, true, true, false, false, false
 		}},
 		{"fc1_bf16", func(c *Config) {
-			c.FuseNorm, c.LeanQKV, c.WarpCombine, c.FC1BF16, c.QKVBF16 = true, true, true, true, false
+			c.FuseNorm, c.LeanQKV, c.WarpCombine, c.FC1BF16, c.QKVBF16, c.LayerNormV4 = true, true, true, true, false, false
 		}},
 		{"qkv_bf16", func(c *Config) {
-			c.FuseNorm, c.LeanQKV, c.WarpCombine, c.FC1BF16, c.QKVBF16 = true, true, true, false, true
-		}},
-		{"all", func(c *Config) {
-			c.FuseNorm, c.LeanQKV, c.WarpCombine, c.FC1BF16, c.QKVBF16 = true, true, true, true, true
+			c.FuseNorm, c.LeanQKV, c.WarpCombine, c.FC1BF16, c.QKVBF16, c.LayerNormV4 = true, true, true, false, true, false
 		}},
 		{"layernorm_v4", func(c *Config) {
-			c.FuseNorm, c.LeanQKV, c.WarpCombine, c.FC1BF16, c.QKVBF16 = true, true, true, false, false
-			c.LayerNormV4 = true
+			c.FuseNorm, c.LeanQKV, c.WarpCombine, c.FC1BF16, c.QKVBF16, c.LayerNormV4 = true, true, true, false, false, true
+		}},
+		{"default", func(c *Config) { // all of them: the shipped defaults
+			c.FuseNorm, c.LeanQKV, c.WarpCombine, c.FC1BF16, c.QKVBF16, c.LayerNormV4 = true, true, true, true, true, true
 		}},
 	}
 	const pages = 8 // a streaming global block over 8 frames' pages: its keys are split
@@ -566,7 +567,8 @@ func TestWarpCombine(t *testing.T) {
 }
 
 // TestLayerNormV4: with cuda.layernorm_v4 the trunk's width (1024) runs
-// layernorm_v4_w1024 (two warps a row, 16-byte loads): LayerNorm, with
+// layernorm_v4_w1024 (two warps a row, 16-byte loads) in bf16 and fp8
+// (fp32 keeps the one-warp kernel): LayerNorm, with
 // and without affine, matches the CPU at fp32's tolerance and the one-warp
 // kernel to within a few fp32 roundings, its bf16 copy is its output
 // rounded, and NormLinear (bf16 operand only) matches the CPU.
@@ -583,8 +585,10 @@ func TestLayerNormV4(t *testing.T) {
 			cb, gb := p.weight(p.randn(c, 1), backend.Head, c)
 			cm, gm := p.weight(p.randn(96*c, 1/math.Sqrt(c)), backend.Trunk, 96, c)
 			what := fmt.Sprintf("LayerNorm %dx%d, layernorm_v4", rows, c)
+			undo := setConfig(p.gpu, func(c *Config) { c.LayerNormV4 = false })
 			off := p.gpu.LayerNorm(gx, gw, gb, 1e-5)
-			undo := setConfig(p.gpu, func(c *Config) { c.LayerNormV4 = true })
+			undo()
+			undo = setConfig(p.gpu, func(c *Config) { c.LayerNormV4 = true })
 			on := p.gpu.LayerNorm(gx, gw, gb, 1e-5)
 			plain := p.gpu.LayerNorm(gx, nil, nil, 1e-6)
 			nl := backend.NormLinear(p.gpu, gx, gw, gb, 1e-5, gm, nil, backend.ActNone)
@@ -592,8 +596,9 @@ func TestLayerNormV4(t *testing.T) {
 			g := p.gpu.(*gpu)
 			var ran bool
 			_ = g.own.do(func() error { _, ran = g.kernels.funcs["layernorm.layernorm_v4_w1024"]; return nil })
-			if !ran {
-				t.Fatalf("%s (%s): layernorm_v4_w1024 never ran", what, p.name())
+			// fp32, the exact path, keeps the one-warp kernel
+			if want := p.name() != "fp32"; ran != want {
+				t.Fatalf("%s (%s): layernorm_v4_w1024 ran: %v, want %v", what, p.name(), ran, want)
 			}
 			if rel, i := relErr(p.gpu.ToHost(on), p.gpu.ToHost(off)); !(rel <= 1e-6) {
 				t.Errorf("%s (%s): %.3g from the one-warp kernel (element %d)", what, p.name(), rel, i)

@@ -110,6 +110,18 @@ func (p pair) weight(data []float32, prec backend.Precision, shape ...int) (back
 	return fx.cpu.Weight("w", data, prec, shape...), p.gpu.Weight("w", data, prec, shape...)
 }
 
+// weightAsStored is weight, but the CPU's copy of a head matrix holds what
+// the GPU backend stores of it: its values rounded to bf16 where the backend
+// keeps the camera head's matrices in bf16 (Config.CameraHeadBF16, on by
+// default in BF16 and FP8 mode), so that a head op compares at fp32's
+// tolerance.
+func (p pair) weightAsStored(data []float32, prec backend.Precision, shape ...int) (backend.Tensor, backend.Tensor) {
+	if prec == backend.Head && p.gpu.(*gpu).headBF16 && headBF16Matrix(shape) {
+		return fx.cpu.Weight("w", roundedBF16(data), prec, shape...), p.gpu.Weight("w", data, prec, shape...)
+	}
+	return p.weight(data, prec, shape...)
+}
+
 // kvStores makes the same KV store on the CPU and on the GPU.
 func (p pair) kvStores(spec backend.KVSpec) (backend.KVStore, backend.KVStore) {
 	p.t.Helper()

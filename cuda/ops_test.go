@@ -21,12 +21,12 @@ func TestLinear(t *testing.T) {
 			b := p.randn(m, 0.5)
 			cx, gx := p.in(x, rows, k)
 			for _, prec := range []backend.Precision{backend.Trunk, backend.Head, backend.HeadConv} {
-				cw, gw := p.weight(w, prec, m, k)
+				cw, gw := p.weightAsStored(w, prec, m, k)
 				cb, gb := p.weight(b, prec, m)
 				tol := p.tol
 				switch prec {
 				case backend.Head:
-					tol = tolFP32 // heads stay fp32 in both modes
+					tol = tolFP32 // fp32 arithmetic on the head's weights as stored
 				case backend.HeadConv:
 					tol = headConvTol(p)
 				}

@@ -150,12 +150,17 @@ func (s statStream) after(d time.Duration, err error) {
 	}
 }
 
-// Drain hands out a frame the engine holds ahead (overlap_frames).
+// Drain hands out a frame the engine holds ahead (overlap_frames); its wait
+// is the held frame's model time, kept as Push's is.
 func (s statStream) Drain(ctx context.Context) ([]engine.Result, error) {
-	if d, ok := s.cur().(engine.Drainer); ok {
-		return d.Drain(ctx)
+	d, ok := s.cur().(engine.Drainer)
+	if !ok {
+		return nil, nil
 	}
-	return nil, nil
+	t := time.Now()
+	res, err := d.Drain(ctx)
+	s.after(time.Since(t), err)
+	return res, err
 }
 
 // Prepare and Idle pass the stream's own on (the pipeline asks for them).

@@ -57,3 +57,28 @@ func TestBenchSteadyStateIsFullCache(t *testing.T) {
 		t.Errorf("a steady state reported without a full cache:\n%s", s)
 	}
 }
+
+// With overlap_frames, bench counts every frame's result whether the
+// schedule lets the stream hold a frame (streaming, interval keyframes) or
+// not (windowed: each frame's results come with its own Push), and times
+// the same frames.
+func TestBenchOverlapFramesEverySchedule(t *testing.T) {
+	for _, windowed := range []bool{false, true} {
+		cfg := engine.DefaultConfig()
+		cfg.ModelSize, cfg.ScaleFrames, cfg.SlidingWindow, cfg.Threads, cfg.CacheHeadroom = "tiny", 3, 4, 2, 2
+		cfg.Windowed, cfg.WindowSize, cfg.OverlapSize, cfg.OverlapFrames = windowed, 6, 2, true
+		cfg.WindowMode = engine.WindowLive // the node's, and so bench's default
+		o := &benchOptions{cfg: cfg, width: 70, height: 42, frames: 10, windowedGiven: true}
+		var out bytes.Buffer
+		if err := runBench(context.Background(), o, &out); err != nil {
+			t.Fatalf("windowed %v: %v\n%s", windowed, err, out.String())
+		}
+		s := out.String()
+		if n := benchLine(s, `KV cache: (\d+) committed frames`); !windowed && n != 13 {
+			t.Errorf("windowed %v: committed frames %d, want 13; output:\n%s", windowed, n, s)
+		}
+		if !regexp.MustCompile(`(steady state|no frame ran with a full cache)`).MatchString(s) {
+			t.Errorf("windowed %v: no timing line:\n%s", windowed, s)
+		}
+	}
+}

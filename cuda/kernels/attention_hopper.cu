@@ -17,9 +17,10 @@
 
 #include "fp8.cuh"
 
-// Softmax levers (issue #36). Each is off unless the backend's cuda settings
-// turn it on (Config.AttnExpPoly, AttnLazyRescale, AttnRowSumMMA), which the
-// loader passes as defines of an "attention_hopper@…" module.
+// Softmax levers (issue #36). Each is off unless the backend's settings turn
+// it on (Config.Attn: ExpPoly, LazyRescale, FoldCombine; RowSumMMA only in
+// the lab's builds), which the loader passes as defines of an
+// "attention_hopper@…" module.
 // ATTN_EXP_POLY 1 or 2: one group of four scores in four, or in two, takes
 //   its exponentials from ex2_poly on the FMA pipe instead of ex2 on the SFU.
 // ATTN_LAZY_RESCALE 1: a warp keeps its rows' running maxima, and skips the
