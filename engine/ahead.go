@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+
+	"github.com/lingbotmap/lingbotmap/engine/backend"
 )
 
 // Frames queued ahead (Config.OverlapFrames). Without them a frame's call
@@ -15,20 +18,52 @@ import (
 // made. The model state, the schedule and the trace advance when a call is
 // queued, in frame order as before; only the host's work on the outputs
 // moves, so the results are the same.
+//
+// A frame whose points are made on the device (points.go) is held twice.
+// Its points need its final pose as the kernel's parameters, made on the
+// host from the downloaded pose encoding (geom: float64 arithmetic and
+// math.Tan, which a device kernel would not reproduce to the bit), so they
+// cannot be queued right behind its heads. Instead, when the frame's
+// copies are collected (behind the next frame's queued call), its points
+// are queued behind that next call (backend.AsyncUnprojector) and the
+// frame is held again, its results made; it comes out with the call after,
+// once its points have come back. The device always has the next frame's
+// model work queued while the host waits or works.
 
 var _ Drainer = (*stream)(nil)
 
 // overlaps says whether st may be queued ahead: a streaming frame of the
 // streaming schedule, of a kind fixed before it runs (not a flow frame),
-// whose result gets no device points (those wait for its final pose).
-// Windowed schedules align and stitch results between frames and warm
-// the next window up, so their frames run as before.
+// whose result gets no device points or gets them from a backend that
+// queues them without waiting. Windowed schedules align and stitch results
+// between frames and warm the next window up, so their frames run as
+// before.
 func (s *stream) overlaps(st step) bool {
-	return s.cfg.OverlapFrames && st.op == opFrame && !s.cfg.Windowed && !s.keepDepth(st.w, st.kind, false)
+	if !s.cfg.OverlapFrames || st.op != opFrame || s.cfg.Windowed {
+		return false
+	}
+	return !s.keepDepth(st.w, st.kind, false) || s.points.async != nil
+}
+
+// pointsAhead is a collected frame's results held while their device
+// points are in flight.
+type pointsAhead struct {
+	res  []Result
+	pend []pendingPoints
+}
+
+// pendingPoints are res[i]'s points in flight and the maps they are made
+// from, freed once they came back.
+type pendingPoints struct {
+	i int
+	p backend.PendingPoints
+	d *devMaps
 }
 
 // runAhead queues st's call with its copies in flight and holds it; the
-// frame held before it, if any, is collected after, its results returned.
+// frames held before it, if any, are collected after: the one whose points
+// are in flight comes out, and the one whose copies are does too, or is
+// held for its points.
 func (s *stream) runAhead(ctx context.Context, st step) ([]Result, error) {
 	c, err := s.startCall(ctx, st, s.m, nil, false)
 	for err == nil && !c.pass.Queued() {
@@ -39,7 +74,7 @@ func (s *stream) runAhead(ctx context.Context, st step) ([]Result, error) {
 		}
 	}
 	if err != nil {
-		// the frame held before comes out first, then the error, which is
+		// the frames held before come out first, then the error, which is
 		// this frame's
 		out, cerr := s.collect()
 		if cerr != nil {
@@ -51,14 +86,79 @@ func (s *stream) runAhead(ctx context.Context, st step) ([]Result, error) {
 	s.ran(c, [9]float32{})
 	prev := s.ahead
 	s.ahead = c
-	return s.collectCall(prev)
+	// a failed frame's points, as without overlap, fail its Push alone:
+	// the next frame comes out as it would
+	out, perr := s.collectPoints()
+	res, err := s.collectCall(prev)
+	if err == nil {
+		out = append(out, s.startPoints(res)...)
+	}
+	if perr != nil {
+		return out, perr
+	}
+	return out, err
 }
 
-// collect hands out the frame held ahead, if any.
+// startPoints queues the device points of the results of a frame collected
+// ahead and holds them (pointsAhead); it returns the results when none of
+// them gets points.
+func (s *stream) startPoints(res []Result) []Result {
+	if s.points == nil || s.points.async == nil {
+		return res
+	}
+	h := &pointsAhead{res: res}
+	for i := range res {
+		r := &res[i]
+		d := r.dev
+		if !s.wantsPoints(r, d) {
+			continue
+		}
+		r.dev = nil
+		// the maps are the held frame's now, not the Push's (freeMaps)
+		s.kept = slices.DeleteFunc(s.kept, func(k *devMaps) bool { return k == d })
+		h.pend = append(h.pend, pendingPoints{i: i, p: s.points.async.StartUnproject(d.depth, d.conf, s.unprojection(r, d)), d: d})
+	}
+	if len(h.pend) == 0 {
+		return res
+	}
+	s.pointsAhead = h
+	return nil
+}
+
+// collectPoints waits for the points in flight and hands out their frame's
+// results.
+func (s *stream) collectPoints() ([]Result, error) {
+	h := s.pointsAhead
+	if h == nil {
+		return nil, nil
+	}
+	s.pointsAhead = nil
+	var first error
+	for _, p := range h.pend {
+		xyz, pix, err := p.p.Wait()
+		s.freeDev(p.d)
+		if first != nil {
+			continue
+		}
+		first = s.keptPoints(&h.res[p.i], xyz, pix, err)
+	}
+	return h.res, first
+}
+
+// collect hands out every frame held ahead, with its device points.
 func (s *stream) collect() ([]Result, error) {
+	out, perr := s.collectPoints()
 	c := s.ahead
 	s.ahead = nil
-	return s.collectCall(c)
+	res, err := s.collectCall(c)
+	if err == nil {
+		err = s.makePoints(res)
+	}
+	out = append(out, res...)
+	if perr != nil {
+		return out, perr
+	}
+	return out, err
 }
 
 // collectCall waits for c's copies and makes its results (c nil: none).
@@ -77,12 +177,43 @@ func (s *stream) collectCall(c *call) ([]Result, error) {
 	return s.emit(c.st.w, s.results(c, c.pass.Output()))
 }
 
-// dropAhead ends the frame held ahead without results (Reset, Close).
-func (s *stream) dropAhead() {
-	if s.ahead != nil {
-		s.ahead.pass.Abort()
-		s.ahead = nil
+// dropCall ends c without results (c nil: none).
+func dropCall(c *call) {
+	if c != nil {
+		c.pass.Abort()
 	}
+}
+
+// freeDev frees the maps d holds.
+func (s *stream) freeDev(d *devMaps) {
+	s.be.Free(d.depth)
+	s.be.Free(d.conf)
+	d.depth, d.conf = nil, nil
+}
+
+// dropAhead ends the frames held ahead without results (Reset, Close).
+func (s *stream) dropAhead() {
+	dropCall(s.ahead)
+	s.ahead = nil
+	if h := s.pointsAhead; h != nil {
+		for _, p := range h.pend {
+			// the copies' memory is the backend's until they are waited for
+			p.p.Wait()
+			s.freeDev(p.d)
+		}
+		s.pointsAhead = nil
+	}
+}
+
+// heldSeq is the first frame held ahead, if any.
+func (s *stream) heldSeq() (uint64, bool) {
+	switch {
+	case s.pointsAhead != nil:
+		return s.pointsAhead.res[0].Seq, true
+	case s.ahead != nil:
+		return s.ahead.st.ins[0].seq, true
+	}
+	return 0, false
 }
 
 // Drain hands out the results of the frame held ahead (Drainer).
@@ -93,6 +224,7 @@ func (s *stream) Drain(ctx context.Context) ([]Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	defer s.freeMaps()
 	out, err := s.collect()
 	return dropMaps(out), err
 }

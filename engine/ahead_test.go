@@ -69,17 +69,39 @@ func sameResult(a, b Result) string {
 	return ""
 }
 
+// pointsMode is what traced asks device points for.
+type pointsMode int
+
+const (
+	noPoints        pointsMode = iota
+	keyframePoints             // keyframes only, by Unproject (no StartUnproject)
+	asyncKeyframes             // keyframes only, StartUnproject too
+	asyncAll                   // every frame, StartUnproject too (run's request)
+)
+
 // traced runs frames through a stream of cfg (with the backend async
 // wraps when async) and returns the results, the number each Push gave,
-// the trace's events (Stats included) and the backend's log.
-func traced(t *testing.T, cfg Config, frames []Frame, points bool) (res []Result, counts []int, events []string, log []string) {
+// the trace's events (Stats included) and the backend's log. With device
+// points it checks that every map kept for them was freed by the end.
+func traced(t *testing.T, cfg Config, frames []Frame, points pointsMode) (res []Result, counts []int, events []string, log []string) {
 	t.Helper()
-	cfg.Trace = func(ev TraceEvent) { events = append(events, fmt.Sprintf("%+v", ev)) }
+	// a frame held ahead gets its device points (and is counted in
+	// PointsOnDevice) when it comes out, later than without overlap: the
+	// count is compared once all came out, at the end
+	cfg.Trace = func(ev TraceEvent) {
+		ev.Stats.PointsOnDevice = 0
+		events = append(events, fmt.Sprintf("%+v", ev))
+	}
 	var a *asyncLog
+	var hu *hostUnprojector
 	st, err := New(context.Background(), cfg, func(c Config) (backend.Backend, error) {
 		a = &asyncLog{Backend: cpu.New(cpu.Config{Threads: c.Threads})}
-		if points {
-			return &asyncPoints{hostUnprojector: &hostUnprojector{Backend: a, live: map[backend.Tensor]bool{}}, a: a}, nil
+		hu = &hostUnprojector{Backend: a, live: map[backend.Tensor]bool{}}
+		switch points {
+		case keyframePoints:
+			return &asyncPoints{hostUnprojector: hu, a: a}, nil
+		case asyncKeyframes, asyncAll:
+			return &lateUnprojector{asyncPoints{hostUnprojector: hu, a: a}}, nil
 		}
 		return a, nil
 	}, nil)
@@ -87,8 +109,8 @@ func traced(t *testing.T, cfg Config, frames []Frame, points bool) (res []Result
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if points {
-		if on, err := st.(PointMaker).MakePoints(geom.PointFilter{ConfThreshold: 2.5, Stride: 2}, true); err != nil || !on {
+	if points != noPoints {
+		if on, err := st.(PointMaker).MakePoints(geom.PointFilter{ConfThreshold: 2.5, Stride: 2}, points != asyncAll); err != nil || !on {
 			t.Fatalf("MakePoints: %v, %v", on, err)
 		}
 	}
@@ -106,6 +128,10 @@ func traced(t *testing.T, cfg Config, frames []Frame, points bool) (res []Result
 	}
 	res = append(res, out...)
 	counts = append(counts, len(out))
+	events = append(events, fmt.Sprintf("after the Flush: %+v", st.Stats()))
+	if len(hu.live) != 0 {
+		t.Fatalf("%d maps handed out for points are still held after the Flush", len(hu.live))
+	}
 	return res, counts, events, a.log
 }
 
@@ -119,20 +145,52 @@ func (p *asyncPoints) StartDownload(ts ...backend.Tensor) backend.Pending {
 	return p.a.StartDownload(ts...)
 }
 
+// lateUnprojector is asyncPoints with StartUnproject: the points are made
+// at Wait, from the maps as they are then (a map freed before would fail
+// the test), and every start and wait is logged in the backend's log.
+type lateUnprojector struct{ asyncPoints }
+
+func (p *lateUnprojector) StartUnproject(depth, conf backend.Tensor, u backend.Unprojection) backend.PendingPoints {
+	p.a.log = append(p.a.log, "points start")
+	p.live[depth], p.live[conf] = true, true
+	return latePoints{p: p, depth: depth, conf: conf, u: u}
+}
+
+type latePoints struct {
+	p           *lateUnprojector
+	depth, conf backend.Tensor
+	u           backend.Unprojection
+}
+
+func (l latePoints) Wait() ([]float32, []int32, error) {
+	l.p.a.log = append(l.p.a.log, "points wait")
+	if !l.p.live[l.depth] || !l.p.live[l.conf] {
+		return nil, nil, errors.New("a map was freed before its points were waited for")
+	}
+	calls := l.p.calls
+	xyz, pix, err := l.p.Unproject(l.depth, l.conf, l.u)
+	l.p.calls = calls
+	return xyz, pix, err
+}
+
 // TestOverlapFramesEqualsSerial: with overlap_frames a stream gives the
 // same results bit for bit, in the same order, with the same trace (cache
-// statistics included) as without, in every schedule; in the streaming
+// statistics included; the count of device points once all came out) as
+// without, in every schedule; in the streaming
 // schedule with interval keyframes each streaming frame's results come
 // with the next Push (or the Flush), and its copies are waited for only
 // after the next frame's copies were queued, that is after the next
-// frame's whole call was; frames with device points, flow frames and
-// windowed schedules run as before.
+// frame's whole call was; frames with device points are held ahead too
+// where the backend queues points (StartUnproject), their points queued
+// after the next frame's call and waited for after the one after that was
+// queued; flow frames, windowed schedules and frames whose points the
+// backend makes only by Unproject run as before.
 func TestOverlapFramesEqualsSerial(t *testing.T) {
 	frames := goldenFrames(t, "stream_kf1")
 	cases := []struct {
 		name    string
 		cfg     func(*Config)
-		points  bool
+		points  pointsMode
 		overlap bool // streaming frames are held ahead
 	}{
 		{name: "streaming, every frame a keyframe", cfg: func(*Config) {}, overlap: true},
@@ -141,7 +199,11 @@ func TestOverlapFramesEqualsSerial(t *testing.T) {
 		{name: "flow keyframes", cfg: func(c *Config) { c.FlowThreshold = 0.5 }},
 		{name: "reference windows", cfg: func(c *Config) { c.Windowed = true }},
 		{name: "live windows", cfg: func(c *Config) { c.Windowed, c.WindowMode = true, WindowLive }},
-		{name: "device points for keyframes, interval 3", cfg: func(c *Config) { c.KeyframeInterval = 3 }, points: true, overlap: true},
+		{name: "device points for keyframes, interval 3", cfg: func(c *Config) { c.KeyframeInterval = 3 }, points: keyframePoints, overlap: true},
+		{name: "queued device points for keyframes, interval 3", cfg: func(c *Config) { c.KeyframeInterval = 3 }, points: asyncKeyframes, overlap: true},
+		{name: "queued device points for every frame", cfg: func(*Config) {}, points: asyncAll, overlap: true},
+		{name: "queued device points, flow keyframes", cfg: func(c *Config) { c.FlowThreshold = 0.5 }, points: asyncAll},
+		{name: "queued device points, live windows", cfg: func(c *Config) { c.Windowed, c.WindowMode = true, WindowLive }, points: asyncAll},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -206,24 +268,88 @@ func TestOverlapFramesEqualsSerial(t *testing.T) {
 			if ahead == 0 {
 				t.Fatalf("no frame's copies were waited for after the next frame's were queued: %v", log)
 			}
+			// queued points: each is waited for after another frame's
+			// copies were queued behind them (but at the Flush), the
+			// frame's results made from the maps it kept until then
+			starts, waits := 0, 0
+			copies, allCopies := 0, 0
+			for _, s := range log {
+				if strings.HasPrefix(s, "start") {
+					allCopies++
+				}
+			}
+			var queued []int
+			for _, s := range log {
+				switch {
+				case strings.HasPrefix(s, "start"):
+					copies++
+				case s == "points start":
+					starts++
+					queued = append(queued, copies)
+				case s == "points wait":
+					if copies <= queued[waits] && copies < allCopies {
+						t.Fatalf("points %d waited for with no frame's call queued after them: %v", waits, log)
+					}
+					waits++
+				}
+			}
+			withPoints := 0
+			for _, r := range got {
+				if r.Kept != nil {
+					withPoints++
+				}
+			}
+			switch {
+			case tc.points == asyncKeyframes || tc.points == asyncAll:
+				// phase 1's and the last frame's points are made by
+				// Unproject
+				if starts == 0 || starts != waits || starts >= withPoints {
+					t.Fatalf("%d points queued, %d waited for, %d results with points: %v", starts, waits, withPoints, log)
+				}
+			case starts > 0:
+				t.Fatalf("points queued by a backend without StartUnproject: %v", log)
+			}
 		})
 	}
 }
 
-// TestOverlapFramesDrainResetSave: Drain hands out the frame held ahead and
-// nothing more; SaveState refuses while a frame is held and works after a
-// Drain; a Reset drops the held frame, and the stream then goes on as a
-// stream without overlap does after the same Reset.
+// TestOverlapFramesDrainResetSave: Drain hands out the frames held ahead
+// and nothing more (with queued device points, the frame whose points are
+// in flight and the one whose copies are, both with their points);
+// SaveState refuses while a frame is held and works after a Drain; a
+// Reset drops the held frame, and the stream then goes on as a stream
+// without overlap does after the same Reset; no map kept for points
+// outlives the stream's work.
 func TestOverlapFramesDrainResetSave(t *testing.T) {
 	frames := goldenFrames(t, "stream_kf1")
+	for _, points := range []bool{false, true} {
+		t.Run(fmt.Sprintf("points %v", points), func(t *testing.T) { drainResetSave(t, frames, points) })
+	}
+}
+
+func drainResetSave(t *testing.T, frames []Frame, points bool) {
 	run := func(overlap bool) []Result {
 		cfg := goldenConfig(t)
 		cfg.OverlapFrames = overlap
-		st, err := New(context.Background(), cfg, cpuBackend, nil)
+		var hu *hostUnprojector
+		st, err := New(context.Background(), cfg, func(c Config) (backend.Backend, error) {
+			cb := cpu.New(cpu.Config{Threads: c.Threads})
+			if !points {
+				return cb, nil
+			}
+			a := &asyncLog{Backend: cb}
+			hu = &hostUnprojector{Backend: a, live: map[backend.Tensor]bool{}}
+			return &lateUnprojector{asyncPoints{hostUnprojector: hu, a: a}}, nil
+		}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer st.Close()
+		if points {
+			if on, err := st.(PointMaker).MakePoints(geom.PointFilter{ConfThreshold: 2.5, Stride: 2}, false); err != nil || !on {
+				t.Fatalf("MakePoints: %v, %v", on, err)
+			}
+		}
 		ctx := context.Background()
 		var res []Result
 		push := func(f Frame) {
@@ -242,9 +368,13 @@ func TestOverlapFramesDrainResetSave(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "held ahead") {
 				t.Fatalf("SaveState with frame 4 held: %v", err)
 			}
+			held := []uint64{frames[4].Seq}
+			if points {
+				held = []uint64{frames[3].Seq, frames[4].Seq}
+			}
 			out, err := st.(Drainer).Drain(ctx)
-			if err != nil || len(out) != 1 || out[0].Seq != frames[4].Seq {
-				t.Fatalf("Drain: %v results (%v), want frame %d", seqs(out), err, frames[4].Seq)
+			if err != nil || !slices.Equal(seqs(out), held) {
+				t.Fatalf("Drain: %v results (%v), want frames %v", seqs(out), err, held)
 			}
 			res = append(res, out...)
 			if out, err := st.(Drainer).Drain(ctx); err != nil || len(out) != 0 {
@@ -257,31 +387,45 @@ func TestOverlapFramesDrainResetSave(t *testing.T) {
 			t.Fatal(err)
 		}
 		push(frames[5])
+		push(frames[6])
 		if err := st.Reset(); err != nil {
 			t.Fatal(err)
 		}
-		for _, f := range frames[6:] {
+		for _, f := range frames[7:] {
 			push(f)
 		}
 		out, err := st.Flush(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if hu != nil && len(hu.live) != 0 {
+			t.Fatalf("overlap %v: %d maps kept for points are still held after the Flush", overlap, len(hu.live))
+		}
 		return append(res, out...)
 	}
 	want, got := run(false), run(true)
-	// without overlap frame 5 came out at its Push; with it, the Reset
-	// dropped it
-	if i := slices.IndexFunc(want, func(r Result) bool { return r.Seq == frames[5].Seq }); i >= 0 {
-		want = slices.Delete(want, i, i+1)
+	// without overlap frames 5 and 6 came out at their Push; with it, the
+	// Reset dropped frame 6, held ahead, and with queued points frame 5
+	// too, whose points were in flight
+	dropped := []uint64{frames[6].Seq}
+	if points {
+		dropped = append(dropped, frames[5].Seq)
 	}
+	want = slices.DeleteFunc(want, func(r Result) bool { return slices.Contains(dropped, r.Seq) })
 	if !slices.Equal(seqs(got), seqs(want)) {
 		t.Fatalf("frames %v with overlap, want %v", seqs(got), seqs(want))
 	}
+	kept := 0
 	for i := range want {
 		if d := sameResult(got[i], want[i]); d != "" {
 			t.Fatalf("result %d (frame %d): %s differs", i, want[i].Seq, d)
 		}
+		if got[i].Kept != nil {
+			kept++
+		}
+	}
+	if points != (kept == len(want)) {
+		t.Fatalf("%d of %d results with device points (points %v)", kept, len(want), points)
 	}
 }
 

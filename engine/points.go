@@ -29,6 +29,9 @@ type pointRequest struct {
 	filt          geom.PointFilter
 	keyframesOnly bool
 	unproj        backend.Unprojector
+	// async is unproj when it can queue points without waiting for them
+	// (overlap_frames holds such frames ahead, ahead.go)
+	async backend.AsyncUnprojector
 }
 
 // devMaps are one frame's depth and confidence maps kept on the device
@@ -53,6 +56,7 @@ func (s *stream) MakePoints(filt geom.PointFilter, keyframesOnly bool) (bool, er
 		return false, nil
 	}
 	s.points = &pointRequest{filt: filt, keyframesOnly: keyframesOnly, unproj: u}
+	s.points.async, _ = u.(backend.AsyncUnprojector)
 	return true, nil
 }
 
@@ -95,24 +99,45 @@ func (s *stream) makePoints(out []Result) error {
 		r := &out[i]
 		d := r.dev
 		r.dev = nil
-		if d == nil || d.depth == nil || d.warps > 1 || r.Kept != nil {
+		if !s.wantsPoints(r, d) {
 			continue
 		}
-		if r.Kind == NonKeyframe && s.points.keyframesOnly {
-			continue
+		xyz, pix, err := s.points.unproj.Unproject(d.depth, d.conf, s.unprojection(r, d))
+		if err := s.keptPoints(r, xyz, pix, err); err != nil {
+			return err
 		}
-		f := s.points.filt
-		xyz, pix, err := s.points.unproj.Unproject(d.depth, d.conf, backend.Unprojection{
-			Width: r.Width, Height: r.Height,
-			Intrinsics: r.Intrinsics, CamToWorld: r.CamToWorld,
-			DepthScale: d.scale, ConfThreshold: f.ConfThreshold, Stride: f.Stride,
-		})
-		if err != nil {
-			return fmt.Errorf("engine: frame %d: points on the %s backend: %w", r.Seq, s.be.Name(), err)
-		}
-		r.Kept = &geom.KeptPoints{Filter: f, XYZ: xyz, Pixel: pix}
-		s.devicePoints.Add(1)
 	}
+	return nil
+}
+
+// wantsPoints says whether r, with its kept maps d, gets device points.
+func (s *stream) wantsPoints(r *Result, d *devMaps) bool {
+	switch {
+	case d == nil || d.depth == nil || d.warps > 1 || r.Kept != nil:
+		return false
+	case r.Kind == NonKeyframe && s.points.keyframesOnly:
+		return false
+	}
+	return true
+}
+
+// unprojection is r's filter and final camera for its maps d.
+func (s *stream) unprojection(r *Result, d *devMaps) backend.Unprojection {
+	f := s.points.filt
+	return backend.Unprojection{
+		Width: r.Width, Height: r.Height,
+		Intrinsics: r.Intrinsics, CamToWorld: r.CamToWorld,
+		DepthScale: d.scale, ConfThreshold: f.ConfThreshold, Stride: f.Stride,
+	}
+}
+
+// keptPoints gives r the points the backend made (or its error).
+func (s *stream) keptPoints(r *Result, xyz []float32, pix []int32, err error) error {
+	if err != nil {
+		return fmt.Errorf("engine: frame %d: points on the %s backend: %w", r.Seq, s.be.Name(), err)
+	}
+	r.Kept = &geom.KeptPoints{Filter: s.points.filt, XYZ: xyz, Pixel: pix}
+	s.devicePoints.Add(1)
 	return nil
 }
 

@@ -191,8 +191,8 @@ func (s *stream) SaveState(w io.Writer) error {
 	if s.closed {
 		return errors.New("engine: SaveState on a closed stream")
 	}
-	if s.ahead != nil {
-		return fmt.Errorf("engine: SaveState while frame %d is held ahead (overlap_frames): Drain it first", s.ahead.st.ins[0].seq)
+	if seq, ok := s.heldSeq(); ok {
+		return fmt.Errorf("engine: SaveState while frame %d is held ahead (overlap_frames): Drain it first", seq)
 	}
 	fp, err := s.fingerprint()
 	if err != nil {

@@ -57,8 +57,10 @@ type stream struct {
 	kept         []*devMaps
 	devicePoints atomic.Int64
 
-	// ahead is the frame held with its copies in flight (ahead.go)
-	ahead *call
+	// ahead is the frame held with its copies in flight, pointsAhead the
+	// one held with its device points in flight (ahead.go)
+	ahead       *call
+	pointsAhead *pointsAhead
 }
 
 func newStream(cfg Config, log *slog.Logger, be backend.Backend, m *model.Model) *stream {

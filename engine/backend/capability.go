@@ -78,6 +78,23 @@ type Unprojection struct {
 	Stride        int
 }
 
+// AsyncUnprojector is an Unprojector that queues a frame's points behind
+// the work queued so far, their copy to the host included, and returns
+// without waiting, so that the caller can queue more work (the next frame)
+// before it waits for the points alone. depth and conf must stay allocated
+// until Wait returns.
+type AsyncUnprojector interface {
+	Unprojector
+	StartUnproject(depth, conf Tensor, u Unprojection) PendingPoints
+}
+
+// PendingPoints are one frame's points queued by StartUnproject: Wait
+// waits for them and returns what Unproject would have. It is called once,
+// on the goroutine that queued them.
+type PendingPoints interface {
+	Wait() (xyz []float32, pixel []int32, err error)
+}
+
 // KVReleaser is a KVStore that can give its memory back while it holds no
 // frames; its pages get memory again when they are written.
 type KVReleaser interface {
