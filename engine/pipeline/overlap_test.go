@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -9,17 +10,79 @@ import (
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 	"github.com/lingbotmap/lingbotmap/engine/cpu"
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 )
 
+// hostPoints is the CPU backend with the device points' capabilities
+// (backend.AsyncUnprojector), the points made on the host at Wait.
+type hostPoints struct {
+	backend.Backend
+	queued int
+}
+
+func (h *hostPoints) Unproject(depth, conf backend.Tensor, u backend.Unprojection) ([]float32, []int32, error) {
+	d := h.ToHost(depth)
+	for i := range d {
+		d[i] *= u.DepthScale
+	}
+	k, err := geom.Keep(geom.DepthFrame{Width: u.Width, Height: u.Height, Depth: d, Conf: h.ToHost(conf),
+		Intrinsics: u.Intrinsics, CamToWorld: u.CamToWorld},
+		geom.PointFilter{ConfThreshold: u.ConfThreshold, Stride: u.Stride})
+	if err != nil {
+		return nil, nil, err
+	}
+	return k.XYZ, k.Pixel, nil
+}
+
+func (h *hostPoints) StartUnproject(depth, conf backend.Tensor, u backend.Unprojection) backend.PendingPoints {
+	h.queued++
+	return hostPending(func() ([]float32, []int32, error) { return h.Unproject(depth, conf, u) })
+}
+
+type hostPending func() ([]float32, []int32, error)
+
+func (p hostPending) Wait() ([]float32, []int32, error) { return p() }
+
 // A stream with overlap_frames holds each streaming frame's results until
-// the next frame: the pipeline hands a held frame out as soon as no next
-// frame waits (a camera slower than the model never waits for the next
-// frame to see the last one's pose), and otherwise queues the next frame
-// first; either way every output comes once, in order, with the results
-// Push gives without overlap.
+// the next frame (a frame with device points the backend queues, until
+// the one after): the pipeline hands the held frames out as soon as no
+// next frame waits (a camera slower than the model never waits for the
+// next frame to see the last one's pose), and otherwise queues the next
+// frame first; either way every output comes once, in order, with the
+// results Push gives without overlap, device points included.
 func TestOverlapStreamDrainsWhenIdle(t *testing.T) {
-	const n = 10
-	serial := tinyStream(t)
+	for _, points := range []bool{false, true} {
+		t.Run(fmt.Sprintf("device points %v", points), func(t *testing.T) { drainsWhenIdle(t, points) })
+	}
+}
+
+func drainsWhenIdle(t *testing.T, points bool) {
+	const n, scaleFrames = 10, 3
+	var hp *hostPoints
+	stream := func(overlap bool) engine.Stream {
+		cfg := engine.DefaultConfig()
+		cfg.ImageWidth, cfg.ScaleFrames, cfg.SlidingWindow, cfg.Threads = 70, scaleFrames, 4, 1
+		cfg.OverlapFrames = overlap
+		st, err := engine.New(context.Background(), cfg, func(c engine.Config) (backend.Backend, error) {
+			var be backend.Backend = cpu.New(cpu.Config{Threads: c.Threads})
+			if points {
+				hp = &hostPoints{Backend: be}
+				be = hp
+			}
+			return be, nil
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		if points {
+			if on, err := st.(engine.PointMaker).MakePoints(geom.PointFilter{ConfThreshold: 1, Stride: 2}, false); err != nil || !on {
+				t.Fatalf("MakePoints: %v, %v", on, err)
+			}
+		}
+		return st
+	}
+	serial := stream(false)
 	var want []engine.Result
 	for i := range n {
 		res, err := serial.Push(context.Background(), engine.Frame{Seq: uint64(i), Image: testImage(i)})
@@ -28,16 +91,7 @@ func TestOverlapStreamDrainsWhenIdle(t *testing.T) {
 		}
 		want = append(want, res...)
 	}
-	cfg := engine.DefaultConfig()
-	cfg.ImageWidth, cfg.ScaleFrames, cfg.SlidingWindow, cfg.Threads = 70, 3, 4, 1
-	cfg.OverlapFrames = true
-	st, err := engine.New(context.Background(), cfg, func(c engine.Config) (backend.Backend, error) {
-		return cpu.New(cpu.Config{Threads: c.Threads}), nil
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stream(true)
 
 	outs := make(chan Output[int], n)
 	p, err := New(context.Background(), st, &testSink{add: func(o Output[int]) { outs <- o }}, Config[int]{Workers: 2, Policy: Block})
@@ -62,7 +116,7 @@ func TestOverlapStreamDrainsWhenIdle(t *testing.T) {
 		if err := p.Submit(context.Background(), Input[int]{Seq: uint64(i), Meta: i, Image: testImage(i)}); err != nil {
 			t.Fatal(err)
 		}
-		if i >= cfg.ScaleFrames-1 {
+		if i >= scaleFrames-1 {
 			wait(i)
 		}
 	}
@@ -90,5 +144,14 @@ func TestOverlapStreamDrainsWhenIdle(t *testing.T) {
 		if g.Seq != w.Seq || g.Kind != w.Kind || g.PoseEnc != w.PoseEnc || !slices.Equal(g.Depth, w.Depth) || !slices.Equal(g.Conf, w.Conf) || !slices.Equal(g.RGB, w.RGB) {
 			t.Fatalf("frame %d differs from Push without overlap", i)
 		}
+		if (g.Kept == nil) != (w.Kept == nil) || (g.Kept != nil && (!slices.Equal(g.Kept.XYZ, w.Kept.XYZ) || !slices.Equal(g.Kept.Pixel, w.Kept.Pixel))) {
+			t.Fatalf("frame %d: device points differ from Push without overlap", i)
+		}
+		if points != (g.Kept != nil) {
+			t.Fatalf("frame %d: device points %v", i, g.Kept != nil)
+		}
+	}
+	if points && hp.queued == 0 {
+		t.Fatal("no frame's points were queued ahead")
 	}
 }
