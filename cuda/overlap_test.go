@@ -12,6 +12,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/backend"
+	"github.com/lingbotmap/lingbotmap/engine/geom"
 )
 
 // StartDownload's batches hold the tensors' values at the point of the
@@ -136,5 +137,128 @@ func TestOverlapFramesMatchSerial(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestStartUnprojectMatchesUnproject: points queued by StartUnproject (all
+// of a run's frames queued before the first is waited for, more than there
+// are download slots, so that the copy at Wait is taken too) are
+// Unproject's points bit for bit, golden and synthetic frames, strides 1
+// and 3, depth scales 1 and 1.37; a refused frame's Wait gives its error.
+func TestStartUnprojectMatchesUnproject(t *testing.T) {
+	cases := goldenCases(t, "stream_kf1")
+	for i, sz := range [][2]int{{37, 23}, {1, 1}, {257, 1}, {518, 392}} {
+		cases = append(cases, syntheticCase(sz[0], sz[1], uint64(10+i)))
+	}
+	g := fx.fp32
+	type queued struct {
+		what        string
+		depth, conf backend.Tensor
+		u           backend.Unprojection
+		p           backend.PendingPoints
+	}
+	var qs []queued
+	for _, c := range cases {
+		depth, conf := g.FromHost(c.depth, c.h, c.w), g.FromHost(c.conf, c.h, c.w)
+		for _, filt := range []geom.PointFilter{{ConfThreshold: 1.5, Stride: 1}, {ConfThreshold: 2, Stride: 3}} {
+			for _, scale := range []float32{1, 1.37} {
+				u := backend.Unprojection{Width: c.w, Height: c.h, Intrinsics: c.k, CamToWorld: c.pose,
+					DepthScale: scale, ConfThreshold: filt.ConfThreshold, Stride: filt.Stride}
+				qs = append(qs, queued{what: fmt.Sprintf("%s, threshold %g, stride %d, scale %g", c.name, filt.ConfThreshold, filt.Stride, scale),
+					depth: depth, conf: conf, u: u, p: g.(backend.AsyncUnprojector).StartUnproject(depth, conf, u)})
+			}
+		}
+	}
+	if len(qs) <= downSlots {
+		t.Fatalf("%d frames queued: the copy without a slot is not exercised", len(qs))
+	}
+	total := 0
+	for _, q := range qs {
+		gx, gp, err := q.p.Wait()
+		if err != nil {
+			t.Fatalf("%s: %v", q.what, err)
+		}
+		wx, wp, err := g.(backend.Unprojector).Unproject(q.depth, q.conf, q.u)
+		if err != nil {
+			t.Fatalf("%s: %v", q.what, err)
+		}
+		if !slices.EqualFunc(gx, wx, func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) || !slices.Equal(gp, wp) {
+			t.Fatalf("%s: %d points queued, %d by Unproject, or their values differ", q.what, len(gp), len(wp))
+		}
+		total += len(wp)
+	}
+	if total == 0 {
+		t.Fatal("no point kept in any case: the test compares nothing")
+	}
+	freed := map[backend.Tensor]bool{}
+	for _, q := range qs {
+		for _, x := range []backend.Tensor{q.depth, q.conf} {
+			if !freed[x] {
+				freed[x] = true
+				g.Free(x)
+			}
+		}
+	}
+	d := g.FromHost(make([]float32, 6), 2, 3)
+	defer g.Free(d)
+	if _, _, err := g.(backend.AsyncUnprojector).StartUnproject(d, d, backend.Unprojection{Width: 3, Height: 2, Stride: 0}).Wait(); err == nil {
+		t.Fatal("stride 0 accepted")
+	}
+	if err := g.(backend.ErrorReporter).Err(); err != nil {
+		t.Fatalf("a refused call broke the backend: %v", err)
+	}
+	t.Logf("%d frames queued, %d points", len(qs), total)
+}
+
+// TestOverlapFramesDevicePointsMatchSerial: a golden stream asked for
+// every frame's device points (run's request) gives, with overlap_frames,
+// the results and points it gives without, bit for bit, in fp32 and fp8;
+// with it the frames' points were queued (StartUnproject) through the
+// download slots.
+func TestOverlapFramesDevicePointsMatchSerial(t *testing.T) {
+	for _, prec := range []string{"fp32", "fp8"} {
+		t.Run(prec, func(t *testing.T) {
+			cfg := goldenEngineConfig(t, prec)
+			frames := goldenFramesTwice(t, "stream_kf1")
+			filt := geom.PointFilter{ConfThreshold: 1.5, Stride: 2}
+			run := func(overlap bool) []engine.Result {
+				var g *gpu
+				c := cfg
+				c.OverlapFrames = overlap
+				st, err := engine.New(context.Background(), c, keptFactory(func(c *Config) { c.FixedGEMMAlgo = true }, &g), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer st.Close()
+				if on, err := st.(engine.PointMaker).MakePoints(filt, false); err != nil || !on {
+					t.Fatalf("MakePoints: %v, %v", on, err)
+				}
+				res := pushAll(t, st, frames, true)
+				if n := st.Stats().PointsOnDevice; n != int64(len(frames)) {
+					t.Fatalf("overlap_frames %v: %d frames with device points, want %d", overlap, n, len(frames))
+				}
+				return res
+			}
+			want, got := run(false), run(true)
+			if len(got) != len(want) || len(got) != len(frames) {
+				t.Fatalf("%d results, %d without overlap, for %d frames", len(got), len(want), len(frames))
+			}
+			bits := func(x, y []float32) bool {
+				return slices.EqualFunc(x, y, func(p, q float32) bool { return math.Float32bits(p) == math.Float32bits(q) })
+			}
+			for i := range want {
+				a, b := got[i], want[i]
+				switch {
+				case a.Seq != b.Seq || a.Kind != b.Kind:
+					t.Fatalf("result %d is frame %d (%v), %d (%v) without", i, a.Seq, a.Kind, b.Seq, b.Kind)
+				case a.PoseEnc != b.PoseEnc || !bits(a.Depth, b.Depth) || !bits(a.Conf, b.Conf):
+					t.Fatalf("frame %d: pose or depth differs with overlap_frames", a.Seq)
+				case a.Kept == nil || b.Kept == nil:
+					t.Fatalf("frame %d: device points %v with overlap_frames, %v without", a.Seq, a.Kept != nil, b.Kept != nil)
+				case !bits(a.Kept.XYZ, b.Kept.XYZ) || !slices.Equal(a.Kept.Pixel, b.Kept.Pixel):
+					t.Fatalf("frame %d: device points differ with overlap_frames (%d, %d without)", a.Seq, len(a.Kept.Pixel), len(b.Kept.Pixel))
+				}
+			}
+		})
 	}
 }

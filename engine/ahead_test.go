@@ -73,10 +73,10 @@ func sameResult(a, b Result) string {
 type pointsMode int
 
 const (
-	noPoints        pointsMode = iota
-	keyframePoints             // keyframes only, by Unproject (no StartUnproject)
-	asyncKeyframes             // keyframes only, StartUnproject too
-	asyncAll                   // every frame, StartUnproject too (run's request)
+	noPoints       pointsMode = iota
+	keyframePoints            // keyframes only, by Unproject (no StartUnproject)
+	asyncKeyframes            // keyframes only, StartUnproject too
+	asyncAll                  // every frame, StartUnproject too (run's request)
 )
 
 // traced runs frames through a stream of cfg (with the backend async
