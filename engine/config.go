@@ -83,8 +83,10 @@ type Config struct {
 	// one's outputs. Push then returns the previous frame's results and
 	// holds its own frame's until the next Push, Flush or Drain (Drainer).
 	// It applies to the streaming schedule (windowed false) with interval
-	// keyframes, to frames whose points are not made on the device; other
-	// frames wait for the one held first. The results are the same.
+	// keyframes; a frame whose points the backend makes on the device is
+	// held one Push more, while its points come back, where the backend
+	// queues them (backend.AsyncUnprojector), and otherwise not held.
+	// Other frames wait for the ones held first. The results are the same.
 	OverlapFrames bool `mapstructure:"overlap_frames"`
 
 	// CUDA tunes the CUDA backend; the CPU backend ignores it.
