@@ -14,7 +14,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/backend"
-	"github.com/lingbotmap/lingbotmap/engine/geom"
+	"github.com/lingbotmap/lingbotmap/engine/backend/hostpoints"
 )
 
 // queuedPoints is the CPU backend with the device points' capabilities
@@ -29,17 +29,7 @@ type queuedPoints struct {
 }
 
 func (q *queuedPoints) Unproject(depth, conf backend.Tensor, u backend.Unprojection) ([]float32, []int32, error) {
-	d := q.ToHost(depth)
-	for i := range d {
-		d[i] *= u.DepthScale
-	}
-	k, err := geom.Keep(geom.DepthFrame{Width: u.Width, Height: u.Height, Depth: d, Conf: q.ToHost(conf),
-		Intrinsics: u.Intrinsics, CamToWorld: u.CamToWorld},
-		geom.PointFilter{ConfThreshold: u.ConfThreshold, Stride: u.Stride})
-	if err != nil {
-		return nil, nil, err
-	}
-	return k.XYZ, k.Pixel, nil
+	return hostpoints.Unproject(q, depth, conf, u)
 }
 
 func (q *queuedPoints) StartUnproject(depth, conf backend.Tensor, u backend.Unprojection) backend.PendingPoints {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/backend"
+	"github.com/lingbotmap/lingbotmap/engine/backend/hostpoints"
 	"github.com/lingbotmap/lingbotmap/engine/cpu"
 	"github.com/lingbotmap/lingbotmap/engine/geom"
 )
@@ -21,17 +22,7 @@ type hostPoints struct {
 }
 
 func (h *hostPoints) Unproject(depth, conf backend.Tensor, u backend.Unprojection) ([]float32, []int32, error) {
-	d := h.ToHost(depth)
-	for i := range d {
-		d[i] *= u.DepthScale
-	}
-	k, err := geom.Keep(geom.DepthFrame{Width: u.Width, Height: u.Height, Depth: d, Conf: h.ToHost(conf),
-		Intrinsics: u.Intrinsics, CamToWorld: u.CamToWorld},
-		geom.PointFilter{ConfThreshold: u.ConfThreshold, Stride: u.Stride})
-	if err != nil {
-		return nil, nil, err
-	}
-	return k.XYZ, k.Pixel, nil
+	return hostpoints.Unproject(h, depth, conf, u)
 }
 
 func (h *hostPoints) StartUnproject(depth, conf backend.Tensor, u backend.Unprojection) backend.PendingPoints {
