@@ -358,6 +358,11 @@ func checkPythonBag(t *testing.T, path string, n int) {
 
 // The C++ recorder (rosbag record) records our bag played by rosbag play
 // through a real rosmaster; our reader reads its bag with our messages intact.
+// The player loops until the recorder has its n messages a topic: a message
+// sent before the recorder's connection to the player is up is not
+// delivered (--wait-for-subscribers waits for the subscription, not for
+// the connection), so the recorded ones are n consecutive messages of the
+// loop, each equal to the one of our bag its header's seq names.
 func TestReadRosbagRecordBag(t *testing.T) {
 	requireTool(t, "rosmaster")
 	rosbag := requireTool(t, "rosbag")
@@ -409,15 +414,28 @@ func TestReadRosbagRecordBag(t *testing.T) {
 			<-recDone
 		}
 	}()
-	run(t, env, "timeout", "30", rosbag, "play", "-q", "-r", "5", "--wait-for-subscribers", ours)
+	play := exec.Command(rosbag, "play", "-q", "-l", "-r", "5", "--wait-for-subscribers", ours)
+	play.Env = env
+	var playOut bytes.Buffer
+	play.Stdout, play.Stderr = &playOut, &playOut
+	play.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := play.Start(); err != nil {
+		t.Fatal(err)
+	}
+	playDone := make(chan error, 1)
+	go func() { playDone <- play.Wait() }()
+	defer func() { _ = syscall.Kill(-play.Process.Pid, syscall.SIGTERM); <-playDone }()
 	select {
 	case err := <-recDone:
 		recorderRunning = false
 		if err != nil {
 			t.Fatalf("rosbag record: %v\n%s", err, recOut.String())
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("rosbag record did not finish after %d messages per topic:\n%s", n, recOut.String())
+	case err := <-playDone:
+		playDone <- err // for the deferred wait
+		t.Fatalf("rosbag play ended (%v) before the recorder had %d messages a topic:\n%s\n%s", err, n, playOut.String(), recOut.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("rosbag record did not have %d messages per topic after 60 s of a looping player:\n%s\n%s", n, recOut.String(), playOut.String())
 	}
 
 	r, err := Open(recorded)
@@ -426,6 +444,7 @@ func TestReadRosbagRecordBag(t *testing.T) {
 	}
 	defer r.Close()
 	imgs, poses := 0, 0
+	var firstImg, firstPose int
 	for m, err := range r.Messages() {
 		if err != nil {
 			t.Fatal(err)
@@ -436,7 +455,10 @@ func TestReadRosbagRecordBag(t *testing.T) {
 			if err := m.Decode(&img); err != nil {
 				t.Fatal(err)
 			}
-			want := testImage(imgs)
+			if imgs == 0 {
+				firstImg = int(img.Header.Seq)
+			}
+			want := testImage((firstImg + imgs) % n)
 			if img.Header.Seq != want.Header.Seq || !img.Header.Stamp.Equal(want.Header.Stamp) || !bytes.Equal(img.Data, want.Data) {
 				t.Fatalf("recorded image %d: %+v, want %+v", imgs, img, want)
 			}
@@ -449,8 +471,11 @@ func TestReadRosbagRecordBag(t *testing.T) {
 			if err := m.Decode(&p); err != nil {
 				t.Fatal(err)
 			}
-			if p.Pose.Position != testPose(poses).Pose.Position {
-				t.Fatalf("recorded pose %d: %+v", poses, p.Pose)
+			if poses == 0 {
+				firstPose = int(p.Header.Seq)
+			}
+			if want := testPose((firstPose + poses) % n); p.Header.Seq != want.Header.Seq || p.Pose.Position != want.Pose.Position {
+				t.Fatalf("recorded pose %d: %+v, want %+v", poses, p, want)
 			}
 			poses++
 		default:
