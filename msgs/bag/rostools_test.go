@@ -358,11 +358,12 @@ func checkPythonBag(t *testing.T, path string, n int) {
 
 // The C++ recorder (rosbag record) records our bag played by rosbag play
 // through a real rosmaster; our reader reads its bag with our messages intact.
-// The player loops until the recorder has its n messages a topic: a message
-// sent before the recorder's connection to the player is up is not
-// delivered (--wait-for-subscribers waits for the subscription, not for
-// the connection), so the recorded ones are n consecutive messages of the
-// loop, each equal to the one of our bag its header's seq names.
+// The player loops until the recorder has its n messages a topic: once in
+// CI a single play left the recorder short of them (why, its output did not
+// say), and with the loop the test does not depend on how many of the
+// first messages reach it. The recorded ones are then n consecutive
+// messages of the loop, each equal to the one of our bag its header's seq
+// names.
 func TestReadRosbagRecordBag(t *testing.T) {
 	requireTool(t, "rosmaster")
 	rosbag := requireTool(t, "rosbag")
