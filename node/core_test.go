@@ -96,6 +96,28 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 	}
 }
 
+// runNode runs n until stop or the test's end, and returns once it has
+// subscribed to /image; stop cancels Run and returns its error (the same
+// error to every call).
+func runNode(t *testing.T, n *node.Node, tr *nodetest.Transport) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- n.Run(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			err = <-runErr
+		})
+		return err
+	}
+	t.Cleanup(func() { stop() })
+	waitFor(t, "the node to subscribe", 20*time.Second, func() bool { return tr.Subscribed("/image") })
+	return stop
+}
+
 var stamp0 = time.Unix(1700000000, 0)
 
 func stampOf(i int) time.Time { return stamp0.Add(time.Duration(i) * 100 * time.Millisecond) }

@@ -66,16 +66,12 @@ func TestNodeOverlapFramesDevicePoints(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		runErr := make(chan error, 1)
-		go func() { runErr <- n.Run(ctx) }()
+		stop := runNode(t, n, tr)
 		defer func() {
-			cancel()
-			if err := <-runErr; err != nil {
+			if err := stop(); err != nil {
 				t.Error(err)
 			}
 		}()
-		waitFor(t, "the node to subscribe", 20*time.Second, func() bool { return tr.Subscribed("/image") })
 		for i := range total {
 			if err := tr.Deliver("/image", frame(i, 70, 42, "cam"), nil); err != nil {
 				t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -61,20 +60,7 @@ func runEngineNode(t *testing.T, cfg node.Config, resume string, from, to, want 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- n.Run(ctx) }()
-	var once sync.Once
-	var stopErr error
-	stop := func() error {
-		once.Do(func() {
-			cancel()
-			stopErr = <-runErr
-		})
-		return stopErr
-	}
-	t.Cleanup(func() { stop() })
-	waitFor(t, "the node to subscribe", 20*time.Second, func() bool { return tr.Subscribed("/image") })
+	stop := runNode(t, n, tr)
 	for i := from; i < to; i++ {
 		for _, b := range before {
 			b(i)
@@ -230,10 +216,7 @@ func TestNodeSessionKeepsHeldFramesHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- n.Run(ctx) }()
-	waitFor(t, "the node to subscribe", 20*time.Second, func() bool { return tr.Subscribed("/image") })
+	stop := runNode(t, n, tr)
 	// two of the three scale frames: the engine holds both, without results
 	for i, id := range []string{"camA", "camB"} {
 		if err := tr.Deliver("/image", frame(i, 70, 42, id), nil); err != nil {
@@ -246,13 +229,12 @@ func TestNodeSessionKeepsHeldFramesHeaders(t *testing.T) {
 	if got := len(tr.Messages("/lbm/depth")); got != 0 {
 		t.Fatalf("%d depth images before phase 1 ran: the frames were not held", got)
 	}
-	cancel()
-	if err := <-runErr; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 
-	resumed, stop := runEngineNode(t, cfg, cfg.SaveDir, 2, 3, 3)
-	defer stop()
+	resumed, stopResumed := runEngineNode(t, cfg, cfg.SaveDir, 2, 3, 3)
+	defer stopResumed()
 	depths := resumed.Messages("/lbm/depth")
 	if len(depths) != 3 {
 		t.Fatalf("the resumed node published %d depth images, want 3", len(depths))
@@ -343,16 +325,12 @@ func TestNodeLoadMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- n.Run(ctx) }()
+	stop = runNode(t, n, tr)
 	defer func() {
-		cancel()
-		if err := <-runErr; err != nil {
+		if err := stop(); err != nil {
 			t.Error(err)
 		}
 	}()
-	waitFor(t, "the node to subscribe", 20*time.Second, func() bool { return tr.Subscribed("/image") })
 
 	// nothing saved there
 	if msg, err := tr.Call("/lbm/load_map"); err == nil || !strings.Contains(err.Error(), "no saved session") {

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/node"
@@ -37,18 +36,14 @@ func TestNodeWindowedAcrossWindows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- n.Run(ctx) }()
-	waitFor(t, "the node to subscribe", 20*time.Second, func() bool { return tr.Subscribed("/image") })
+	stop := runNode(t, n, tr)
 	const total = 20
 	for i := range total {
 		if err := tr.Deliver("/image", frame(i, 70, 42, "cam"), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cancel()
-	if err := <-runErr; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	if idx := checkPoseOrder(t, tr.Messages("/lbm/pose")); len(idx) != total {
