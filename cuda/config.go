@@ -274,20 +274,36 @@ type AttnSettings struct {
 	FoldCombine bool
 }
 
+// lever is a softmax lever that is on: its NVRTC define (without -D) and
+// its short name.
+type lever struct{ define, name string }
+
+// on lists the levers the settings turn on, in a fixed order.
+func (a AttnSettings) on() []lever {
+	var l []lever
+	if a.ExpPoly != 0 {
+		l = append(l, lever{fmt.Sprintf("ATTN_EXP_POLY=%d", a.ExpPoly), fmt.Sprintf("poly%d", a.ExpPoly)})
+	}
+	for _, b := range []struct {
+		on bool
+		lever
+	}{
+		{a.LazyRescale, lever{"ATTN_LAZY_RESCALE=1", "lazy"}},
+		{a.RowSumMMA, lever{"ATTN_ROWSUM_MMA=1", "rowsum"}},
+		{a.FoldCombine, lever{"ATTN_FOLD_COMBINE=1", "fold"}},
+	} {
+		if b.on {
+			l = append(l, b.lever)
+		}
+	}
+	return l
+}
+
 // defines are the module's NVRTC defines (without -D) for the settings.
 func (a AttnSettings) defines() []string {
 	var d []string
-	if a.ExpPoly != 0 {
-		d = append(d, fmt.Sprintf("ATTN_EXP_POLY=%d", a.ExpPoly))
-	}
-	if a.LazyRescale {
-		d = append(d, "ATTN_LAZY_RESCALE=1")
-	}
-	if a.RowSumMMA {
-		d = append(d, "ATTN_ROWSUM_MMA=1")
-	}
-	if a.FoldCombine {
-		d = append(d, "ATTN_FOLD_COMBINE=1")
+	for _, l := range a.on() {
+		d = append(d, l.define)
 	}
 	return d
 }
@@ -296,17 +312,8 @@ func (a AttnSettings) defines() []string {
 // levers joined by "+", e.g. "poly1+lazy".
 func (a AttnSettings) String() string {
 	var n []string
-	if a.ExpPoly != 0 {
-		n = append(n, fmt.Sprintf("poly%d", a.ExpPoly))
-	}
-	if a.LazyRescale {
-		n = append(n, "lazy")
-	}
-	if a.RowSumMMA {
-		n = append(n, "rowsum")
-	}
-	if a.FoldCombine {
-		n = append(n, "fold")
+	for _, l := range a.on() {
+		n = append(n, l.name)
 	}
 	if len(n) == 0 {
 		return "default"
