@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"image"
-	"image/png"
 	"io"
 	"os"
 	"os/exec"
@@ -103,7 +101,7 @@ func TestBagCommandRaw(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := bagTestPNG(t, files[i])
+			want := decodePNG(t, files[i])
 			for y := range 294 {
 				for x := range 518 {
 					wr, wg, wb, _ := want.At(x, y).RGBA()
@@ -200,20 +198,6 @@ func TestBagCommandErrors(t *testing.T) {
 	if err := runBag(ctx, o, &bytes.Buffer{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled run: %v", err)
 	}
-}
-
-func bagTestPNG(t *testing.T, path string) image.Image {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	img, err := png.Decode(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
 }
 
 // TestBagRemovesStaleTemporary: the unfinished file a killed `bag` left

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"image"
-	"image/png"
 	"io"
 	"log/slog"
 	"math"
@@ -333,15 +332,7 @@ func TestRunMetricScaleCameraHeight(t *testing.T) {
 // depthPNG reads a depth PNG's millimetres.
 func depthPNG(t *testing.T, path string) []float64 {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	img, err := png.Decode(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := decodePNG(t, path)
 	g, ok := img.(*image.Gray16)
 	if !ok {
 		t.Fatalf("%s: %T, not 16-bit grey", path, img)
