@@ -101,19 +101,39 @@ var f8Kernel = attnKernel{module: "attention_hopper", name: "attn_f8_paged", bq:
 var fa2F8Kernel = attnKernel{module: "attention_fa2", name: "attn_fa2_paged_f8", bq: faBQ, tk: mmaTK, perSM: 2, smem: 2 * 2 * mmaTK * 80, bfOut: true}
 
 // hopperKernel is one of the Hopper kernels above compiled with the
-// backend's softmax levers (gpu.attn): its module, and with the row sums on
-// the tensor cores the shared memory of their ones (kernels/attention_hopper.cu,
-// RS): a 1 KB atom after each stage's Vᵀ tile in FP8, else one 1 KB block.
+// backend's softmax levers (gpu.attn): its module, the shared memory of
+// ATTN_FREE_RUN 2's fifth stage, and with the row sums on the tensor cores
+// that of their ones (kernels/attention_hopper.cu, RS): a 1 KB atom after
+// each stage's Vᵀ tile in FP8, else one 1 KB block.
 func (g *gpu) hopperKernel(k attnKernel) attnKernel {
 	k.module = g.attn.hopperModule()
 	k.fold = g.attn.FoldCombine
+	stages := tmaStages
+	if k.name == tma3Kernel.name || k.name == f8Kernel.name {
+		// ATTN_FREE_RUN 2's fifth stage: a K and a V tile, bf16 or e4m3.
+		stages = g.attn.tmaStages()
+		tile := k.tk * 64 * 2
+		if k.name == f8Kernel.name {
+			tile = k.tk * 64
+		}
+		k.smem += (stages - tmaStages) * 2 * tile
+	}
 	switch {
 	case g.attn.RowSumMMA && k.name == f8Kernel.name:
-		k.smem += tmaStages * 1024
+		k.smem += stages * 1024
 	case g.attn.RowSumMMA:
 		k.smem += 1024
 	}
 	return k
+}
+
+// tmaStages is the number of K+V stages of the three-warpgroup TMA kernels
+// (attn_tma3_paged_bf, attn_f8_paged) with these settings.
+func (a AttnSettings) tmaStages() int {
+	if a.FreeRun == 2 {
+		return tmaStages + 1
+	}
+	return tmaStages
 }
 
 // fa2Kernel is the mma.sync pipelined kernel, paged or dense.

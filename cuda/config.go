@@ -221,6 +221,9 @@ func (c Config) Validate() error {
 	if c.Attn.ExpPoly < 0 || c.Attn.ExpPoly > 2 {
 		return fmt.Errorf("cuda: attn_exp_poly %d: want 0 (off), 1 (a quarter of the exponentials as polynomials) or 2 (half)", c.Attn.ExpPoly)
 	}
+	if c.Attn.FreeRun < 0 || c.Attn.FreeRun > 2 {
+		return fmt.Errorf("cuda: attn_free_run %d: want 0 (off), 1 (stages released on barriers) or 2 (and a fifth stage)", c.Attn.FreeRun)
+	}
 	if _, _, err := parseArch(c.Arch); err != nil {
 		return err
 	}
@@ -272,6 +275,12 @@ type AttnSettings struct {
 	// merge the splits' partial results, instead of a separate attn_combine
 	// launch (ATTN_FOLD_COMBINE).
 	FoldCombine bool
+	// FreeRun drops the three-warpgroup TMA kernels' block-wide barrier a
+	// key tile: each warp releases a stage on a barrier of its own once its
+	// P·V of the stage's tile is done, and the copy waits there. 1: four
+	// stages, 2: five, so that the copy waits on the tile three back
+	// instead of two (ATTN_FREE_RUN).
+	FreeRun int
 }
 
 // lever is a softmax lever that is on: its NVRTC define (without -D) and
@@ -295,6 +304,9 @@ func (a AttnSettings) on() []lever {
 		if b.on {
 			l = append(l, b.lever)
 		}
+	}
+	if a.FreeRun != 0 {
+		l = append(l, lever{fmt.Sprintf("ATTN_FREE_RUN=%d", a.FreeRun), fmt.Sprintf("free%d", a.FreeRun)})
 	}
 	return l
 }

@@ -68,6 +68,9 @@ func TestConfigValidate(t *testing.T) {
 		c = d
 		c.Attn.ExpPoly = n
 		bad(c, "attn_exp_poly")
+		c = d
+		c.Attn.FreeRun = n
+		bad(c, "attn_free_run")
 	}
 }
 
@@ -101,6 +104,6 @@ func TestAttnSettingsModules(t *testing.T) {
 // alone, and all of them together (RowSumMMA, which hung, only in the
 // NVRTC test).
 var attnVariants = []AttnSettings{
-	{ExpPoly: 1}, {ExpPoly: 2}, {LazyRescale: true}, {FoldCombine: true},
-	{ExpPoly: 1, LazyRescale: true, FoldCombine: true},
+	{ExpPoly: 1}, {ExpPoly: 2}, {LazyRescale: true}, {FoldCombine: true}, {FreeRun: 1}, {FreeRun: 2},
+	{ExpPoly: 1, LazyRescale: true, FoldCombine: true, FreeRun: 2},
 }

@@ -168,6 +168,10 @@ type CUDAConfig struct {
 	// AttnFoldCombine has the Hopper attention kernels merge their key
 	// splits in their last block instead of a separate kernel.
 	AttnFoldCombine bool `mapstructure:"attn_fold_combine"`
+	// AttnFreeRun drops the three-warpgroup attention kernels' block-wide
+	// barrier a key tile for per-stage release barriers: 0 off, 1 with four
+	// stages, 2 with five.
+	AttnFreeRun int `mapstructure:"attn_free_run"`
 	// Arch is the target the kernels are compiled for: "auto" (the GPU's
 	// own) or one of CUDAArches below the GPU's capability; below sm_90 the
 	// Hopper-only kernels are off and the portable ones run.
@@ -339,6 +343,9 @@ func (c Config) Validate() error {
 	}
 	if c.CUDA.AttnExpPoly < 0 || c.CUDA.AttnExpPoly > 2 {
 		bad("cuda.attn_exp_poly", "must be 0 (off), 1 (a quarter of the exponentials) or 2 (half), not %d", c.CUDA.AttnExpPoly)
+	}
+	if c.CUDA.AttnFreeRun < 0 || c.CUDA.AttnFreeRun > 2 {
+		bad("cuda.attn_free_run", "must be 0 (off), 1 (release barriers) or 2 (release barriers and a fifth stage), not %d", c.CUDA.AttnFreeRun)
 	}
 	if !slices.Contains(CUDAArches, c.CUDA.Arch) {
 		bad("cuda.arch", "must be one of %s, not %q", strings.Join(CUDAArches, ", "), c.CUDA.Arch)

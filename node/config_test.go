@@ -51,7 +51,7 @@ func TestShippedConfigEqualsDefaults(t *testing.T) {
 		}
 	}
 	// The cuda section is the CUDA backend's knobs under their agreed keys.
-	for _, k := range []string{"cuda.kernel_cache", "cuda.exact_attention", "cuda.profile", "cuda.gemm_tuning", "cuda.pdl", "cuda.paged_kernel", "cuda.paged_splits", "cuda.attn_exp_poly", "cuda.attn_lazy_rescale", "cuda.attn_fold_combine"} {
+	for _, k := range []string{"cuda.kernel_cache", "cuda.exact_attention", "cuda.profile", "cuda.gemm_tuning", "cuda.pdl", "cuda.paged_kernel", "cuda.paged_splits", "cuda.attn_exp_poly", "cuda.attn_lazy_rescale", "cuda.attn_fold_combine", "cuda.attn_free_run"} {
 		if !slices.Contains(keys, k) {
 			t.Errorf("the schema lacks %s", k)
 		}
@@ -229,6 +229,7 @@ func otherValue(t *testing.T, key string, v reflect.Value) (string, any) {
 		"max_frames":         {"2000", 2000},
 		"cuda.arch":          {"sm_80", "sm_80"},
 		"cuda.attn_exp_poly": {"2", 2},
+		"cuda.attn_free_run": {"2", 2},
 		"window_mode":        {"reference", "reference"},
 		"cloud_reliability":  {"best_effort", "best_effort"},
 		"ros2_gid_size":      {"24", 24},
@@ -290,6 +291,7 @@ func TestLoadConfigRejectsBadValues(t *testing.T) {
 		{"cuda:\n  paged_kernel: fastest\n", "'cuda.paged_kernel'"},
 		{"cuda:\n  paged_splits: -1\n", "'cuda.paged_splits'"},
 		{"cuda:\n  attn_exp_poly: 3\n", "'cuda.attn_exp_poly'"},
+		{"cuda:\n  attn_free_run: 3\n", "'cuda.attn_free_run'"},
 		{"cuda:\n  pdl: maybe\n", "pdl"},
 		{"cuda:\n  pdll: false\n", "pdll"},
 		{"engine:\n  device: cpu\n", "engine"}, // the old sectioned file

@@ -12,7 +12,7 @@
 #define WK 128              // keys a tile
 #define WTILE (WK * HD * 2) // bytes of one K or V tile
 #define WSTAGES 5           // K+V stages of the cp.async kernel (at least 4); tiles are loaded WSTAGES-2 ahead
-#define WSTAGES_TMA 4       // K+V stages of the TMA kernel
+#define WSTAGES_TMA 4       // K+V stages of the TMA kernels (ATTN_FREE_RUN 2: one more with three warpgroups)
 #define F8_TILE (WK * HD)   // bytes of one e4m3 K or Vᵀ tile
 
 #include "fp8.cuh"
@@ -57,6 +57,19 @@
 //   take the counters and the output as two more parameters.
 #ifndef ATTN_FOLD_COMBINE
 #define ATTN_FOLD_COMBINE 0
+#endif
+#ifndef ATTN_FREE_RUN
+#define ATTN_FREE_RUN 0
+#endif
+// ATTN_FREE_RUN 1 or 2 (three warpgroups with TMA): no block-wide barrier
+//   a tile. A warp marks a stage free on that stage's "empty" barrier once
+//   its P·V of the stage's tile has completed, and the thread that issues
+//   the copies waits there before it reuses the stage, so the warpgroups
+//   drift apart as their softmax and MMAs let them instead of meeting at
+//   every tile. 2: a fifth stage, tiles still loaded two ahead, so that the
+//   copy waits for the release of the tile three back instead of two.
+#if ATTN_FREE_RUN < 0 || ATTN_FREE_RUN > 2
+#error "ATTN_FREE_RUN is 0 (off), 1 (release barriers) or 2 (release barriers and a fifth stage)"
 #endif
 #if ATTN_FOLD_COMBINE
 #define ATTN_FOLD_PARAMS , unsigned *__restrict__ counters, float *__restrict__ fin
@@ -234,6 +247,9 @@ __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
 __device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
     asm volatile(
         "{\n.reg .pred p;\n"
@@ -306,7 +322,10 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     const int hd = blockIdx.y;
     const i64 ld = (i64)h * HD;
 
-    constexpr int NST = TMA ? WSTAGES_TMA : WSTAGES; // K+V stages
+    // FREE: the stages are released on barriers instead of a block-wide
+    // barrier a tile (ATTN_FREE_RUN).
+    constexpr bool FREE = ATTN_FREE_RUN != 0 && TMA && NWG == 3;
+    constexpr int NST = TMA ? WSTAGES_TMA + (FREE && ATTN_FREE_RUN == 2 ? 1 : 0) : WSTAGES; // K+V stages
     static_assert(!F8 || (TMA && NWG == 3), "the FP8 cache is read with three warpgroups and TMA copies");
     // RS: the row sums on the tensor cores (ATTN_ROWSUM_MMA). FP8: a
     // stage's Vᵀ tile is followed by a 1 KB atom of e4m3 ones, rows 64…71
@@ -347,8 +366,14 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             return k1 - (k0 + t * WK);
         }
     };
-    // TMA: the stages' barriers follow the tiles.
+    // TMA: the stages' barriers follow the tiles; FREE: their "empty"
+    // barriers 64 bytes on, in the same 1 KB slot.
     const unsigned bars = sbase + NST * STAGE;
+    const unsigned empties = bars + 64;
+    static_assert(!FREE || NST * 8 <= 64, "the empty barriers follow the full ones in the barriers' slot");
+    // Tiles are loaded AHEAD tiles before the iteration that reads them
+    // first; the stage a load fills held the tile NST back.
+    constexpr int AHEAD = FREE && ATTN_FREE_RUN == 2 ? NST - 3 : NST - 2;
     int nextPage = 0; // TMA, thread 0: the page of the next tile to load, read a tile ahead
 
     // Thread tid copies 16-byte chunk (tid & 7) of rows (tid >> 3) + 32·i, i < 4;
@@ -407,13 +432,15 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     if constexpr (TMA) {
         if (tid == 0) {
             for (int st = 0; st < NST; st++) mbar_init(bars + st * 8, 1);
+            if constexpr (FREE)
+                for (int st = 0; st < NST; st++) mbar_init(empties + st * 8, 4 * NWG); // one arrival a warp
             asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
             if (ntiles > 0) nextPage = pages[tb / tpp];
         }
         __syncthreads();
     }
 #pragma unroll
-    for (int st = 0; st < NST - 2; st++) load_tile(st);
+    for (int st = 0; st < (TMA ? AHEAD : NST - 2); st++) load_tile(st);
 
     // Q as register A fragments of this warp's 16 rows, rounded to bf16.
     const int wrow = blockIdx.x * (64 * NWG) + wg * 64; // this warpgroup's first query
@@ -688,6 +715,29 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         }
     };
 
+    // FREE: this warp is done with tile j's stage (its P·V has completed).
+    auto release = [&](int j) {
+        if constexpr (FREE) {
+            if (lane == 0) mbar_arrive(empties + (j % NST) * 8);
+        }
+    };
+    // The start of iteration t: the stage that tile t+AHEAD goes to is
+    // free (FREE: the copying thread waits for every warp's release of the
+    // tile it held; else a block-wide barrier), the copy is issued, and tile
+    // t+1 has landed.
+    auto next_tile = [&](int t) {
+        if constexpr (FREE) {
+            const int j = t + AHEAD - NST; // the tile the stage held
+            if (tid == 0 && j >= 0 && t + AHEAD < ntiles) mbar_wait(empties + (j % NST) * 8, (j / NST) & 1);
+        } else {
+            // The barrier frees the stage; the wait lets the copy start first.
+            __syncthreads();
+        }
+        load_tile(t + AHEAD);
+        arrived(t + 1);
+        if (stale(t + 1)) __syncthreads();
+    };
+
     // The two warpgroups run half an iteration apart, so that one's softmax
     // overlaps the other's MMAs (the tensor cores and the exp unit are both
     // shared by the SM): after the barrier of iteration t, warpgroup 0 issues
@@ -724,11 +774,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         }
         for (int t = 0; t + 1 < ntiles; t++) {
             if constexpr (TMA) {
-                // The barrier frees the stage; the wait lets the copy start first.
-                __syncthreads();
-                load_tile(t + NST - 2);
-                arrived(t + 1);
-                if (stale(t + 1)) __syncthreads();
+                next_tile(t);
             } else {
                 cp_async_wait<NST - 4>(); // tile t+1
                 arrived(t + 1);
@@ -744,6 +790,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
                 wg_wait<0>(); // P·V of tile t: O and p are ours again
                 wg_pin(o);
                 wg_pin(p);
+                release(t);
                 rescale(c0, c1, moved);
                 to_p(s);
             } else {
@@ -751,6 +798,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
                 wg_pin(s);
                 wg_pin(o);
                 wg_pin(p);
+                if (t > 0) release(t - 1);
                 moved = softmax(s, t, c0, c1);
                 rescale(c0, c1, moved);
                 to_p(s);
@@ -778,13 +826,13 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // TMA: a warpgroup whose rows all lie past the last query (in the last
     // query tile) only keeps the barriers; thread 0, which issues the
     // copies, is in warpgroup 0, whose rows never do.
+    // FREE: such a warp releases each tile as it comes.
     auto idle = [&]() {
         arrived(0);
         __syncthreads();
         for (int t = 0; t + 1 < ntiles; t++) {
-            __syncthreads();
-            arrived(t + 1);
-            if (stale(t + 1)) __syncthreads();
+            release(t);
+            next_tile(t);
         }
     };
     if (ntiles > 0) {
