@@ -263,16 +263,20 @@ func TestFC1BF16(t *testing.T) {
 				// pre-activation's rounding may land on a neighbouring bf16
 				// value, and Go's erf and the GPU's may round GELU apart:
 				// each element is within a bf16 step of GELU of one of the
-				// three bf16 values nearest the fp32 pre-activation.
+				// three bf16 values nearest the fp32 pre-activation. In
+				// GELU's far negative tail the kernel's fp32 1 + erf(x/√2)
+				// (the reference's formula) cancels: there the element
+				// may also miss by x/2 times a few fp32 steps of 1.
 				hv, pv := p.gpu.ToHost(gh), p.gpu.ToHost(pre)
 				bad := 0
 				for i, v := range hv {
 					r := bf16Round(pv[i])
 					near := false
 					for _, d := range []int32{-1, 0, 1} {
-						c := bf16Round(float32(gelu64(float64(math.Float32frombits(uint32(int32(math.Float32bits(r)) + d<<16))))))
+						x := float64(math.Float32frombits(uint32(int32(math.Float32bits(r)) + d<<16)))
+						c := bf16Round(float32(gelu64(x)))
 						_, exp := math.Frexp(math.Abs(float64(c)))
-						near = near || math.Abs(float64(v)-float64(c)) <= math.Ldexp(1, exp-8)
+						near = near || math.Abs(float64(v)-float64(c)) <= math.Ldexp(1, exp-8)+math.Abs(x)*0x1p-22
 					}
 					if bf16Round(v) != v || !near {
 						if bad == 0 {

@@ -98,9 +98,7 @@ func (g *gpu) Unproject(depth, conf backend.Tensor, u backend.Unprojection) ([]f
 			return err
 		}
 		kept := int(cnt[0])
-		if kept < 0 || kept > pl.n {
-			// not a device failure: the backend stays usable
-			bad = fmt.Errorf("cuda: Unproject: the device counted %d points for %d pixels", kept, pl.n)
+		if bad = checkKept(kept, pl.n); bad != nil {
 			return nil
 		}
 		// the coordinates and then the pixel indices, in one copy
@@ -118,6 +116,15 @@ func (g *gpu) Unproject(depth, conf backend.Tensor, u backend.Unprojection) ([]f
 		return nil, nil, bad
 	}
 	return xyz, pix, nil
+}
+
+// checkKept refuses a count of kept points that n pixels cannot give. It
+// is not a device failure: the backend stays usable.
+func checkKept(kept, n int) error {
+	if kept < 0 || kept > n {
+		return fmt.Errorf("cuda: Unproject: the device counted %d points for %d pixels", kept, n)
+	}
+	return nil
 }
 
 // splitPoints views kept points copied back (3·kept coordinates, then
@@ -190,8 +197,7 @@ func (p *pendingPoints) Wait() ([]float32, []int32, error) {
 			}
 		}
 		kept := int(floatsAsInt32s(all[:1])[0])
-		if kept < 0 || kept > p.pl.n {
-			bad = fmt.Errorf("cuda: Unproject: the device counted %d points for %d pixels", kept, p.pl.n)
+		if bad = checkKept(kept, p.pl.n); bad != nil {
 			return nil
 		}
 		// copied into a slice of their own, so that the room of the

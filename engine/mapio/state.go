@@ -30,20 +30,15 @@ func (m *Map) SaveState(w *binstate.Writer) error {
 			}
 		}
 	}
-	g := m.grid
-	keys := make([][3]int32, len(g.acc))
-	for k, i := range g.cells {
-		keys[i] = k
-	}
-	w.Int(len(g.acc))
-	for i, a := range g.acc {
-		for _, c := range keys[i] {
+	w.Int(m.grid.Len())
+	m.grid.each(func(k [3]int32, a voxelAcc) {
+		for _, c := range k {
 			w.U32(uint32(c))
 		}
 		for _, v := range [...]float64{a.x, a.y, a.z, a.r, a.g, a.b, a.n} {
 			w.F64(v)
 		}
-	}
+	})
 	return w.Err()
 }
 
@@ -94,14 +89,15 @@ func (m *Map) loadState(r *binstate.Reader) error {
 		for _, p := range []*float64{&a.x, &a.y, &a.z, &a.r, &a.g, &a.b, &a.n} {
 			*p = r.F64()
 		}
-		if _, dup := g.cells[k]; dup && r.Err() == nil {
+		if g.has(k) && r.Err() == nil {
 			return fmt.Errorf("%w: voxel %v listed twice", binstate.ErrCorrupt, k)
 		}
 		if !(a.n >= 1) && r.Err() == nil {
 			return fmt.Errorf("%w: voxel %v holds %g points", binstate.ErrCorrupt, k, a.n)
 		}
-		g.cells[k] = len(g.acc)
-		g.acc = append(g.acc, a)
+		if r.Err() == nil {
+			g.restore(k, a)
+		}
 	}
 	if err := r.Err(); err != nil {
 		return err

@@ -11,10 +11,21 @@ const MinVoxelSize = 1e-6
 
 // VoxelGrid accumulates points and keeps one averaged point per cubic voxel, so
 // that a map's size grows with the explored volume, not with the frame count.
+// Voxels are found through bricks of 8×8×8 voxels (a Go map of bricks,
+// each an array of its voxels' indices), not a map of voxels: neighbouring
+// pixels fall into one brick, so most points touch only memory the points
+// before them did. run adds every frame's points on one goroutine, in frame
+// order, and this step bounds its rate (BenchmarkVoxelGridAdd).
 type VoxelGrid struct {
-	size  float64
-	cells map[[3]int32]int // voxel -> index into acc
-	acc   []voxelAcc
+	size   float64
+	bricks map[[3]int32]*voxelBrick
+	// voxels in the order they were first filled, in chunks of voxelChunk
+	// (growing copies nothing); n of them are in use
+	voxels [][]voxel
+	n      int
+	// lastKey, last: the brick the previous point went to
+	lastKey [3]int32
+	last    *voxelBrick
 	// outside counts the finite points whose voxel index is beyond 32 bits
 	outside int64
 }
@@ -24,9 +35,65 @@ type voxelAcc struct {
 	n                float64
 }
 
+// voxel is a voxel's index and the sums of its points.
+type voxel struct {
+	key [3]int32
+	voxelAcc
+}
+
+// voxelChunk is log2 of the voxels a chunk holds.
+const voxelChunk = 15
+
+// brickBits is log2 of a brick's edge in voxels.
+const brickBits = 3
+
+// voxelBrick holds, for each voxel of a brick, its place in the voxels
+// plus one (0: no point yet).
+type voxelBrick [1 << (3 * brickBits)]int32
+
 // NewVoxelGrid makes a grid with the given edge length in metres (> 0).
 func NewVoxelGrid(size float64) *VoxelGrid {
-	return &VoxelGrid{size: size, cells: map[[3]int32]int{}}
+	g := &VoxelGrid{size: size}
+	g.Reset()
+	return g
+}
+
+// entry is voxel k's place in its brick, which is made if make is set
+// (else nil when the brick is empty).
+func (g *VoxelGrid) entry(k [3]int32, make bool) *int32 {
+	bk := [3]int32{k[0] >> brickBits, k[1] >> brickBits, k[2] >> brickBits}
+	if g.last == nil || bk != g.lastKey {
+		b := g.bricks[bk]
+		if b == nil {
+			if !make {
+				return nil
+			}
+			b = new(voxelBrick)
+			g.bricks[bk] = b
+		}
+		g.lastKey, g.last = bk, b
+	}
+	const m = 1<<brickBits - 1
+	return &g.last[k[0]&m|(k[1]&m)<<brickBits|(k[2]&m)<<(2*brickBits)]
+}
+
+// at is the i-th voxel.
+func (g *VoxelGrid) at(i int) *voxel {
+	return &g.voxels[i>>voxelChunk][i&(1<<voxelChunk-1)]
+}
+
+// find is k's voxel, made (empty) if it is new.
+func (g *VoxelGrid) find(k [3]int32) *voxel {
+	e := g.entry(k, true)
+	if *e == 0 {
+		if g.n>>voxelChunk == len(g.voxels) {
+			g.voxels = append(g.voxels, make([]voxel, 1<<voxelChunk))
+		}
+		*g.at(g.n) = voxel{key: k}
+		g.n++
+		*e = int32(g.n)
+	}
+	return g.at(int(*e - 1))
 }
 
 // Add puts points into the grid; non-finite points are ignored.
@@ -41,14 +108,7 @@ func (g *VoxelGrid) Add(pts []Point) {
 			g.outside++
 			continue
 		}
-		k := [3]int32{int32(fx), int32(fy), int32(fz)}
-		i, ok := g.cells[k]
-		if !ok {
-			i = len(g.acc)
-			g.cells[k] = i
-			g.acc = append(g.acc, voxelAcc{})
-		}
-		a := &g.acc[i]
+		a := &g.find([3]int32{int32(fx), int32(fy), int32(fz)}).voxelAcc
 		a.x += x
 		a.y += y
 		a.z += z
@@ -64,12 +124,13 @@ func (g *VoxelGrid) Add(pts []Point) {
 func (g *VoxelGrid) Outside() int64 { return g.outside }
 
 // Len is the number of occupied voxels.
-func (g *VoxelGrid) Len() int { return len(g.acc) }
+func (g *VoxelGrid) Len() int { return g.n }
 
 // Points returns one point per voxel (the mean of its points), in insertion order.
 func (g *VoxelGrid) Points() []Point {
-	out := make([]Point, len(g.acc))
-	for i, a := range g.acc {
+	out := make([]Point, g.n)
+	for i := range out {
+		a := g.at(i)
 		out[i] = Point{
 			X: float32(a.x / a.n), Y: float32(a.y / a.n), Z: float32(a.z / a.n),
 			R: uint8(math.Round(a.r / a.n)), G: uint8(math.Round(a.g / a.n)), B: uint8(math.Round(a.b / a.n)),
@@ -80,7 +141,27 @@ func (g *VoxelGrid) Points() []Point {
 
 // Reset empties the grid.
 func (g *VoxelGrid) Reset() {
-	g.cells = map[[3]int32]int{}
-	g.acc = g.acc[:0]
+	g.bricks = map[[3]int32]*voxelBrick{}
+	g.n = 0
+	g.last = nil
 	g.outside = 0
+}
+
+// has reports whether voxel k holds points.
+func (g *VoxelGrid) has(k [3]int32) bool {
+	e := g.entry(k, false)
+	return e != nil && *e != 0
+}
+
+// restore appends voxel k with the sums a (a saved map's; k is new).
+func (g *VoxelGrid) restore(k [3]int32, a voxelAcc) {
+	g.find(k).voxelAcc = a
+}
+
+// each calls fn with every voxel's index and sums, in insertion order.
+func (g *VoxelGrid) each(fn func(k [3]int32, a voxelAcc)) {
+	for i := 0; i < g.n; i++ {
+		v := g.at(i)
+		fn(v.key, v.voxelAcc)
+	}
 }
