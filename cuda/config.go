@@ -181,7 +181,8 @@ var retiredPagedKernels = []string{"mma", "exact", "wg", "tma", "poly4", "poly2"
 // DefaultConfig is device 0 in bf16 with the default kernels.
 func DefaultConfig() Config {
 	return Config{Device: 0, Precision: BF16, PagedKernel: "auto", Arch: "auto", Graphs: true, FuseNorm: true, LeanQKV: true,
-		WarpCombine: true, LayerNormV4: true, FC1BF16: true, CameraHeadBF16: true, QKVBF16: true, CameraHeadFuseNorm: true}
+		WarpCombine: true, LayerNormV4: true, FC1BF16: true, CameraHeadBF16: true, QKVBF16: true, CameraHeadFuseNorm: true,
+		AsyncPageTable: true}
 }
 
 // Backend is a backend.Backend on a GPU. Device failures (out of memory, a

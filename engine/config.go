@@ -251,6 +251,7 @@ func DefaultConfig() Config {
 			CameraHeadBF16:     true,
 			QKVBF16:            true,
 			CameraHeadFuseNorm: true,
+			AsyncPageTable:     true,
 		},
 	}
 }

@@ -45,11 +45,14 @@ type benchOptions struct {
 	warmup       int
 }
 
-// benchDefaults are the schema's defaults with bench's one difference: it
-// times the released model's size unless told otherwise.
+// benchDefaults are the schema's defaults with bench's differences: it
+// times the released model's size unless told otherwise, and, like run,
+// queues each frame before the last one's results are made (a frame's
+// results one call later do not matter offline).
 func benchDefaults() node.Config {
 	d := node.DefaultConfig()
 	d.Engine.ModelSize = "full"
+	d.Engine.OverlapFrames = true
 	return d
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lingbotmap/lingbotmap/engine"
+	"github.com/lingbotmap/lingbotmap/engine/output"
 	"github.com/lingbotmap/lingbotmap/engine/pipeline"
 	"github.com/lingbotmap/lingbotmap/node"
 )
@@ -145,6 +146,8 @@ func runRun(ctx context.Context, o *runOptions, autoKF bool) (err error) {
 	if err := p.Close(pctx); err != nil {
 		m.fail(fmt.Errorf("flush: %w", err))
 	}
+	ps := p.Stats()
+	m.rec.Timings.ModelThread = &output.ModelThread{BusyS: ps.ModelBusy.Seconds(), WaitInputS: ps.ModelInput.Seconds(), WaitOutputS: ps.ModelOutput.Seconds()}
 	if err := m.Close(pctx); err != nil {
 		m.fail(err)
 	}

@@ -131,6 +131,9 @@ func runDefaults() node.Config {
 	d.Engine.Windowed = false
 	d.Engine.WindowMode = engine.WindowReference
 	d.Engine.OverlapSize = engine.DefaultConfig().OverlapSize
+	// offline, a frame's results one call later cost nothing, and the
+	// GPU no longer waits for the host between frames
+	d.Engine.OverlapFrames = true
 	return d
 }
 

@@ -53,6 +53,8 @@ func TestRunPipelineMatchesSerial(t *testing.T) {
 		}
 		if rec := readRunJSON(t, o.out); rec.Frames.Results != n || rec.Timings.Medians == nil || rec.Timings.Medians.Frames != n || !(rec.Timings.FramesPerS > 0) {
 			t.Fatalf("%d workers: run.json frames %+v timings %+v", workers, rec.Frames, rec.Timings)
+		} else if mt := rec.Timings.ModelThread; mt == nil || !(mt.BusyS > 0) || mt.WaitInputS < 0 || mt.WaitOutputS < 0 || mt.BusyS+mt.WaitInputS+mt.WaitOutputS > rec.Timings.TotalS {
+			t.Fatalf("%d workers: run.json's model thread %+v in a run of %g s", workers, mt, rec.Timings.TotalS)
 		}
 		outputs[map[int]string{0: "default workers", 1: "one worker"}[workers]] = o.out
 	}

@@ -203,7 +203,7 @@ func TestCommandsIgnoreOtherSettings(t *testing.T) {
 func TestCommandDefaults(t *testing.T) {
 	base := config.Values(ptr(node.DefaultConfig()))
 	for name, want := range map[string]map[string]any{
-		"node": {}, "run": {"map_voxel": 0.02, "windowed": false, "window_mode": "reference", "overlap_size": 16}, "bench": {"model_size": "full"}, "verify": {"precision": "fp32"},
+		"node": {}, "run": {"map_voxel": 0.02, "windowed": false, "window_mode": "reference", "overlap_size": 16, "overlap_frames": true}, "bench": {"model_size": "full", "overlap_frames": true}, "verify": {"precision": "fp32"},
 	} {
 		got := map[string]any{}
 		for k, v := range config.Values(ptr(commandDefaults(name))) {

@@ -144,6 +144,19 @@ type Timings struct {
 	ModelFramesPS   float64 `json:"model_frames_per_s"`
 	// Medians are the per-frame medians of each stage.
 	Medians *Medians `json:"median_ms,omitempty"`
+	// ModelThread is where the model's goroutine spent the run: in the
+	// engine's calls, waiting for a prepared frame, and held back by the
+	// stages after it. Busy well below the run's time with little input
+	// wait means the stages after the model bound the rate.
+	ModelThread *ModelThread `json:"model_thread,omitempty"`
+}
+
+// ModelThread is run.json's split of the model goroutine's time, in
+// seconds.
+type ModelThread struct {
+	BusyS       float64 `json:"busy_s"`
+	WaitInputS  float64 `json:"wait_input_s"`
+	WaitOutputS float64 `json:"wait_output_s"`
 }
 
 // WriteRecord replaces dir's run.json with rec, atomically.
