@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/lingbotmap/lingbotmap/engine"
 	"github.com/lingbotmap/lingbotmap/engine/output"
@@ -15,7 +16,7 @@ import (
 // anything.
 func (m *runSink) end(ctx context.Context, fr *frameReader, stream engine.Stream, skipped int, runErr error) error {
 	o, w, rec, log := m.o, m.w, m.rec, m.log
-	rec.Frames.Read = skipped + m.st.pushed
+	rec.Frames.Read = skipped + int(m.st.pushed.Load())
 	skippedFrames, skipErr := fr.skipped(m.skips)
 	if skippedFrames > 0 {
 		rec.Input.Skipped, rec.Input.SkipReason = skippedFrames, skipErr.Error()
@@ -33,7 +34,7 @@ func (m *runSink) end(ctx context.Context, fr *frameReader, stream engine.Stream
 	rec.Cache = &stats
 	runErr = rec.Conclude(interrupted, runErr, skipErr, w.Frames().Results)
 	rec.Timings.DecodeS = fr.read.Seconds()
-	rec.Timings.ModelS = m.st.model.Seconds()
+	rec.Timings.ModelS = time.Duration(m.st.model.Load()).Seconds()
 
 	if w.Frames().Results == 0 && o.session.resume == "" && rec.Status != output.StatusCompleted {
 		// a run that mapped nothing leaves nothing in the way of the next

@@ -23,8 +23,11 @@ import (
 // own thread and hands the results to runSink, which posts each (images,
 // unprojection) on workers and adds them in frame order to the output
 // folder (engine/output: the trajectory, the map and the counts).
-// Checkpoints and session saves are the sink's Checkpoint, where the engine
-// and the written outputs stand at the same frame.
+// A run that saves its session checkpoints in the sink's Checkpoint, a
+// pipeline Do where the engine and the written outputs stand at the same
+// frame (the session needs both); without a session the folder's
+// checkpoints are taken on Add's goroutine after the frame they cover, so
+// that the model never waits for the results in flight to drain.
 
 // frameReader reads a source's frames in order for run's pipeline, timing
 // the reading and logging what the source notices about its input.
@@ -130,8 +133,9 @@ type runStream struct {
 	engine.Stream
 	ctx     context.Context
 	stopped *atomic.Bool
-	pushed  int
-	model   time.Duration
+	// pushed counts the frames pushed and model the time in the engine's
+	// calls (nanoseconds); Add's goroutine reads them for a checkpoint
+	pushed, model atomic.Int64
 	// prog hears what the model is doing; phase1 is the scale frames
 	// still to come before phase 1's results (0 once it has run, or for a
 	// resumed session).
@@ -146,10 +150,10 @@ func (s *runStream) Push(_ context.Context, f engine.Frame) ([]engine.Result, er
 	if s.stopped.Load() {
 		return nil, errStopped
 	}
-	s.pushed++
+	pushed := int(s.pushed.Add(1))
 	inPhase1 := s.phase1 > 0 && s.prog != nil
 	if inPhase1 {
-		if s.pushed < s.phase1 {
+		if pushed < s.phase1 {
 			s.prog.phase(fmt.Sprintf("phase 1: reading the %d scale frames, which the model takes together", s.phase1))
 		} else {
 			s.prog.phase(fmt.Sprintf("phase 1: the model runs on the %d scale frames together (the longest wait)", s.phase1))
@@ -157,7 +161,7 @@ func (s *runStream) Push(_ context.Context, f engine.Frame) ([]engine.Result, er
 	}
 	t := time.Now()
 	res, err := s.Stream.Push(s.ctx, f)
-	s.model += time.Since(t)
+	s.model.Add(int64(time.Since(t)))
 	if inPhase1 && len(res) > 0 {
 		s.phase1 = 0
 		s.prog.phase("mapping")
@@ -174,7 +178,7 @@ func (s *runStream) Drain(context.Context) ([]engine.Result, error) {
 	}
 	t := time.Now()
 	res, err := d.Drain(s.ctx)
-	s.model += time.Since(t)
+	s.model.Add(int64(time.Since(t)))
 	return res, err
 }
 
@@ -184,14 +188,14 @@ func (s *runStream) Flush(context.Context) ([]engine.Result, error) {
 	}
 	if s.prog != nil {
 		if s.phase1 > 0 {
-			s.prog.phase(fmt.Sprintf("phase 1: the model runs on the %d frames the input had (fewer than %d scale frames)", s.pushed, s.phase1))
+			s.prog.phase(fmt.Sprintf("phase 1: the model runs on the %d frames the input had (fewer than %d scale frames)", s.pushed.Load(), s.phase1))
 		} else {
 			s.prog.phase("flushing: the model's last frames")
 		}
 	}
 	t := time.Now()
 	res, err := s.Stream.Flush(s.ctx)
-	s.model += time.Since(t)
+	s.model.Add(int64(time.Since(t)))
 	return res, err
 }
 
@@ -303,6 +307,23 @@ func (m *runSink) Add(out pipeline.Output[struct{}]) {
 	}
 	m.w.AddTiming(out.Timing)
 	m.prog.add(1)
+	if m.o.session.every <= 0 {
+		// no session: the folder's checkpoint needs only what Add keeps
+		if err := m.folderCheckpoint(); err != nil {
+			m.fail(err)
+		}
+	}
+}
+
+// folderCheckpoint fills run.json's record and writes the folder's
+// checkpoint when one is due.
+func (m *runSink) folderCheckpoint() error {
+	m.rec.Frames.Read = m.readBefore + int(m.st.pushed.Load())
+	m.rec.Timings.ModelS = time.Duration(m.st.model.Load()).Seconds()
+	if m.scale != nil {
+		m.rec.Scale = m.scale.Status()
+	}
+	return m.w.MaybeCheckpoint(m.ctx, m.rec, m.start)
 }
 
 // Checkpoint runs on the model's thread with every frame before it added:
@@ -312,28 +333,28 @@ func (m *runSink) Checkpoint(context.Context, pipeline.Cut[struct{}]) error {
 	if m.ctx.Err() != nil || m.stopped.Load() {
 		return nil // the end writes what there is
 	}
-	read := m.readBefore + m.st.pushed
-	m.rec.Frames.Read = read
-	m.rec.Timings.ModelS = m.st.model.Seconds()
-	if m.scale != nil {
-		m.rec.Scale = m.scale.Status()
-	}
+	read := m.readBefore + int(m.st.pushed.Load())
 	if err := m.o.session.afterFrame(m.o, m.st.Stream, m.w, read); err != nil {
 		return err
 	}
-	return m.w.MaybeCheckpoint(m.ctx, m.rec, m.start)
+	return m.folderCheckpoint()
 }
 
 // Close waits for the checkpoint being written, if any.
 func (m *runSink) Close(context.Context) error { return m.w.WaitWrite() }
 
-// feed submits the frames from first on, with a checkpoint (and a session
-// save) every --checkpoint-every frames. It returns the source's error, if
-// it failed part way.
+// feed submits the frames from first on. A run that saves its session
+// places a checkpoint (a Do: the session and the folder's) every
+// --checkpoint-every frames or session interval, the shorter; without a
+// session Add takes the folder's checkpoints. It returns the source's
+// error, if it failed part way.
 func (m *runSink) feed(ctx context.Context, p *pipeline.Pipeline[struct{}], fr *frameReader, first pipeline.Input[struct{}]) error {
-	every := m.o.checkpointEvery
-	if s := m.o.session.every; s > 0 && (every == 0 || s < every) {
+	every := 0 // no Do without a session
+	if s := m.o.session.every; s > 0 {
 		every = s
+		if c := m.o.checkpointEvery; c > 0 && c < s {
+			every = c
+		}
 	}
 	submitted := 0
 	var size frameSize
