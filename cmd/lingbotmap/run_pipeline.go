@@ -307,8 +307,9 @@ func (m *runSink) Add(out pipeline.Output[struct{}]) {
 	}
 	m.w.AddTiming(out.Timing)
 	m.prog.add(1)
-	if m.o.session.every <= 0 {
+	if m.o.session.every <= 0 && m.ctx.Err() == nil {
 		// no session: the folder's checkpoint needs only what Add keeps
+		// (an interrupted run's end writes what there is)
 		if err := m.folderCheckpoint(); err != nil {
 			m.fail(err)
 		}

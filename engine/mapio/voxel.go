@@ -14,8 +14,8 @@ const MinVoxelSize = 1e-6
 // Voxels are found through bricks of 8×8×8 voxels (a Go map of bricks,
 // each an array of its voxels' indices), not a map of voxels: neighbouring
 // pixels fall into one brick, so most points touch only memory the points
-// before them did. run adds every frame's points on one goroutine, in frame
-// order, and this step bounds its rate (BenchmarkVoxelGridAdd).
+// before them did. run and the node add every frame's points on one
+// goroutine, in frame order (BenchmarkVoxelGridAdd times it).
 type VoxelGrid struct {
 	size   float64
 	bricks map[[3]int32]*voxelBrick
@@ -58,14 +58,14 @@ func NewVoxelGrid(size float64) *VoxelGrid {
 	return g
 }
 
-// entry is voxel k's place in its brick, which is made if make is set
+// entry is voxel k's place in its brick, which is made if create is set
 // (else nil when the brick is empty).
-func (g *VoxelGrid) entry(k [3]int32, make bool) *int32 {
+func (g *VoxelGrid) entry(k [3]int32, create bool) *int32 {
 	bk := [3]int32{k[0] >> brickBits, k[1] >> brickBits, k[2] >> brickBits}
 	if g.last == nil || bk != g.lastKey {
 		b := g.bricks[bk]
 		if b == nil {
-			if !make {
+			if !create {
 				return nil
 			}
 			b = new(voxelBrick)
