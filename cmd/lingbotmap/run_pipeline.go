@@ -319,6 +319,9 @@ func (m *runSink) Add(out pipeline.Output[struct{}]) {
 // folderCheckpoint fills run.json's record and writes the folder's
 // checkpoint when one is due.
 func (m *runSink) folderCheckpoint() error {
+	if !m.w.CheckpointDue() {
+		return nil
+	}
 	m.rec.Frames.Read = m.readBefore + int(m.st.pushed.Load())
 	m.rec.Timings.ModelS = time.Duration(m.st.model.Load()).Seconds()
 	if m.scale != nil {

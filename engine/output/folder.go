@@ -326,10 +326,16 @@ func (w *Folder) Add(r *engine.Result, v Posted) error {
 	return nil
 }
 
-// MaybeCheckpoint writes a checkpoint when CheckpointEvery results have
-// come since the last one.
+// CheckpointDue reports whether CheckpointEvery results have come since
+// the last checkpoint.
+func (w *Folder) CheckpointDue() bool {
+	n := w.opt.CheckpointEvery
+	return n > 0 && w.frames.Results-w.lastCheckpoint >= n
+}
+
+// MaybeCheckpoint writes a checkpoint when one is due (CheckpointDue).
 func (w *Folder) MaybeCheckpoint(ctx context.Context, rec *Record, start time.Time) error {
-	if n := w.opt.CheckpointEvery; n == 0 || w.frames.Results-w.lastCheckpoint < n {
+	if !w.CheckpointDue() {
 		return nil
 	}
 	return w.checkpoint(ctx, rec, start, false)
