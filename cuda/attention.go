@@ -110,13 +110,20 @@ func (g *gpu) hopperKernel(k attnKernel) attnKernel {
 	k.fold = g.attn.FoldCombine
 	stages := tmaStages
 	if k.name == tma3Kernel.name || k.name == f8Kernel.name {
-		// ATTN_FREE_RUN 2's fifth stage: a K and a V tile, bf16 or e4m3.
+		// The stages (a K and a V tile, bf16 or e4m3), the barriers' 1 KB,
+		// Q (8 KB a warpgroup), FP8's row scales of Q (256 bytes a
+		// warpgroup) and the alignment's 1 KB.
 		stages = g.attn.tmaStages()
+		wgs := g.attn.tmaWarpgroups()
 		tile := k.tk * 64 * 2
 		if k.name == f8Kernel.name {
 			tile = k.tk * 64
 		}
-		k.smem += (stages - tmaStages) * 2 * tile
+		k.smem = stages*2*tile + 1024 + wgs*8192 + 1024
+		if k.name == f8Kernel.name {
+			k.smem += wgs * 256
+		}
+		k.bq, k.threads = 64*wgs, 128*wgs
 	}
 	switch {
 	case g.attn.RowSumMMA && k.name == f8Kernel.name:
@@ -127,13 +134,29 @@ func (g *gpu) hopperKernel(k attnKernel) attnKernel {
 	return k
 }
 
-// tmaStages is the number of K+V stages of the three-warpgroup TMA kernels
+// aheadStages is WSTAGES_AHEAD in kernels/attention_hopper.cu: the TMA
+// kernels' K+V stages with the scores ahead.
+const aheadStages = 6
+
+// tmaStages is the number of K+V stages of the TMA kernels
 // (attn_tma3_paged_bf, attn_f8_paged) with these settings.
 func (a AttnSettings) tmaStages() int {
-	if a.FreeRun == 2 {
+	switch {
+	case a.ScoresAhead:
+		return aheadStages
+	case a.FreeRun == 2:
 		return tmaStages + 1
 	}
 	return tmaStages
+}
+
+// tmaWarpgroups is the number of 64-query warpgroups in a block of the TMA
+// kernels (ATTN_TMA_NWG).
+func (a AttnSettings) tmaWarpgroups() int {
+	if a.ScoresAhead {
+		return 2
+	}
+	return 3
 }
 
 // fa2Kernel is the mma.sync pipelined kernel, paged or dense.

@@ -5,6 +5,8 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"os"
+	"regexp"
 	"testing"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
@@ -14,13 +16,21 @@ import (
 // compiled with each of attnVariants' softmax levers, then restores its
 // configured settings. Without the Hopper kernels (another GPU, or
 // LINGBOTMAP_CUDA_ARCH below sm_90) the levers do not exist and fn does not
-// run.
+// run. LBM_ATTN_VARIANTS, a regular expression, keeps only the variants
+// whose names (AttnSettings.String) it matches, to spare a GPU call's time.
 func eachAttnVariant(g *gpu, fn func(AttnSettings)) {
 	if !g.kernels.hopper() {
 		return
 	}
+	var keep *regexp.Regexp
+	if re := os.Getenv("LBM_ATTN_VARIANTS"); re != "" {
+		keep = regexp.MustCompile(re)
+	}
 	defer func() { g.attn = g.cfg.Attn }()
 	for _, a := range attnVariants {
+		if keep != nil && !keep.MatchString(a.String()) {
+			continue
+		}
 		g.attn = a
 		fn(a)
 	}

@@ -225,6 +225,9 @@ func (c Config) Validate() error {
 	if c.Attn.FreeRun < 0 || c.Attn.FreeRun > 2 {
 		return fmt.Errorf("cuda: attn_free_run %d: want 0 (off), 1 (stages released on barriers) or 2 (and a fifth stage)", c.Attn.FreeRun)
 	}
+	if c.Attn.ScoresAhead && c.Attn.RowSumMMA {
+		return fmt.Errorf("cuda: attn_scores_ahead: the row sums on the tensor cores are not built with it")
+	}
 	if _, _, err := parseArch(c.Arch); err != nil {
 		return err
 	}
@@ -282,6 +285,10 @@ type AttnSettings struct {
 	// stages, 2: five, so that the copy waits on the tile three back
 	// instead of two (ATTN_FREE_RUN).
 	FreeRun int
+	// ScoresAhead runs the TMA kernels with two warpgroups of 64 queries,
+	// each issuing Q·Kᵀ of the tile after next before the softmax of the
+	// next tile, on stages released per barrier (ATTN_SCORES_AHEAD).
+	ScoresAhead bool
 }
 
 // lever is a softmax lever that is on: its NVRTC define (without -D) and
@@ -301,6 +308,7 @@ func (a AttnSettings) on() []lever {
 		{a.LazyRescale, lever{"ATTN_LAZY_RESCALE=1", "lazy"}},
 		{a.RowSumMMA, lever{"ATTN_ROWSUM_MMA=1", "rowsum"}},
 		{a.FoldCombine, lever{"ATTN_FOLD_COMBINE=1", "fold"}},
+		{a.ScoresAhead, lever{"ATTN_SCORES_AHEAD=1", "ahead"}},
 	} {
 		if b.on {
 			l = append(l, b.lever)

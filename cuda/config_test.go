@@ -105,5 +105,6 @@ func TestAttnSettingsModules(t *testing.T) {
 // NVRTC test).
 var attnVariants = []AttnSettings{
 	{ExpPoly: 1}, {ExpPoly: 2}, {LazyRescale: true}, {FoldCombine: true}, {FreeRun: 1}, {FreeRun: 2},
+	{ScoresAhead: true}, {ScoresAhead: true, LazyRescale: true},
 	{ExpPoly: 1, LazyRescale: true, FoldCombine: true, FreeRun: 2},
 }

@@ -172,6 +172,10 @@ type CUDAConfig struct {
 	// barrier a key tile for per-stage release barriers: 0 off, 1 with four
 	// stages, 2 with five.
 	AttnFreeRun int `mapstructure:"attn_free_run"`
+	// AttnScoresAhead runs the Hopper TMA attention kernels with two
+	// warpgroups that issue the next tile's scores before this tile's
+	// softmax.
+	AttnScoresAhead bool `mapstructure:"attn_scores_ahead"`
 	// Arch is the target the kernels are compiled for: "auto" (the GPU's
 	// own) or one of CUDAArches below the GPU's capability; below sm_90 the
 	// Hopper-only kernels are off and the portable ones run.

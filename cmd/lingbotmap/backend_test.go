@@ -24,12 +24,12 @@ func TestCUDAConfig(t *testing.T) {
 	}
 	cfg.Precision = "fp32"
 	cfg.CUDA = engine.CUDAConfig{KernelCache: "-", ExactAttention: true, Profile: true, PagedKernel: "fa2", PagedSplits: 3, Arch: "sm_80", FC1BF16: true, CameraHeadBF16: true, QKVBF16: true, LayerNormV4: true,
-		AttnExpPoly: 2, AttnLazyRescale: true, AttnFoldCombine: true, AttnFreeRun: 2}
+		AttnExpPoly: 2, AttnLazyRescale: true, AttnFoldCombine: true, AttnFreeRun: 2, AttnScoresAhead: true}
 	cfg.ScaleFrames, cfg.SlidingWindow, cfg.CacheHeadroom, cfg.MaxFrames, cfg.CameraIterations, cfg.ImageWidth = 4, 16, 2, 200, 2, 280
 	got = cudaConfig(cfg, nil)
 	want := cuda.Config{Precision: cuda.FP32, CacheDir: "-", ExactAttention: true, Profile: true, FixedGEMMAlgo: true,
 		SerialLaunch: true, PagedKernel: "fa2", PagedSplits: 3, Arch: "sm_80", FC1BF16: true, CameraHeadBF16: true, QKVBF16: true, LayerNormV4: true,
-		Attn:   cuda.AttnSettings{ExpPoly: 2, LazyRescale: true, FoldCombine: true, FreeRun: 2},
+		Attn:   cuda.AttnSettings{ExpPoly: 2, LazyRescale: true, FoldCombine: true, FreeRun: 2, ScoresAhead: true},
 		Window: cuda.Window{ScaleFrames: 4, SlidingWindow: 16, Headroom: 2, MaxFrames: 200, SpecialPerFrame: 6, CameraIterations: 2, ImageWidth: 280}}
 	if got != want {
 		t.Fatalf("every knob: %+v, want %+v", got, want)

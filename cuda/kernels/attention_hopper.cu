@@ -71,6 +71,25 @@
 #if ATTN_FREE_RUN < 0 || ATTN_FREE_RUN > 2
 #error "ATTN_FREE_RUN is 0 (off), 1 (release barriers) or 2 (release barriers and a fifth stage)"
 #endif
+// ATTN_SCORES_AHEAD 1 (the TMA kernels, bf16 and FP8): two warpgroups of
+//   64 queries, each with the scores of two tiles in registers: Q·Kᵀ of
+//   tile t+2 is issued before the softmax of tile t+1, so that a warp's
+//   exponentials run while its own MMAs do (the schedule of three
+//   warpgroups keeps a warpgroup's Q·Kᵀ ahead of its softmax in neither
+//   role). No block-wide barrier: stages are released on their "empty"
+//   barriers, WSTAGES_AHEAD of them, loaded WSTAGES_AHEAD-2 tiles ahead.
+//   A block is 128 queries (1005 queries: 8 blocks a head, one wave of
+//   128 blocks on an H100 without key splits).
+#ifndef ATTN_SCORES_AHEAD
+#define ATTN_SCORES_AHEAD 0
+#endif
+#define WSTAGES_AHEAD 6
+// The warpgroups of the TMA kernels' blocks.
+#if ATTN_SCORES_AHEAD
+#define ATTN_TMA_NWG 2
+#else
+#define ATTN_TMA_NWG 3
+#endif
 #if ATTN_FOLD_COMBINE
 #define ATTN_FOLD_PARAMS , unsigned *__restrict__ counters, float *__restrict__ fin
 #define ATTN_FOLD_ARGS counters, fin
@@ -324,14 +343,21 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
 
     // FREE: the stages are released on barriers instead of a block-wide
     // barrier a tile (ATTN_FREE_RUN).
-    constexpr bool FREE = ATTN_FREE_RUN != 0 && TMA && NWG == 3;
-    constexpr int NST = TMA ? WSTAGES_TMA + (FREE && ATTN_FREE_RUN == 2 ? 1 : 0) : WSTAGES; // K+V stages
-    static_assert(!F8 || (TMA && NWG == 3), "the FP8 cache is read with three warpgroups and TMA copies");
+    // AH: the scores of the next tile are issued ahead of this tile's
+    // softmax (ATTN_SCORES_AHEAD), two warpgroups, released stages.
+    constexpr bool AH = ATTN_SCORES_AHEAD && TMA;
+    constexpr bool FREE = (ATTN_FREE_RUN != 0 && TMA && NWG == 3) || AH;
+    constexpr int NST = AH    ? WSTAGES_AHEAD
+                        : TMA ? WSTAGES_TMA + (FREE && ATTN_FREE_RUN == 2 ? 1 : 0)
+                              : WSTAGES; // K+V stages
+    static_assert(!AH || NWG == 2, "scores ahead: two warpgroups");
+    static_assert(!F8 || (TMA && NWG == ATTN_TMA_NWG), "the FP8 cache is read with the TMA kernels' warpgroups");
     // RS: the row sums on the tensor cores (ATTN_ROWSUM_MMA). FP8: a
     // stage's Vᵀ tile is followed by a 1 KB atom of e4m3 ones, rows 64…71
     // of the B operand of P·V (the TMA never writes it). bf16: a 1 KB block
     // of bf16 ones after the rest of shared memory (ones_at below).
     constexpr bool RS = ATTN_ROWSUM_MMA;
+    static_assert(!(RS && AH), "the row sums on the tensor cores are not built with the scores ahead");
     // LAZY: the running maxima move only when a row of the warp grows by
     // more than TAU (log2 units): P stays below 2^TAU (bf16, fp32 l), or
     // 2^(8+TAU) in FP8, inside e4m3's 448.
@@ -373,7 +399,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     static_assert(!FREE || NST * 8 <= 64, "the empty barriers follow the full ones in the barriers' slot");
     // Tiles are loaded AHEAD tiles before the iteration that reads them
     // first; the stage a load fills held the tile NST back.
-    constexpr int AHEAD = FREE && ATTN_FREE_RUN == 2 ? NST - 3 : NST - 2;
+    constexpr int AHEAD = FREE && !AH && ATTN_FREE_RUN == 2 ? NST - 3 : NST - 2;
     int nextPage = 0; // TMA, thread 0: the page of the next tile to load, read a tile ahead
 
     // Thread tid copies 16-byte chunk (tid & 7) of rows (tid >> 3) + 32·i, i < 4;
@@ -450,7 +476,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // that keep three warpgroups' MMAs from being serialized. Else register A
     // fragments of this warp's 16 rows.
     static_assert(NWG == 2 || (TMA && NWG == 3), "three warpgroups need the TMA layout of shared memory");
-    constexpr bool QS = NWG == 3;
+    constexpr bool QS = NWG == 3 || AH;
     constexpr int QTILE = 8192; // bytes of a warpgroup's Q (F8: two e4m3 tiles)
     const unsigned qsm = sbase + NST * STAGE + 1024 + wg * QTILE;
     // F8: the row scales of Q, 64 floats a warpgroup after the Q tiles.
@@ -597,13 +623,23 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
                 for (int e = 0; e < 2; e++)
                     if (j * 8 + 2 * tg + e >= nt) s[4 * j + e] = s[4 * j + 2 + e] = -INFINITY;
         }
-        float a[16], b[16];
+        // Partial maxima and sums of rows r0 (a) and r1 (b): sixteen each,
+        // folded by tree16, or with the scores ahead (short of registers)
+        // four, each gathering every fourth group.
+        constexpr int TW = AH ? 4 : 16;
+        float a[TW], b[TW];
 #pragma unroll
         for (int j = 0; j < 16; j++) {
-            a[j] = fmaxf(s[4 * j], s[4 * j + 1]);
-            b[j] = fmaxf(s[4 * j + 2], s[4 * j + 3]);
+            const float x = fmaxf(s[4 * j], s[4 * j + 1]), y = fmaxf(s[4 * j + 2], s[4 * j + 3]);
+            a[j % TW] = j < TW ? x : fmaxf(a[j % TW], x);
+            b[j % TW] = j < TW ? y : fmaxf(b[j % TW], y);
         }
-        tree16(a, b, fmaxf);
+        if constexpr (AH) {
+            a[0] = fmaxf(fmaxf(a[0], a[1]), fmaxf(a[2], a[3]));
+            b[0] = fmaxf(fmaxf(b[0], b[1]), fmaxf(b[2], b[3]));
+        } else {
+            tree16(a, b, fmaxf);
+        }
         const float mn0 = fmaxf(m0, quad_max(a[0])), mn1 = fmaxf(m1, quad_max(b[0]));
         bool moved = true;
         if constexpr (LAZY) // warp-uniform; on the first tile mn - m is +inf
@@ -635,12 +671,18 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
                 s[4 * j + 3] = ex2(fmaf(s[4 * j + 3], f1, -ms1));
             }
             if constexpr (!RS) {
-                a[j] = s[4 * j] + s[4 * j + 1];
-                b[j] = s[4 * j + 2] + s[4 * j + 3];
+                const float x = s[4 * j] + s[4 * j + 1], y = s[4 * j + 2] + s[4 * j + 3];
+                a[j % TW] = j < TW ? x : a[j % TW] + x;
+                b[j % TW] = j < TW ? y : b[j % TW] + y;
             }
         }
         if constexpr (!RS) {
-            tree16(a, b, [](float x, float y) { return x + y; });
+            if constexpr (AH) {
+                a[0] = (a[0] + a[1]) + (a[2] + a[3]);
+                b[0] = (b[0] + b[1]) + (b[2] + b[3]);
+            } else {
+                tree16(a, b, [](float x, float y) { return x + y; });
+            }
             l0 = l0 * c0 + a[0];
             l1 = l1 * c1 + b[0];
         }
@@ -835,10 +877,110 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             next_tile(t);
         }
     };
+    // AH: the copying thread (thread 0) issues tile t+AHEAD at step t, once
+    // every warp has released the tile its stage held.
+    auto ah_load = [&](int t) {
+        const int j = t + AHEAD - NST;
+        if (tid == 0 && j >= 0 && t + AHEAD < ntiles) mbar_wait(empties + (j % NST) * 8, (j / NST) & 1);
+        load_tile(t + AHEAD);
+    };
+    // AH: tile u has landed; a stale tail of V (see stale) is zeroed by
+    // this warpgroup alone, which then meets on a barrier of its own (the
+    // other warpgroup writes the same zeroes, and nobody writes anything
+    // else there before both have released the stage).
+    auto ah_arrived = [&](int u) {
+        mbar_wait(bars + (u % NST) * 8, (u / NST) & 1);
+        if (stale(u)) {
+            const int nt = tile_keys(u);
+            unsigned char* vs = sgen + (u % NST) * STAGE + KTILE;
+            if constexpr (F8) {
+                for (int i = tid & 127; i < (WK - nt) * HD; i += 128) {
+                    const int d = i & (HD - 1), key = nt + i / HD, pos = (key & ~15) | f8_key_pos(key & 15);
+                    vs[d * 128 + (((pos >> 4) ^ (d & 7)) << 4) + (pos & 15)] = 0;
+                }
+            } else {
+                for (int i = tid & 127; i < (WK - nt) * 8; i += 128)
+                    *(uint4*)(vs + nt * 128 + i * 16) = make_uint4(0, 0, 0, 0);
+            }
+            fence_proxy_async();
+            asm volatile("{\n.reg .b32 wg_bar;\nmov.b32 wg_bar, %0;\nbar.sync wg_bar, 128;\n}\n" ::"r"(1 + wg) : "memory");
+        }
+    };
+    // AH, step t of a warpgroup: on entry p holds P of tile t and the
+    // scores of tile t+1 are in flight into nxt; cur (the scores P came
+    // from) is free. P·V of tile t is issued, and while it and Q·Kᵀ of tile
+    // t+2 (into cur) run, the softmax of tile t+1 makes the next P.
+    auto ah_step = [&](int t, float(&cur)[64], float(&nxt)[64]) {
+        ah_load(t);
+        issue_pv(t);
+        if (t + 1 < ntiles) {
+            float c0, c1;
+            wg_wait<1>(); // Q·Kᵀ of tile t+1 (groups complete in order)
+            wg_pin(nxt);
+            const bool more = t + 2 < ntiles;
+            if (more) {
+                ah_arrived(t + 2);
+                issue_qk(cur, t + 2, true);
+            }
+            const bool moved = softmax(nxt, t + 1, c0, c1);
+            if (more) wg_wait<1>(); // P·V of tile t
+            else wg_wait<0>();
+            wg_pin(o);
+            wg_pin(p);
+            release(t);
+            rescale(c0, c1, moved);
+            to_p(nxt);
+        } else {
+            wg_wait<0>();
+            wg_pin(o);
+            wg_pin(p);
+            release(t);
+        }
+    };
+    auto run_ahead = [&]() {
+        float sa[64], sb[64];
+#pragma unroll
+        for (int i = 0; i < 64; i++) sa[i] = sb[i] = 0.f; // read (not used) by the tied first k-steps
+        wg_pin(sa);
+        wg_pin(sb);
+        wg_pin(o);
+        arrived(0);
+        __syncthreads(); // Q in shared memory
+        issue_qk(sa, 0, true);
+        wg_wait<0>();
+        wg_pin(sa);
+        float c0, c1;
+        softmax(sa, 0, c0, c1); // O is zero: no rescale
+        to_p(sa);
+        if (ntiles > 1) {
+            ah_arrived(1);
+            issue_qk(sb, 1, true);
+        }
+        // Two steps an iteration, so that the arrays' roles stay fixed.
+        for (int t = 0; t < ntiles; t += 2) {
+            ah_step(t, sa, sb);
+            if (t + 1 < ntiles) ah_step(t + 1, sb, sa);
+        }
+    };
+    // AH: a warpgroup with no query releases each tile once it has landed
+    // (an earlier release would count towards the stage's previous tile).
+    auto idle_ahead = [&]() {
+        arrived(0);
+        __syncthreads();
+        for (int t = 0; t < ntiles; t++) {
+            if (t > 0) mbar_wait(bars + (t % NST) * 8, (t / NST) & 1);
+            release(t);
+        }
+    };
     if (ntiles > 0) {
-        if (TMA && wrow >= nq) idle();
-        else if (wg == 0) run(Int<0>{});
-        else run(Int<1>{});
+        if constexpr (AH) {
+            if (wrow >= nq) idle_ahead();
+            else run_ahead();
+        } else {
+            if (TMA && wrow >= nq) idle();
+            else if (wg == 0) run(Int<0>{});
+            else run(Int<1>{});
+        }
     }
     cp_async_wait<0>();
 
@@ -942,18 +1084,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
 // Three warpgroups (192 queries a block), FlashAttention-3's layout for
 // head dim 64. It needs key splits to fill the GPU (96 blocks for one
 // frame's 1005 queries × 16 heads).
-TMA_PAGED_KERNEL(attn_tma3_paged_bf, 3)
+TMA_PAGED_KERNEL(attn_tma3_paged_bf, ATTN_TMA_NWG)
 
 // The FP8 cache's kernel (F8 in wg_paged): K and Vᵀ as e4m3 tensor maps
 // (kvfp8.cu's layout), kvs the layer's K and V scales per head. Shared
 // memory: the stages (16 KB), 1 KB for the barriers, Q (8 KB a warpgroup),
 // its row scales, and 1 KB of alignment slack.
-extern "C" __global__ void __launch_bounds__(384, 1)
+extern "C" __global__ void __launch_bounds__(128 * ATTN_TMA_NWG, 1)
     attn_f8_paged(const float* __restrict__ q, const __grid_constant__ TensorMap tk, const __grid_constant__ TensorMap tv,
                   const int* __restrict__ pages, int ps, int nq, int nk, int h, float scale, float* __restrict__ out,
                   float* __restrict__ pm, float* __restrict__ pl, const float* __restrict__ kvs,
                   unsigned* __restrict__ obf ATTN_FOLD_PARAMS) {
     pdl_wait();
-    wg_paged<true, 3, true>(q, nullptr, nullptr, &tk, &tv, pages, ps, nq, nk, h, scale, out, pm, pl, obf, kvs,
+    wg_paged<true, ATTN_TMA_NWG, true>(q, nullptr, nullptr, &tk, &tv, pages, ps, nq, nk, h, scale, out, pm, pl, obf, kvs,
                             ATTN_FOLD_ARGS);
 }
