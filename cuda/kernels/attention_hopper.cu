@@ -909,33 +909,34 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // AH, step t of a warpgroup: on entry p holds P of tile t and the
     // scores of tile t+1 are in flight into nxt; cur (the scores P came
     // from) is free. P·V of tile t is issued, and while it and Q·Kᵀ of tile
-    // t+2 (into cur) run, the softmax of tile t+1 makes the next P.
+    // t+2 (into cur) run, the softmax of tile t+1 makes the next P. Every
+    // step issues and waits for the same MMAs (ptxas serializes them when
+    // paths differ): past the last tile N-1 the MMAs run again on its
+    // stage, which is never reloaded, with P = 0, and their scores are
+    // dropped; the loop runs an even number of steps.
     auto ah_step = [&](int t, float(&cur)[64], float(&nxt)[64]) {
+        const int last = ntiles - 1;
         ah_load(t);
-        issue_pv(t);
-        if (t + 1 < ntiles) {
-            float c0, c1;
-            wg_wait<1>(); // Q·Kᵀ of tile t+1 (groups complete in order)
-            wg_pin(nxt);
-            const bool more = t + 2 < ntiles;
-            if (more) {
-                ah_arrived(t + 2);
-                issue_qk(cur, t + 2, true);
-            }
-            const bool moved = softmax(nxt, t + 1, c0, c1);
-            if (more) wg_wait<1>(); // P·V of tile t
-            else wg_wait<0>();
-            wg_pin(o);
-            wg_pin(p);
-            release(t);
-            rescale(c0, c1, moved);
-            to_p(nxt);
+        issue_pv(min(t, last));
+        wg_wait<1>(); // Q·Kᵀ of tile t+1 (groups complete in order)
+        wg_pin(nxt);
+        const int u = min(t + 2, last);
+        ah_arrived(u);
+        issue_qk(cur, u, true);
+        float c0 = 1.f, c1 = 1.f;
+        bool moved = false;
+        if (t + 1 <= last) {
+            moved = softmax(nxt, t + 1, c0, c1);
         } else {
-            wg_wait<0>();
-            wg_pin(o);
-            wg_pin(p);
-            release(t);
+#pragma unroll
+            for (int i = 0; i < 64; i++) nxt[i] = 0.f; // P = 0
         }
+        wg_wait<1>(); // P·V of tile t
+        wg_pin(o);
+        wg_pin(p);
+        if (t <= last) release(t);
+        rescale(c0, c1, moved);
+        to_p(nxt);
     };
     auto run_ahead = [&]() {
         float sa[64], sb[64];
@@ -952,15 +953,17 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         float c0, c1;
         softmax(sa, 0, c0, c1); // O is zero: no rescale
         to_p(sa);
-        if (ntiles > 1) {
-            ah_arrived(1);
-            issue_qk(sb, 1, true);
-        }
+        const int u = min(1, ntiles - 1);
+        ah_arrived(u);
+        issue_qk(sb, u, true);
         // Two steps an iteration, so that the arrays' roles stay fixed.
         for (int t = 0; t < ntiles; t += 2) {
             ah_step(t, sa, sb);
-            if (t + 1 < ntiles) ah_step(t + 1, sb, sa);
+            ah_step(t + 1, sb, sa);
         }
+        wg_wait<0>(); // the last, dropped scores
+        wg_pin(sa);
+        wg_pin(sb);
     };
     // AH: a warpgroup with no query releases each tile once it has landed
     // (an earlier release would count towards the stage's previous tile).
