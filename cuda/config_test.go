@@ -72,6 +72,9 @@ func TestConfigValidate(t *testing.T) {
 		c.Attn.FreeRun = n
 		bad(c, "attn_free_run")
 	}
+	c = d
+	c.Attn = AttnSettings{ScoresAhead: true, RowSumMMA: true}
+	bad(c, "attn_scores_ahead")
 }
 
 // TestAttnSettingsModules: the default settings name the module as before,

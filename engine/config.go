@@ -174,7 +174,7 @@ type CUDAConfig struct {
 	AttnFreeRun int `mapstructure:"attn_free_run"`
 	// AttnScoresAhead runs the Hopper TMA attention kernels with two
 	// warpgroups that issue the next tile's scores before this tile's
-	// softmax.
+	// softmax (measured slower; off).
 	AttnScoresAhead bool `mapstructure:"attn_scores_ahead"`
 	// Arch is the target the kernels are compiled for: "auto" (the GPU's
 	// own) or one of CUDAArches below the GPU's capability; below sm_90 the

@@ -79,7 +79,8 @@
 //   role). No block-wide barrier: stages are released on their "empty"
 //   barriers, WSTAGES_AHEAD of them, loaded WSTAGES_AHEAD-2 tiles ahead.
 //   A block is 128 queries (1005 queries: 8 blocks a head, one wave of
-//   128 blocks on an H100 without key splits).
+//   128 blocks on an H100 without key splits). Off: at 251–252 registers
+//   ptxas serializes its MMAs and it measured slower (cuda/NOTES.md).
 #ifndef ATTN_SCORES_AHEAD
 #define ATTN_SCORES_AHEAD 0
 #endif
