@@ -364,6 +364,24 @@ func checkPythonBag(t *testing.T, path string, n int) {
 // first messages reach it. The recorded ones are then n consecutive
 // messages of the loop, each equal to the one of our bag its header's seq
 // names.
+// startInGroup starts a ROS tool in a process group of its own (a signal
+// to the group reaches the children it spawns), its output gathered in out
+// and its end sent on done.
+func startInGroup(t *testing.T, env []string, name string, args ...string) (cmd *exec.Cmd, out *bytes.Buffer, done chan error) {
+	t.Helper()
+	cmd = exec.Command(name, args...)
+	cmd.Env = env
+	out = new(bytes.Buffer)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done = make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	return cmd, out, done
+}
+
 func TestReadRosbagRecordBag(t *testing.T) {
 	requireTool(t, "rosmaster")
 	rosbag := requireTool(t, "rosbag")
@@ -398,16 +416,7 @@ func TestReadRosbagRecordBag(t *testing.T) {
 	ours := filepath.Join(dir, "ours.bag")
 	writeTestBag(t, ours, n, 600)
 	recorded := filepath.Join(dir, "recorded.bag")
-	rec := exec.Command(rosbag, "record", "-O", recorded, "--limit", fmt.Sprint(n), "/camera/image_raw", "/pose")
-	rec.Env = env
-	var recOut bytes.Buffer
-	rec.Stdout, rec.Stderr = &recOut, &recOut
-	rec.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := rec.Start(); err != nil {
-		t.Fatal(err)
-	}
-	recDone := make(chan error, 1)
-	go func() { recDone <- rec.Wait() }()
+	rec, recOut, recDone := startInGroup(t, env, rosbag, "record", "-O", recorded, "--limit", fmt.Sprint(n), "/camera/image_raw", "/pose")
 	recorderRunning := true
 	defer func() {
 		if recorderRunning {
@@ -415,16 +424,7 @@ func TestReadRosbagRecordBag(t *testing.T) {
 			<-recDone
 		}
 	}()
-	play := exec.Command(rosbag, "play", "-q", "-l", "-r", "5", "--wait-for-subscribers", ours)
-	play.Env = env
-	var playOut bytes.Buffer
-	play.Stdout, play.Stderr = &playOut, &playOut
-	play.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := play.Start(); err != nil {
-		t.Fatal(err)
-	}
-	playDone := make(chan error, 1)
-	go func() { playDone <- play.Wait() }()
+	play, playOut, playDone := startInGroup(t, env, rosbag, "play", "-q", "-l", "-r", "5", "--wait-for-subscribers", ours)
 	defer func() { _ = syscall.Kill(-play.Process.Pid, syscall.SIGTERM); <-playDone }()
 	select {
 	case err := <-recDone:
