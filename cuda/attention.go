@@ -87,7 +87,9 @@ var wgKernel = attnKernel{module: "attention_hopper", name: "attn_wg_paged_bf", 
 // straddles two pages) in tmaStages stages, Q in shared memory (8 KB a
 // warpgroup after a 1 KB slot for the barriers), plus 1 KB of alignment
 // slack. Its few blocks need key splits: fillWaves picks them. The default
-// on Hopper (cuda/NOTES.md: the Hopper paged kernel).
+// on Hopper (cuda/NOTES.md: the Hopper paged kernel), in the shape that
+// hopperKernel gives it: with attn_warp_spec (2 by default) that many
+// consumer warpgroups and a producer.
 var tma3Kernel = attnKernel{module: "attention_hopper", name: "attn_tma3_paged_bf", bq: 192, tk: 128, perSM: 1, smem: tmaStages*2*128*64*2 + 1024 + 3*8192 + 1024, threads: 384, bfOut: true, fillWaves: true}
 
 // f8Kernel reads the FP8 cache (FP8 mode, Hopper): tma3's schedule on e4m3
@@ -113,17 +115,21 @@ func (g *gpu) hopperKernel(k attnKernel) attnKernel {
 		// The stages (a K and a V tile, bf16 or e4m3), the barriers' 1 KB,
 		// Q (8 KB a warpgroup), FP8's row scales of Q (256 bytes a
 		// warpgroup) and the alignment's 1 KB.
-		stages = g.attn.tmaStages()
+		f8 := k.name == f8Kernel.name
+		stages = g.attn.tmaStages(f8)
 		wgs := g.attn.tmaWarpgroups()
 		tile := k.tk * 64 * 2
-		if k.name == f8Kernel.name {
+		if f8 {
 			tile = k.tk * 64
 		}
 		k.smem = stages*2*tile + 1024 + wgs*8192 + 1024
-		if k.name == f8Kernel.name {
+		if f8 {
 			k.smem += wgs * 256
 		}
 		k.bq, k.threads = 64*wgs, 128*wgs
+		if g.attn.WarpSpec != 0 {
+			k.threads += 128 // the producer
+		}
 	}
 	switch {
 	case g.attn.RowSumMMA && k.name == f8Kernel.name:
@@ -135,13 +141,22 @@ func (g *gpu) hopperKernel(k attnKernel) attnKernel {
 }
 
 // aheadStages is WSTAGES_AHEAD in kernels/attention_hopper.cu: the TMA
-// kernels' K+V stages with the scores ahead.
-const aheadStages = 6
+// kernels' K+V stages with the scores ahead; wsStagesF8 and wsStagesBF are
+// WSTAGES_WS_F8 and WSTAGES_WS_BF, theirs with a producer warpgroup.
+const (
+	aheadStages = 6
+	wsStagesF8  = 8
+	wsStagesBF  = 6
+)
 
 // tmaStages is the number of K+V stages of the TMA kernels
-// (attn_tma3_paged_bf, attn_f8_paged) with these settings.
-func (a AttnSettings) tmaStages() int {
+// (attn_tma3_paged_bf, attn_f8_paged when f8) with these settings.
+func (a AttnSettings) tmaStages(f8 bool) int {
 	switch {
+	case a.WarpSpec != 0 && f8:
+		return wsStagesF8
+	case a.WarpSpec != 0:
+		return wsStagesBF
 	case a.ScoresAhead:
 		return aheadStages
 	case a.FreeRun == 2:
@@ -151,8 +166,11 @@ func (a AttnSettings) tmaStages() int {
 }
 
 // tmaWarpgroups is the number of 64-query warpgroups in a block of the TMA
-// kernels (ATTN_TMA_NWG).
+// kernels (ATTN_TMA_NWG; a producer comes on top with WarpSpec).
 func (a AttnSettings) tmaWarpgroups() int {
+	if a.WarpSpec != 0 {
+		return a.WarpSpec
+	}
 	if a.ScoresAhead {
 		return 2
 	}

@@ -182,7 +182,7 @@ var retiredPagedKernels = []string{"mma", "exact", "wg", "tma", "poly4", "poly2"
 func DefaultConfig() Config {
 	return Config{Device: 0, Precision: BF16, PagedKernel: "auto", Arch: "auto", Graphs: true, FuseNorm: true, LeanQKV: true,
 		WarpCombine: true, LayerNormV4: true, FC1BF16: true, CameraHeadBF16: true, QKVBF16: true, CameraHeadFuseNorm: true,
-		AsyncPageTable: true}
+		AsyncPageTable: true, Attn: AttnSettings{WarpSpec: 2}}
 }
 
 // Backend is a backend.Backend on a GPU. Device failures (out of memory, a
@@ -227,6 +227,12 @@ func (c Config) Validate() error {
 	}
 	if c.Attn.ScoresAhead && c.Attn.RowSumMMA {
 		return fmt.Errorf("cuda: attn_scores_ahead: the row sums on the tensor cores are not built with it")
+	}
+	if w := c.Attn.WarpSpec; w != 0 && w != 2 && w != 3 {
+		return fmt.Errorf("cuda: attn_warp_spec %d: want 0 (off), 2 or 3 (consumer warpgroups)", w)
+	}
+	if a := c.Attn; a.WarpSpec != 0 && (a.ScoresAhead || a.FreeRun != 0 || a.FoldCombine || a.RowSumMMA) {
+		return fmt.Errorf("cuda: attn_warp_spec is built without attn_scores_ahead, attn_free_run, attn_fold_combine and the row sums on the tensor cores")
 	}
 	if _, _, err := parseArch(c.Arch); err != nil {
 		return err
@@ -289,6 +295,12 @@ type AttnSettings struct {
 	// each issuing Q·Kᵀ of the tile after next before the softmax of the
 	// next tile, on stages released per barrier (ATTN_SCORES_AHEAD).
 	ScoresAhead bool
+	// WarpSpec runs the TMA kernels with that many consumer warpgroups (2,
+	// the default, or 3) and a producer warpgroup that issues the copies
+	// and hands its registers to them; each consumer runs on its own, with
+	// no block-wide barrier (ATTN_WARP_SPEC). 0: three warpgroups that each
+	// copy and compute, meeting at a barrier every key tile.
+	WarpSpec int
 }
 
 // lever is a softmax lever that is on: its NVRTC define (without -D) and
@@ -316,6 +328,9 @@ func (a AttnSettings) on() []lever {
 	}
 	if a.FreeRun != 0 {
 		l = append(l, lever{fmt.Sprintf("ATTN_FREE_RUN=%d", a.FreeRun), fmt.Sprintf("free%d", a.FreeRun)})
+	}
+	if a.WarpSpec != 0 {
+		l = append(l, lever{fmt.Sprintf("ATTN_WARP_SPEC=%d", a.WarpSpec), fmt.Sprintf("ws%d", a.WarpSpec)})
 	}
 	return l
 }

@@ -75,6 +75,12 @@ func TestConfigValidate(t *testing.T) {
 	c = d
 	c.Attn = AttnSettings{ScoresAhead: true, RowSumMMA: true}
 	bad(c, "attn_scores_ahead")
+	for _, a := range []AttnSettings{{WarpSpec: 1}, {WarpSpec: 4}, {WarpSpec: -1}, {WarpSpec: 2, ScoresAhead: true},
+		{WarpSpec: 3, FreeRun: 1}, {WarpSpec: 3, FoldCombine: true}, {WarpSpec: 2, RowSumMMA: true}} {
+		c = d
+		c.Attn = a
+		bad(c, "attn_warp_spec")
+	}
 }
 
 // TestAttnSettingsModules: the default settings name the module as before,
@@ -109,5 +115,6 @@ func TestAttnSettingsModules(t *testing.T) {
 var attnVariants = []AttnSettings{
 	{ExpPoly: 1}, {ExpPoly: 2}, {LazyRescale: true}, {FoldCombine: true}, {FreeRun: 1}, {FreeRun: 2},
 	{ScoresAhead: true}, {ScoresAhead: true, LazyRescale: true},
+	{WarpSpec: 2}, {WarpSpec: 3}, {WarpSpec: 2, ExpPoly: 1}, {WarpSpec: 2, LazyRescale: true},
 	{ExpPoly: 1, LazyRescale: true, FoldCombine: true, FreeRun: 2},
 }

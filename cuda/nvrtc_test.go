@@ -140,7 +140,8 @@ func TestKernelsCompile(t *testing.T) {
 // constant 1.5·2^23, the warp vote of the lazy rescale, the FP8 P·V MMA of
 // 72 columns and the bf16 row-sum MMA of 8, the split counter's atomic add,
 // the stage releases' plain barrier arrival, the scores-ahead kernels'
-// barrier of one warpgroup.
+// barrier of one warpgroup, the consumers' register claim with a producer
+// warpgroup.
 func attnMarks(a AttnSettings) map[string]struct {
 	text string
 	on   bool
@@ -155,8 +156,9 @@ func attnMarks(a AttnSettings) map[string]struct {
 		"rowsum_mma":      {"m64n72k32", a.RowSumMMA},
 		"rowsum_mma_bf16": {"m64n8k16", a.RowSumMMA},
 		"fold_combine":    {"atom.global.add.u32", a.FoldCombine},
-		"free_run":        {"mbarrier.arrive.shared::cta.b64", a.FreeRun != 0 || a.ScoresAhead},
+		"free_run":        {"mbarrier.arrive.shared::cta.b64", a.FreeRun != 0 || a.ScoresAhead || a.WarpSpec != 0},
 		"scores_ahead":    {"bar.sync wg_bar", a.ScoresAhead},
+		"warp_spec":       {"setmaxnreg.inc.sync.aligned.u32", a.WarpSpec != 0},
 	}
 }
 

@@ -176,6 +176,10 @@ type CUDAConfig struct {
 	// warpgroups that issue the next tile's scores before this tile's
 	// softmax (measured slower; off).
 	AttnScoresAhead bool `mapstructure:"attn_scores_ahead"`
+	// AttnWarpSpec runs the Hopper TMA attention kernels with a producer
+	// warpgroup and that many consumer warpgroups (2, the default, or 3; 0
+	// off: three warpgroups that each copy and compute).
+	AttnWarpSpec int `mapstructure:"attn_warp_spec"`
 	// Arch is the target the kernels are compiled for: "auto" (the GPU's
 	// own) or one of CUDAArches below the GPU's capability; below sm_90 the
 	// Hopper-only kernels are off and the portable ones run.
@@ -256,6 +260,7 @@ func DefaultConfig() Config {
 			QKVBF16:            true,
 			CameraHeadFuseNorm: true,
 			AsyncPageTable:     true,
+			AttnWarpSpec:       2,
 		},
 	}
 }
@@ -351,6 +356,12 @@ func (c Config) Validate() error {
 	}
 	if c.CUDA.AttnFreeRun < 0 || c.CUDA.AttnFreeRun > 2 {
 		bad("cuda.attn_free_run", "must be 0 (off), 1 (release barriers) or 2 (release barriers and a fifth stage), not %d", c.CUDA.AttnFreeRun)
+	}
+	if w := c.CUDA.AttnWarpSpec; w != 0 && w != 2 && w != 3 {
+		bad("cuda.attn_warp_spec", "must be 0 (off), 2 or 3 (consumer warpgroups), not %d", w)
+	}
+	if c.CUDA.AttnWarpSpec != 0 && (c.CUDA.AttnScoresAhead || c.CUDA.AttnFreeRun != 0 || c.CUDA.AttnFoldCombine) {
+		bad("cuda.attn_warp_spec", "is built without attn_scores_ahead, attn_free_run and attn_fold_combine: set it to 0 to use them")
 	}
 	if !slices.Contains(CUDAArches, c.CUDA.Arch) {
 		bad("cuda.arch", "must be one of %s, not %q", strings.Join(CUDAArches, ", "), c.CUDA.Arch)

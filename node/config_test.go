@@ -51,7 +51,7 @@ func TestShippedConfigEqualsDefaults(t *testing.T) {
 		}
 	}
 	// The cuda section is the CUDA backend's knobs under their agreed keys.
-	for _, k := range []string{"cuda.kernel_cache", "cuda.exact_attention", "cuda.profile", "cuda.gemm_tuning", "cuda.pdl", "cuda.paged_kernel", "cuda.paged_splits", "cuda.attn_exp_poly", "cuda.attn_lazy_rescale", "cuda.attn_fold_combine", "cuda.attn_free_run", "cuda.attn_scores_ahead"} {
+	for _, k := range []string{"cuda.kernel_cache", "cuda.exact_attention", "cuda.profile", "cuda.gemm_tuning", "cuda.pdl", "cuda.paged_kernel", "cuda.paged_splits", "cuda.attn_exp_poly", "cuda.attn_lazy_rescale", "cuda.attn_fold_combine", "cuda.attn_free_run", "cuda.attn_scores_ahead", "cuda.attn_warp_spec"} {
 		if !slices.Contains(keys, k) {
 			t.Errorf("the schema lacks %s", k)
 		}
@@ -159,6 +159,12 @@ func TestEverySettingReachable(t *testing.T) {
 	for _, s := range config.Settings(&def) {
 		val, want := otherValue(t, s.Key, s.Value)
 		t.Run(s.Key, func(t *testing.T) {
+			// The three-warpgroup attention kernels' levers need the
+			// producer warpgroup off (engine config validation).
+			threeWG := s.Key == "cuda.attn_fold_combine" || s.Key == "cuda.attn_free_run" || s.Key == "cuda.attn_scores_ahead"
+			if threeWG {
+				t.Setenv("LINGBOTMAP_CUDA_ATTN_WARP_SPEC", "0")
+			}
 			check := func(how string, c Config) {
 				t.Helper()
 				got := settingOf(&c, s.Key)
@@ -200,6 +206,9 @@ func TestEverySettingReachable(t *testing.T) {
 			}
 			start := DefaultConfig()
 			start.BaseToCamera = base
+			if threeWG {
+				start.Engine.CUDA.AttnWarpSpec = 0
+			}
 			c, taken, err := ApplyParams(start, fakeParams{s.Key: param})
 			if err != nil || !slices.Equal(taken, []string{s.Key}) {
 				t.Fatalf("parameter %s: %v (taken %v)", s.Key, err, taken)
@@ -216,26 +225,27 @@ func otherValue(t *testing.T, key string, v reflect.Value) (string, any) {
 		text string
 		val  any
 	}{
-		"device":             {"cuda", "cuda"},
-		"model_size":         {"full", "full"},
-		"precision":          {"fp32", "fp32"},
-		"selected_layers":    {"1,2,3,4", []int{1, 2, 3, 4}},
-		"image_width":        {"140", 140},
-		"image_transport":    {"both", "both"},
-		"queue_policy":       {"all", "all"},
-		"base_frame":         {"base_link", "base_link"},
-		"base_to_camera":     {"0 0 0 -0.5 0.5 -0.5 0.5", "0 0 0 -0.5 0.5 -0.5 0.5"},
-		"cuda.paged_kernel":  {"fa2", "fa2"},
-		"max_frames":         {"2000", 2000},
-		"cuda.arch":          {"sm_80", "sm_80"},
-		"cuda.attn_exp_poly": {"2", 2},
-		"cuda.attn_free_run": {"2", 2},
-		"window_mode":        {"reference", "reference"},
-		"cloud_reliability":  {"best_effort", "best_effort"},
-		"ros2_gid_size":      {"24", 24},
-		"grid_extent":        {"-5 -5 10 10", "-5 -5 10 10"},
-		"odometry_in":        {"map", "map"},
-		"scale.source":       {"depth", "depth"},
+		"device":              {"cuda", "cuda"},
+		"model_size":          {"full", "full"},
+		"precision":           {"fp32", "fp32"},
+		"selected_layers":     {"1,2,3,4", []int{1, 2, 3, 4}},
+		"image_width":         {"140", 140},
+		"image_transport":     {"both", "both"},
+		"queue_policy":        {"all", "all"},
+		"base_frame":          {"base_link", "base_link"},
+		"base_to_camera":      {"0 0 0 -0.5 0.5 -0.5 0.5", "0 0 0 -0.5 0.5 -0.5 0.5"},
+		"cuda.paged_kernel":   {"fa2", "fa2"},
+		"max_frames":          {"2000", 2000},
+		"cuda.arch":           {"sm_80", "sm_80"},
+		"cuda.attn_exp_poly":  {"2", 2},
+		"cuda.attn_free_run":  {"2", 2},
+		"cuda.attn_warp_spec": {"3", 3},
+		"window_mode":         {"reference", "reference"},
+		"cloud_reliability":   {"best_effort", "best_effort"},
+		"ros2_gid_size":       {"24", 24},
+		"grid_extent":         {"-5 -5 10 10", "-5 -5 10 10"},
+		"odometry_in":         {"map", "map"},
+		"scale.source":        {"depth", "depth"},
 	}
 	if s, ok := special[key]; ok {
 		return s.text, s.val

@@ -37,6 +37,11 @@ func TestCUDAConfig(t *testing.T) {
 	if err := got.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	// The producer warpgroup's lever goes without the levers it excludes.
+	cfg.CUDA = engine.CUDAConfig{AttnWarpSpec: 3}
+	if a := cudaConfig(cfg, nil).Attn; a != (cuda.AttnSettings{WarpSpec: 3}) {
+		t.Fatalf("attn_warp_spec 3: %+v", a)
+	}
 }
 
 // TestCUDAArches: the configuration takes exactly the compile targets the

@@ -85,11 +85,42 @@
 #define ATTN_SCORES_AHEAD 0
 #endif
 #define WSTAGES_AHEAD 6
-// The warpgroups of the TMA kernels' blocks.
-#if ATTN_SCORES_AHEAD
+// ATTN_WARP_SPEC 2 or 3 (the TMA kernels, bf16 and FP8): that many
+//   consumer warpgroups of 64 queries and one more that produces. One warp
+//   of the producer issues every tile's copies, each once the warps that
+//   read its stage's previous tile have released it, and zeroes a stale V
+//   tail (see stale); the producer hands its registers to the consumers
+//   (setmaxnreg: three consumers at 160 registers a thread, two at 240).
+//   Each consumer warpgroup runs FlashAttention-3's schedule on its own
+//   (Q·Kᵀ of the next tile and P·V of this one issued, then the next
+//   tile's softmax while P·V runs), with no block-wide barrier, so that
+//   one warpgroup's softmax runs while another waits for its MMAs. More
+//   stages than the other TMA kernels: WSTAGES_WS_F8 or WSTAGES_WS_BF.
+#ifndef ATTN_WARP_SPEC
+#define ATTN_WARP_SPEC 0
+#endif
+#if ATTN_WARP_SPEC != 0 && ATTN_WARP_SPEC != 2 && ATTN_WARP_SPEC != 3
+#error "ATTN_WARP_SPEC is 0 (off), 2 or 3 (consumer warpgroups)"
+#endif
+#if ATTN_WARP_SPEC && (ATTN_SCORES_AHEAD || ATTN_FREE_RUN || ATTN_FOLD_COMBINE || ATTN_ROWSUM_MMA)
+#error "ATTN_WARP_SPEC is built without the scores ahead, the free run, the folded combine and the row-sum MMAs"
+#endif
+#define WSTAGES_WS_F8 8
+#define WSTAGES_WS_BF 6
+// Registers a thread of the producer and of a consumer warpgroup keep
+// (setmaxnreg): the block's 64 K registers shared out.
+#define WS_PRODUCER_REGS (ATTN_WARP_SPEC == 2 ? 24 : 32)
+#define WS_CONSUMER_REGS (ATTN_WARP_SPEC == 2 ? 240 : 160)
+// The consumer warpgroups of the TMA kernels' blocks, and their threads.
+#if ATTN_WARP_SPEC
+#define ATTN_TMA_NWG ATTN_WARP_SPEC
+#define ATTN_TMA_THREADS (128 * (ATTN_WARP_SPEC + 1))
+#elif ATTN_SCORES_AHEAD
 #define ATTN_TMA_NWG 2
+#define ATTN_TMA_THREADS 256
 #else
 #define ATTN_TMA_NWG 3
+#define ATTN_TMA_THREADS 384
 #endif
 #if ATTN_FOLD_COMBINE
 #define ATTN_FOLD_PARAMS , unsigned *__restrict__ counters, float *__restrict__ fin
@@ -304,9 +335,10 @@ struct __align__(64) TensorMap {
 // the math. NWG warpgroups of 64 queries (2, or 3 with TMA): with three, the
 // second and third share a schedule role (see run), and Q lives in shared
 // memory so that the 168 registers a thread then has suffice (with Q in
-// registers ptxas serialized the MMAs).
+// registers ptxas serialized the MMAs). With ATTN_WARP_SPEC (TMA), NWG
+// consumer warpgroups and a producer after them (see WS).
 //
-// F8: the FP8 cache of kvfp8.cu (three warpgroups, TMA). K tiles are 128
+// F8: the FP8 cache of kvfp8.cu (the TMA kernels' warpgroups). K tiles are 128
 // keys × 64 e4m3 bytes in the 64-byte swizzle, Vᵀ tiles 64 rows × 128 keys
 // in the 128-byte swizzle; Q is scaled per row and head (its largest
 // magnitude to 448) and held as two e4m3 tiles, its rounding and what that
@@ -346,12 +378,17 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // barrier a tile (ATTN_FREE_RUN).
     // AH: the scores of the next tile are issued ahead of this tile's
     // softmax (ATTN_SCORES_AHEAD), two warpgroups, released stages.
+    // WS: NWG consumer warpgroups and a producer after them
+    // (ATTN_WARP_SPEC).
     constexpr bool AH = ATTN_SCORES_AHEAD && TMA;
-    constexpr bool FREE = (ATTN_FREE_RUN != 0 && TMA && NWG == 3) || AH;
-    constexpr int NST = AH    ? WSTAGES_AHEAD
+    constexpr bool WS = ATTN_WARP_SPEC != 0 && TMA;
+    constexpr bool FREE = (ATTN_FREE_RUN != 0 && TMA && NWG == 3) || AH || WS;
+    constexpr int NST = WS    ? (F8 ? WSTAGES_WS_F8 : WSTAGES_WS_BF)
+                        : AH  ? WSTAGES_AHEAD
                         : TMA ? WSTAGES_TMA + (FREE && ATTN_FREE_RUN == 2 ? 1 : 0)
                               : WSTAGES; // K+V stages
     static_assert(!AH || NWG == 2, "scores ahead: two warpgroups");
+    static_assert(!WS || NWG == ATTN_WARP_SPEC, "warp specialization: ATTN_WARP_SPEC consumer warpgroups");
     static_assert(!F8 || (TMA && NWG == ATTN_TMA_NWG), "the FP8 cache is read with the TMA kernels' warpgroups");
     // RS: the row sums on the tensor cores (ATTN_ROWSUM_MMA). FP8: a
     // stage's Vᵀ tile is followed by a 1 KB atom of e4m3 ones, rows 64…71
@@ -393,11 +430,38 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             return k1 - (k0 + t * WK);
         }
     };
+    // TMA: tile t is the last page's last and ends inside the page, above
+    // rows that hold stale (possibly NaN) values. P is 0 there, but 0·NaN is
+    // not, so those V rows are zeroed (zero_tail), and every thread that reads
+    // them must wait for that before its P·V.
+    auto stale = [&](int t) {
+        const int part = (tb + t) % tpp, nt = tile_keys(t);
+        return nt < WK && part * WK + nt < ps;
+    };
     // TMA: the stages' barriers follow the tiles; FREE: their "empty"
-    // barriers 64 bytes on, in the same 1 KB slot.
+    // barriers 64 bytes on, in the same 1 KB slot; WS: the barrier on which
+    // the producer says a stale tail is zeroed 64 bytes after those.
     const unsigned bars = sbase + NST * STAGE;
     const unsigned empties = bars + 64;
+    const unsigned fixed = bars + 128;
     static_assert(!FREE || NST * 8 <= 64, "the empty barriers follow the full ones in the barriers' slot");
+    // Zeroes the stale V rows of tile t (see stale), threads i0, i0 + step, …
+    // of those that share the work.
+    auto zero_tail = [&](int t, int i0, int step) {
+        const int nt = tile_keys(t);
+        unsigned char* vs = sgen + (t % NST) * STAGE + KTILE;
+        if constexpr (F8) {
+            // Vᵀ: key columns nt… of every row, at their stored positions in
+            // the 128-byte swizzle.
+            for (int i = i0; i < (WK - nt) * HD; i += step) {
+                const int d = i & (HD - 1), key = nt + i / HD, pos = (key & ~15) | f8_key_pos(key & 15);
+                vs[d * 128 + (((pos >> 4) ^ (d & 7)) << 4) + (pos & 15)] = 0;
+            }
+        } else {
+            for (int i = i0; i < (WK - nt) * 8; i += step) *(uint4*)(vs + nt * 128 + i * 16) = make_uint4(0, 0, 0, 0);
+        }
+        fence_proxy_async();
+    };
     // Tiles are loaded AHEAD tiles before the iteration that reads them
     // first; the stage a load fills held the tile NST back.
     constexpr int AHEAD = FREE && !AH && ATTN_FREE_RUN == 2 ? NST - 3 : NST - 2;
@@ -408,18 +472,24 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     const int lrow = tid >> 3, lch = tid & 7;
     const bf16_t* kb = k + (i64)hd * HD + lch * 8;
     const bf16_t* vb = v + (i64)hd * HD + lch * 8;
+    // TMA: one thread copies tile t, which lies in the given page, into
+    // its stage.
+    auto tma_tile = [&](int t, int page) {
+        const int part = (tb + t) % tpp;
+        const unsigned st = sbase + (t % NST) * STAGE, bar = bars + (t % NST) * 8;
+        mbar_expect_tx(bar, STAGE);
+        tma_load_3d(st, tk, hd * HD, part * WK, page, bar);
+        if constexpr (F8) tma_load_3d(st + KTILE, tv, part * WK, hd * HD, page, bar); // Vᵀ: keys, then rows
+        else tma_load_3d(st + KTILE, tv, hd * HD, part * WK, page, bar);
+    };
     auto load_tile = [&](int t) {
         if constexpr (TMA) {
             if (tid == 0 && t < ntiles) {
-                const int part = (tb + t) % tpp, page = nextPage;
+                const int page = nextPage;
                 // Tiles are loaded in order: fetch the page after this one now.
                 const int pn = (tb + t + 1) / tpp;
                 if (pn < npg) nextPage = pages[pn];
-                const unsigned st = sbase + (t % NST) * STAGE, bar = bars + (t % NST) * 8;
-                mbar_expect_tx(bar, STAGE);
-                tma_load_3d(st, tk, hd * HD, part * WK, page, bar);
-                if constexpr (F8) tma_load_3d(st + KTILE, tv, part * WK, hd * HD, page, bar); // Vᵀ: keys, then rows
-                else tma_load_3d(st + KTILE, tv, hd * HD, part * WK, page, bar);
+                tma_tile(t, page);
             }
             return;
         }
@@ -459,15 +529,19 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     if constexpr (TMA) {
         if (tid == 0) {
             for (int st = 0; st < NST; st++) mbar_init(bars + st * 8, 1);
+            // One arrival a warp; WS: a warp of each consumer warpgroup
+            // with queries (the others stop at once).
+            const int readers = WS ? min(NWG, (nq - (int)blockIdx.x * 64 * NWG + 63) / 64) : NWG;
             if constexpr (FREE)
-                for (int st = 0; st < NST; st++) mbar_init(empties + st * 8, 4 * NWG); // one arrival a warp
+                for (int st = 0; st < NST; st++) mbar_init(empties + st * 8, 4 * readers);
+            if constexpr (WS) mbar_init(fixed, 1);
             asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
             if (ntiles > 0) nextPage = pages[tb / tpp];
         }
         __syncthreads();
     }
 #pragma unroll
-    for (int st = 0; st < (TMA ? AHEAD : NST - 2); st++) load_tile(st);
+    for (int st = 0; st < (WS ? 0 : TMA ? AHEAD : NST - 2); st++) load_tile(st); // WS: the producer's
 
     // Q as register A fragments of this warp's 16 rows, rounded to bf16.
     const int wrow = blockIdx.x * (64 * NWG) + wg * 64; // this warpgroup's first query
@@ -477,16 +551,19 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // that keep three warpgroups' MMAs from being serialized. Else register A
     // fragments of this warp's 16 rows.
     static_assert(NWG == 2 || (TMA && NWG == 3), "three warpgroups need the TMA layout of shared memory");
-    constexpr bool QS = NWG == 3 || AH;
+    constexpr bool QS = NWG == 3 || AH || WS;
     constexpr int QTILE = 8192; // bytes of a warpgroup's Q (F8: two e4m3 tiles)
     const unsigned qsm = sbase + NST * STAGE + 1024 + wg * QTILE;
     // F8: the row scales of Q, 64 floats a warpgroup after the Q tiles.
     float* const qscale = (float*)(sgen + NST * STAGE + 1024 + NWG * QTILE) + wg * 64;
     unsigned qa[QS ? 1 : 4][4];
+    // WS: the producer warpgroup holds no queries.
+    const bool qrows = !WS || wg < NWG;
     if constexpr (F8) {
         // Thread pair j holds row j's 64 values, 32 each: their largest
         // magnitude sets the row's scale.
         const int j = (tid & 127) >> 1, half = tid & 1, row = wrow + j;
+        if (qrows) {
         const float* qr = q + (i64)min(row, nq - 1) * ld + (i64)hd * HD + half * 32;
         float x[32];
         float amax = 0.f;
@@ -513,6 +590,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             *(uint4*)dst = make_uint4(w[0], w[1], w[2], w[3]);
             *(uint4*)(dst + 4096) = make_uint4(wl[0], wl[1], wl[2], wl[3]);
         }
+        }
         if constexpr (RS) {
             for (int i = tid; i < NST * 64; i += blockDim.x) // 64 chunks of 16 bytes a stage
                 *(uint4*)(sgen + (i >> 6) * STAGE + KTILE + F8_TILE + (i & 63) * 16) =
@@ -524,7 +602,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         const int j = (tid & 127) >> 1, half = tid & 1, row = wrow + j;
         const float* qr = q + (i64)min(row, nq - 1) * ld + (i64)hd * HD + half * 32;
 #pragma unroll
-        for (int c = 0; c < 4; c++) {
+        for (int c = 0; c < 4 && qrows; c++) {
             float4 x = make_float4(0.f, 0.f, 0.f, 0.f), y = x;
             if (row < nq) {
                 x = *(const float4*)(qr + c * 8);
@@ -535,6 +613,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
                 make_uint4(pack_bf16(x.x, x.y), pack_bf16(x.z, x.w), pack_bf16(y.x, y.y), pack_bf16(y.z, y.w));
         }
         fence_proxy_async(); // for the tensor cores (a barrier comes before the first MMA)
+        if constexpr (WS) __syncthreads();
     } else {
         const bool ok0 = r0 < nq, ok1 = r1 < nq;
         const float* q0 = q + (i64)(ok0 ? r0 : 0) * ld + (i64)hd * HD;
@@ -548,6 +627,36 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         for (int i = tid; i < 64; i += blockDim.x)
             *(uint4*)(sgen + (ones_at - sbase) + i * 16) = make_uint4(0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u);
         fence_proxy_async(); // a barrier comes before the first MMA
+    }
+    // WS: here the roles part. The producer gives up registers and one warp
+    // of it copies every tile, each once its stage's previous tile has been
+    // released by every consumer warp with queries, and zeroes a stale V
+    // tail once its tile has landed (then says so on the barrier fixed). A
+    // consumer warpgroup with no queries stops; the others take the
+    // registers.
+    if constexpr (WS) {
+        if (wg == NWG) {
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WS_PRODUCER_REGS));
+            if (warp == 0 && ntiles > 0) {
+                int page = pages[tb / tpp];
+                for (int t = 0; t < ntiles; t++) {
+                    const int pn = (tb + t + 1) / tpp; // read the next tile's page early
+                    const int next = pn < npg ? pages[pn] : 0;
+                    if (t >= NST) mbar_wait(empties + (t % NST) * 8, (t / NST - 1) & 1);
+                    if (lane == 0) tma_tile(t, page);
+                    if (stale(t)) {
+                        mbar_wait(bars + (t % NST) * 8, (t / NST) & 1);
+                        zero_tail(t, lane, 32);
+                        __syncwarp();
+                        if (lane == 0) mbar_arrive(fixed);
+                    }
+                    page = next;
+                }
+            }
+            return;
+        }
+        if (wrow >= nq) return;
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WS_CONSUMER_REGS));
     }
     const float sl2 = scale * 1.4426950408889634f;
     // The scores' factors into base-2 exponents of rows r0 and r1.
@@ -724,35 +833,12 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         }
     };
 
-    // TMA: tile t is the last page's last and ends inside the page, above
-    // rows that hold stale (possibly NaN) values. P is 0 there, but 0·NaN is
-    // not, so arrived zeroes those V rows, and all threads must be done
-    // before any P·V reads them.
-    auto stale = [&](int t) {
-        const int part = (tb + t) % tpp, nt = tile_keys(t);
-        return nt < WK && part * WK + nt < ps;
-    };
     // Tile t has landed (and, with cp.async, every thread's copies are
     // visible to the tensor cores) once all threads pass this.
     auto arrived = [&](int t) {
         if constexpr (TMA) {
             mbar_wait(bars + (t % NST) * 8, (t / NST) & 1);
-            if (stale(t)) {
-                const int nt = tile_keys(t);
-                unsigned char* vs = sgen + (t % NST) * STAGE + KTILE;
-                if constexpr (F8) {
-                    // Vᵀ: key columns nt… of every row, at their stored
-                    // positions in the 128-byte swizzle.
-                    for (int i = tid; i < (WK - nt) * HD; i += blockDim.x) {
-                        const int d = i & (HD - 1), key = nt + i / HD, pos = (key & ~15) | f8_key_pos(key & 15);
-                        vs[d * 128 + (((pos >> 4) ^ (d & 7)) << 4) + (pos & 15)] = 0;
-                    }
-                } else {
-                    for (int i = tid; i < (WK - nt) * 8; i += blockDim.x)
-                        *(uint4*)(vs + nt * 128 + i * 16) = make_uint4(0, 0, 0, 0);
-                }
-                fence_proxy_async();
-            }
+            if (stale(t)) zero_tail(t, tid, blockDim.x);
         } else {
             fence_proxy_async();
         }
@@ -892,18 +978,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     auto ah_arrived = [&](int u) {
         mbar_wait(bars + (u % NST) * 8, (u / NST) & 1);
         if (stale(u)) {
-            const int nt = tile_keys(u);
-            unsigned char* vs = sgen + (u % NST) * STAGE + KTILE;
-            if constexpr (F8) {
-                for (int i = tid & 127; i < (WK - nt) * HD; i += 128) {
-                    const int d = i & (HD - 1), key = nt + i / HD, pos = (key & ~15) | f8_key_pos(key & 15);
-                    vs[d * 128 + (((pos >> 4) ^ (d & 7)) << 4) + (pos & 15)] = 0;
-                }
-            } else {
-                for (int i = tid & 127; i < (WK - nt) * 8; i += 128)
-                    *(uint4*)(vs + nt * 128 + i * 16) = make_uint4(0, 0, 0, 0);
-            }
-            fence_proxy_async();
+            zero_tail(u, tid & 127, 128);
             asm volatile("{\n.reg .b32 wg_bar;\nmov.b32 wg_bar, %0;\nbar.sync wg_bar, 128;\n}\n" ::"r"(1 + wg) : "memory");
         }
     };
@@ -976,8 +1051,51 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             release(t);
         }
     };
+    // WS, a consumer warpgroup: tile t has landed (and a stale V tail is
+    // zeroed).
+    auto ws_full = [&](int t) {
+        mbar_wait(bars + (t % NST) * 8, (t / NST) & 1);
+        if (stale(t)) mbar_wait(fixed, 0);
+    };
+    // WS, a consumer warpgroup: FlashAttention-3's schedule within the
+    // warpgroup (run's role 0) without the block-wide barrier: Q·Kᵀ of tile
+    // t+1 and P·V of tile t are issued, the softmax of tile t+1 runs once its
+    // scores are in and while P·V runs, and the stage of tile t is released
+    // once P·V is done.
+    auto run_ws = [&]() {
+        float s[64];
+        float c0, c1;
+        bool moved;
+        wg_pin(o); // O's zeros are written before any MMA is in flight
+        ws_full(0);
+        issue_qk(s, 0, false);
+        wg_wait<0>();
+        wg_pin(s);
+        softmax(s, 0, c0, c1); // O is zero: no rescale
+        to_p(s);
+        for (int t = 0; t + 1 < ntiles; t++) {
+            ws_full(t + 1);
+            issue_qk(s, t + 1, false);
+            issue_pv(t);
+            wg_wait<1>(); // S of tile t+1 (groups complete in order)
+            wg_pin(s);
+            moved = softmax(s, t + 1, c0, c1);
+            wg_wait<0>(); // P·V of tile t: O and p are ours again
+            wg_pin(o);
+            wg_pin(p);
+            release(t);
+            rescale(c0, c1, moved);
+            to_p(s);
+        }
+        issue_pv(ntiles - 1);
+        wg_wait<0>();
+        wg_pin(o);
+        wg_pin(p);
+    };
     if (ntiles > 0) {
-        if constexpr (AH) {
+        if constexpr (WS) {
+            run_ws();
+        } else if constexpr (AH) {
             if (wrow >= nq) idle_ahead();
             else run_ahead();
         } else {
@@ -1073,11 +1191,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
 // The same kernel with TMA copies: K and V come as tensor maps of the
 // layer's arrays (3-D: h·64 columns, ps rows, pages; 64 × WK boxes in the
 // 128-byte swizzle), and the page size must be at least WK. NWG warpgroups
-// of 64 queries. Shared memory: the stages, 1 KB of alignment slack, and 8
-// bytes a stage for its barrier (NWG = 3: a 1 KB slot for them, then Q, 8
-// KB a warpgroup).
+// of 64 queries (with ATTN_WARP_SPEC, the default build's setting, a
+// producer warpgroup after them). Shared memory: the stages, 1 KB of
+// alignment slack, a 1 KB slot for the barriers, then Q, 8 KB a warpgroup.
 #define TMA_PAGED_KERNEL(NAME, NWG)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(128 * NWG, 1)                                                         \
+    extern "C" __global__ void __launch_bounds__(ATTN_TMA_THREADS, 1)                                                  \
         NAME(const float* __restrict__ q, const __grid_constant__ TensorMap tk, const __grid_constant__ TensorMap tv,   \
              const int* __restrict__ pages, int ps, int nq, int nk, int h, float scale, float* __restrict__ out,        \
              float* __restrict__ pm, float* __restrict__ pl, unsigned* __restrict__ obf ATTN_FOLD_PARAMS) {             \
@@ -1085,16 +1203,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_wg_paged_bf(const floa
         wg_paged<true, NWG>(q, nullptr, nullptr, &tk, &tv, pages, ps, nq, nk, h, scale, out, pm, pl, obf, nullptr,      \
                             ATTN_FOLD_ARGS);                                                                            \
     }
-// Three warpgroups (192 queries a block), FlashAttention-3's layout for
-// head dim 64. It needs key splits to fill the GPU (96 blocks for one
-// frame's 1005 queries × 16 heads).
+// Without ATTN_WARP_SPEC: three warpgroups (192 queries a block),
+// FlashAttention-3's layout for head dim 64, which needs key splits to fill
+// the GPU (96 blocks for one frame's 1005 queries × 16 heads). With
+// ATTN_WARP_SPEC 2 (the backend's default): 128 queries a block, 128 blocks,
+// one wave on an H100 without splits.
 TMA_PAGED_KERNEL(attn_tma3_paged_bf, ATTN_TMA_NWG)
 
 // The FP8 cache's kernel (F8 in wg_paged): K and Vᵀ as e4m3 tensor maps
 // (kvfp8.cu's layout), kvs the layer's K and V scales per head. Shared
 // memory: the stages (16 KB), 1 KB for the barriers, Q (8 KB a warpgroup),
 // its row scales, and 1 KB of alignment slack.
-extern "C" __global__ void __launch_bounds__(128 * ATTN_TMA_NWG, 1)
+extern "C" __global__ void __launch_bounds__(ATTN_TMA_THREADS, 1)
     attn_f8_paged(const float* __restrict__ q, const __grid_constant__ TensorMap tk, const __grid_constant__ TensorMap tv,
                   const int* __restrict__ pages, int ps, int nq, int nk, int h, float scale, float* __restrict__ out,
                   float* __restrict__ pm, float* __restrict__ pl, const float* __restrict__ kvs,
