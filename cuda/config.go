@@ -231,6 +231,9 @@ func (c Config) Validate() error {
 	if w := c.Attn.WarpSpec; w != 0 && w != 2 && w != 3 {
 		return fmt.Errorf("cuda: attn_warp_spec %d: want 0 (off), 2 or 3 (consumer warpgroups)", w)
 	}
+	if c.Attn.PingPong && c.Attn.WarpSpec != 2 {
+		return fmt.Errorf("cuda: attn_pingpong takes turns between the two consumer warpgroups of attn_warp_spec 2, not %d", c.Attn.WarpSpec)
+	}
 	if a := c.Attn; a.WarpSpec != 0 && (a.ScoresAhead || a.FreeRun != 0 || a.FoldCombine || a.RowSumMMA) {
 		return fmt.Errorf("cuda: attn_warp_spec is built without attn_scores_ahead, attn_free_run, attn_fold_combine and the row sums on the tensor cores")
 	}
@@ -301,6 +304,9 @@ type AttnSettings struct {
 	// no block-wide barrier (ATTN_WARP_SPEC). 0: three warpgroups that each
 	// copy and compute, meeting at a barrier every key tile.
 	WarpSpec int
+	// PingPong, with WarpSpec 2, has the two consumers take turns at
+	// issuing their MMAs on named barriers (ATTN_PINGPONG).
+	PingPong bool
 }
 
 // lever is a softmax lever that is on: its NVRTC define (without -D) and
@@ -321,6 +327,7 @@ func (a AttnSettings) on() []lever {
 		{a.RowSumMMA, lever{"ATTN_ROWSUM_MMA=1", "rowsum"}},
 		{a.FoldCombine, lever{"ATTN_FOLD_COMBINE=1", "fold"}},
 		{a.ScoresAhead, lever{"ATTN_SCORES_AHEAD=1", "ahead"}},
+		{a.PingPong, lever{"ATTN_PINGPONG=1", "pingpong"}},
 	} {
 		if b.on {
 			l = append(l, b.lever)

@@ -141,7 +141,7 @@ func TestKernelsCompile(t *testing.T) {
 // 72 columns and the bf16 row-sum MMA of 8, the split counter's atomic add,
 // the stage releases' plain barrier arrival, the scores-ahead kernels'
 // barrier of one warpgroup, the consumers' register claim with a producer
-// warpgroup.
+// warpgroup, the ping-pong's turn passed on a named barrier.
 func attnMarks(a AttnSettings) map[string]struct {
 	text string
 	on   bool
@@ -159,6 +159,7 @@ func attnMarks(a AttnSettings) map[string]struct {
 		"free_run":        {"mbarrier.arrive.shared::cta.b64", a.FreeRun != 0 || a.ScoresAhead || a.WarpSpec != 0},
 		"scores_ahead":    {"bar.sync wg_bar", a.ScoresAhead},
 		"warp_spec":       {"setmaxnreg.inc.sync.aligned.u32", a.WarpSpec != 0},
+		"pingpong":        {"bar.arrive turn", a.PingPong},
 	}
 }
 

@@ -180,6 +180,9 @@ type CUDAConfig struct {
 	// warpgroup and that many consumer warpgroups (2, the default, or 3; 0
 	// off: three warpgroups that each copy and compute).
 	AttnWarpSpec int `mapstructure:"attn_warp_spec"`
+	// AttnPingPong has attn_warp_spec 2's two consumer warpgroups take turns
+	// at issuing their MMAs (not yet measured on a GPU; off).
+	AttnPingPong bool `mapstructure:"attn_pingpong"`
 	// Arch is the target the kernels are compiled for: "auto" (the GPU's
 	// own) or one of CUDAArches below the GPU's capability; below sm_90 the
 	// Hopper-only kernels are off and the portable ones run.
@@ -362,6 +365,9 @@ func (c Config) Validate() error {
 	}
 	if c.CUDA.AttnWarpSpec != 0 && (c.CUDA.AttnScoresAhead || c.CUDA.AttnFreeRun != 0 || c.CUDA.AttnFoldCombine) {
 		bad("cuda.attn_warp_spec", "is built without attn_scores_ahead, attn_free_run and attn_fold_combine: set it to 0 to use them")
+	}
+	if c.CUDA.AttnPingPong && c.CUDA.AttnWarpSpec != 2 {
+		bad("cuda.attn_pingpong", "takes turns between the two consumer warpgroups of attn_warp_spec 2, not %d", c.CUDA.AttnWarpSpec)
 	}
 	if !slices.Contains(CUDAArches, c.CUDA.Arch) {
 		bad("cuda.arch", "must be one of %s, not %q", strings.Join(CUDAArches, ", "), c.CUDA.Arch)

@@ -42,6 +42,10 @@ func TestCUDAConfig(t *testing.T) {
 	if a := cudaConfig(cfg, nil).Attn; a != (cuda.AttnSettings{WarpSpec: 3}) {
 		t.Fatalf("attn_warp_spec 3: %+v", a)
 	}
+	cfg.CUDA = engine.CUDAConfig{AttnWarpSpec: 2, AttnPingPong: true}
+	if a := cudaConfig(cfg, nil).Attn; a != (cuda.AttnSettings{WarpSpec: 2, PingPong: true}) {
+		t.Fatalf("attn_pingpong: %+v", a)
+	}
 }
 
 // TestCUDAArches: the configuration takes exactly the compile targets the

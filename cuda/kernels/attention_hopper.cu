@@ -105,6 +105,18 @@
 #if ATTN_WARP_SPEC && (ATTN_SCORES_AHEAD || ATTN_FREE_RUN || ATTN_FOLD_COMBINE || ATTN_ROWSUM_MMA)
 #error "ATTN_WARP_SPEC is built without the scores ahead, the free run, the folded combine and the row-sum MMAs"
 #endif
+// ATTN_PINGPONG 1 (with ATTN_WARP_SPEC 2): the two consumer warpgroups take
+//   turns at issuing their MMAs, on two named barriers (FlashAttention-3's
+//   ping-pong), so that their MMAs reach the tensor cores in alternation and
+//   one's softmax runs while the other's MMAs do, rather than both waiting
+//   for theirs together. A block whose second warpgroup has no queries runs
+//   without turns.
+#ifndef ATTN_PINGPONG
+#define ATTN_PINGPONG 0
+#endif
+#if ATTN_PINGPONG && ATTN_WARP_SPEC != 2
+#error "ATTN_PINGPONG takes turns between the two consumers of ATTN_WARP_SPEC 2"
+#endif
 #define WSTAGES_WS_F8 8
 #define WSTAGES_WS_BF 6
 // Registers a thread of the producer and of a consumer warpgroup keep
@@ -389,6 +401,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
                               : WSTAGES; // K+V stages
     static_assert(!AH || NWG == 2, "scores ahead: two warpgroups");
     static_assert(!WS || NWG == ATTN_WARP_SPEC, "warp specialization: ATTN_WARP_SPEC consumer warpgroups");
+    constexpr bool PP = ATTN_PINGPONG && WS; // turns between the consumers (ATTN_PINGPONG)
     static_assert(!F8 || (TMA && NWG == ATTN_TMA_NWG), "the FP8 cache is read with the TMA kernels' warpgroups");
     // RS: the row sums on the tensor cores (ATTN_ROWSUM_MMA). FP8: a
     // stage's Vᵀ tile is followed by a 1 KB atom of e4m3 ones, rows 64…71
@@ -526,12 +539,12 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         }
         cp_async_commit(); // empty groups keep the count uniform
     };
+    // WS: the consumer warpgroups with queries (the others stop at once).
+    const int readers = WS ? min(NWG, (nq - (int)blockIdx.x * 64 * NWG + 63) / 64) : NWG;
     if constexpr (TMA) {
         if (tid == 0) {
             for (int st = 0; st < NST; st++) mbar_init(bars + st * 8, 1);
-            // One arrival a warp; WS: a warp of each consumer warpgroup
-            // with queries (the others stop at once).
-            const int readers = WS ? min(NWG, (nq - (int)blockIdx.x * 64 * NWG + 63) / 64) : NWG;
+            // One arrival a warp of each warpgroup that reads the stages.
             if constexpr (FREE)
                 for (int st = 0; st < NST; st++) mbar_init(empties + st * 8, 4 * readers);
             if constexpr (WS) mbar_init(fixed, 1);
@@ -1062,21 +1075,36 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // t+1 and P·V of tile t are issued, the softmax of tile t+1 runs once its
     // scores are in and while P·V runs, and the stage of tile t is released
     // once P·V is done.
+    // PP: a warpgroup waits for its turn on barrier 3 + wg before it issues
+    // MMAs and then passes the turn to the other on its barrier; warpgroup
+    // 0 has the first turn.
+    const bool turns = PP && readers == 2;
+    auto turn_wait = [&]() {
+        if (turns) asm volatile("{\n.reg .b32 turn;\nmov.b32 turn, %0;\nbar.sync turn, 256;\n}\n" ::"r"(3 + wg) : "memory");
+    };
+    auto turn_pass = [&]() {
+        if (turns) asm volatile("{\n.reg .b32 turn;\nmov.b32 turn, %0;\nbar.arrive turn, 256;\n}\n" ::"r"(4 - wg) : "memory");
+    };
     auto run_ws = [&]() {
         float s[64];
         float c0, c1;
         bool moved;
         wg_pin(o); // O's zeros are written before any MMA is in flight
+        if (wg == 1) turn_pass(); // warpgroup 0 goes first
         ws_full(0);
+        turn_wait();
         issue_qk(s, 0, false);
+        turn_pass();
         wg_wait<0>();
         wg_pin(s);
         softmax(s, 0, c0, c1); // O is zero: no rescale
         to_p(s);
         for (int t = 0; t + 1 < ntiles; t++) {
             ws_full(t + 1);
+            turn_wait();
             issue_qk(s, t + 1, false);
             issue_pv(t);
+            turn_pass();
             wg_wait<1>(); // S of tile t+1 (groups complete in order)
             wg_pin(s);
             moved = softmax(s, t + 1, c0, c1);
@@ -1087,7 +1115,9 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             rescale(c0, c1, moved);
             to_p(s);
         }
+        turn_wait();
         issue_pv(ntiles - 1);
+        if (wg == 0) turn_pass(); // the last turn: warpgroup 1 passed one more at the start
         wg_wait<0>();
         wg_pin(o);
         wg_pin(p);
