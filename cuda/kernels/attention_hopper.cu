@@ -540,13 +540,13 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         cp_async_commit(); // empty groups keep the count uniform
     };
     // WS: the consumer warpgroups with queries (the others stop at once).
-    const int readers = WS ? min(NWG, (nq - (int)blockIdx.x * 64 * NWG + 63) / 64) : NWG;
+    auto readers = [&]() { return WS ? min(NWG, (nq - (int)blockIdx.x * 64 * NWG + 63) / 64) : NWG; };
     if constexpr (TMA) {
         if (tid == 0) {
             for (int st = 0; st < NST; st++) mbar_init(bars + st * 8, 1);
             // One arrival a warp of each warpgroup that reads the stages.
             if constexpr (FREE)
-                for (int st = 0; st < NST; st++) mbar_init(empties + st * 8, 4 * readers);
+                for (int st = 0; st < NST; st++) mbar_init(empties + st * 8, 4 * readers());
             if constexpr (WS) mbar_init(fixed, 1);
             asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
             if (ntiles > 0) nextPage = pages[tb / tpp];
@@ -1078,7 +1078,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // PP: a warpgroup waits for its turn on barrier 3 + wg before it issues
     // MMAs and then passes the turn to the other on its barrier; warpgroup
     // 0 has the first turn.
-    const bool turns = PP && readers == 2;
+    const bool turns = PP && readers() == 2;
     auto turn_wait = [&]() {
         if (turns) asm volatile("{\n.reg .b32 turn;\nmov.b32 turn, %0;\nbar.sync turn, 256;\n}\n" ::"r"(3 + wg) : "memory");
     };
