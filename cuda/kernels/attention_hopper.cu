@@ -577,32 +577,32 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         // magnitude sets the row's scale.
         const int j = (tid & 127) >> 1, half = tid & 1, row = wrow + j;
         if (qrows) {
-        const float* qr = q + (i64)min(row, nq - 1) * ld + (i64)hd * HD + half * 32;
-        float x[32];
-        float amax = 0.f;
+            const float* qr = q + (i64)min(row, nq - 1) * ld + (i64)hd * HD + half * 32;
+            float x[32];
+            float amax = 0.f;
 #pragma unroll
-        for (int c = 0; c < 8; c++) {
-            float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (row < nq) y = *(const float4*)(qr + c * 4);
-            x[4 * c] = y.x, x[4 * c + 1] = y.y, x[4 * c + 2] = y.z, x[4 * c + 3] = y.w;
-            amax = fmaxf(amax, fmaxf(fmaxf(fabsf(y.x), fabsf(y.y)), fmaxf(fabsf(y.z), fabsf(y.w))));
-        }
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-        const float sq = amax > 0.f ? amax / 448.f : 1.f, iq = 1.f / sq;
-        if (half == 0) qscale[j] = sq;
-#pragma unroll
-        for (int c = 0; c < 2; c++) {
-            unsigned w[4], wl[4];
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float* z = x + 16 * c + 4 * e;
-                f8_pack4_split(z[0] * iq, z[1] * iq, z[2] * iq, z[3] * iq, w[e], wl[e]);
+            for (int c = 0; c < 8; c++) {
+                float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (row < nq) y = *(const float4*)(qr + c * 4);
+                x[4 * c] = y.x, x[4 * c + 1] = y.y, x[4 * c + 2] = y.z, x[4 * c + 3] = y.w;
+                amax = fmaxf(amax, fmaxf(fmaxf(fabsf(y.x), fabsf(y.y)), fmaxf(fabsf(y.z), fabsf(y.w))));
             }
-            const int ch = half * 2 + c; // 16-byte chunk of the 64-byte row, 64-byte swizzle
-            unsigned char* const dst = sgen + (qsm - sbase) + j * 64 + ((ch ^ ((j >> 1) & 3)) << 4);
-            *(uint4*)dst = make_uint4(w[0], w[1], w[2], w[3]);
-            *(uint4*)(dst + 4096) = make_uint4(wl[0], wl[1], wl[2], wl[3]);
-        }
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+            const float sq = amax > 0.f ? amax / 448.f : 1.f, iq = 1.f / sq;
+            if (half == 0) qscale[j] = sq;
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                unsigned w[4], wl[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float* z = x + 16 * c + 4 * e;
+                    f8_pack4_split(z[0] * iq, z[1] * iq, z[2] * iq, z[3] * iq, w[e], wl[e]);
+                }
+                const int ch = half * 2 + c; // 16-byte chunk of the 64-byte row, 64-byte swizzle
+                unsigned char* const dst = sgen + (qsm - sbase) + j * 64 + ((ch ^ ((j >> 1) & 3)) << 4);
+                *(uint4*)dst = make_uint4(w[0], w[1], w[2], w[3]);
+                *(uint4*)(dst + 4096) = make_uint4(wl[0], wl[1], wl[2], wl[3]);
+            }
         }
         if constexpr (RS) {
             for (int i = tid; i < NST * 64; i += blockDim.x) // 64 chunks of 16 bytes a stage
