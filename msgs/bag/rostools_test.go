@@ -356,14 +356,6 @@ func checkPythonBag(t *testing.T, path string, n int) {
 	}
 }
 
-// The C++ recorder (rosbag record) records our bag played by rosbag play
-// through a real rosmaster; our reader reads its bag with our messages intact.
-// The player loops until the recorder has its n messages a topic: once in
-// CI a single play left the recorder short of them (why, its output did not
-// say), and with the loop the test does not depend on how many of the
-// first messages reach it. The recorded ones are then n consecutive
-// messages of the loop, each equal to the one of our bag its header's seq
-// names.
 // startInGroup starts a ROS tool in a process group of its own (a signal
 // to the group reaches the children it spawns), its output gathered in out
 // and its end sent on done.
@@ -382,6 +374,14 @@ func startInGroup(t *testing.T, env []string, name string, args ...string) (cmd 
 	return cmd, out, done
 }
 
+// The C++ recorder (rosbag record) records our bag played by rosbag play
+// through a real rosmaster; our reader reads its bag with our messages intact.
+// The player loops until the recorder has its n messages a topic: once in
+// CI a single play left the recorder short of them (why, its output did not
+// say), and with the loop the test does not depend on how many of the
+// first messages reach it. The recorded ones are then n consecutive
+// messages of the loop, each equal to the one of our bag its header's seq
+// names.
 func TestReadRosbagRecordBag(t *testing.T) {
 	requireTool(t, "rosmaster")
 	rosbag := requireTool(t, "rosbag")
