@@ -58,6 +58,7 @@ type gpu struct {
 	foldCounts  *buffer
 	smemAllowed map[string]int // kernels whose shared memory limit was raised
 	prof        *profile       // nil unless Config.Profile
+	br          branch         // the side stream (backend.Brancher)
 	stage       staging        // pinned host memory for copies (owner thread)
 	up          upRing         // pinned slots for uploads that do not wait (owner thread)
 	down        downRing       // pinned slots for downloads waited for later (owner thread)
@@ -74,6 +75,7 @@ var (
 	_ backend.MemoryReporter  = (*gpu)(nil)
 	_ backend.Profiler        = (*gpu)(nil)
 	_ backend.AsyncDownloader = (*gpu)(nil)
+	_ backend.Brancher        = (*gpu)(nil)
 	_ io.Closer               = (*gpu)(nil)
 )
 
@@ -191,7 +193,12 @@ func (g *gpu) Close() error {
 				"graph_launches", g.batch.stats.Launches, "captures", g.batch.stats.Captures, "failures", g.batch.stats.Failures,
 				"changing", g.batch.mostChanged())
 		}
+		if g.br.branches > 0 {
+			g.log.Info("cuda side stream", "branches", g.br.branches, "ended_on_host", g.br.serial)
+		}
 		serr := errors.Join(g.batch.close(), cu.Synchronize())
+		g.pool.unhold()
+		g.br.close()
 		g.lt.report(g.log, g.prof != nil)
 		g.lt.destroy()
 		g.pool.trim()
@@ -268,13 +275,22 @@ func (g *gpu) run(op string, fn func() error) {
 // flush submits the work queued for a graph segment: before the host reads
 // or writes device memory, waits for the device, or frees memory (owner
 // thread).
-func (g *gpu) flush() error { return g.batch.flush() }
+//
+// An open branch ends there on the host's side and a pending one merges
+// (branch.go): what the host does next may read what the branch wrote.
+func (g *gpu) flush() error {
+	if err := g.batch.flush(); err != nil {
+		return err
+	}
+	return g.settle()
+}
 
 // GraphStats reports what the CUDA graph batches submitted so far.
 func (g *gpu) GraphStats() GraphStats {
 	var s GraphStats
 	_ = g.own.do(func() error {
 		s = g.batch.statsNow()
+		s.Branches, s.BranchesOnHost = g.br.branches, g.br.serial
 		return nil
 	})
 	return s

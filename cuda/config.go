@@ -161,6 +161,11 @@ type Config struct {
 	// (every block normalises the token itself) instead of as a kernel of
 	// its own. The statistics are summed in another order.
 	CameraHeadFuseNorm bool
+	// SideStream runs what the model marks as a branch (backend.Brancher:
+	// the camera head) on a second stream, beside the dense heads queued
+	// after it, instead of before them on the one stream. The same
+	// kernels on the same values either way.
+	SideStream bool
 	// LazyKernels compiles each kernel module when it is first used
 	// instead of in New. By default New compiles (in parallel, or reads from
 	// CacheDir) and loads every module a stream of this configuration runs,
@@ -182,7 +187,7 @@ var retiredPagedKernels = []string{"mma", "exact", "wg", "tma", "poly4", "poly2"
 func DefaultConfig() Config {
 	return Config{Device: 0, Precision: BF16, PagedKernel: "auto", Arch: "auto", Graphs: true, FuseNorm: true, LeanQKV: true,
 		WarpCombine: true, LayerNormV4: true, FC1BF16: true, CameraHeadBF16: true, QKVBF16: true, CameraHeadFuseNorm: true,
-		AsyncPageTable: true, Attn: AttnSettings{WarpSpec: 2}}
+		AsyncPageTable: true, SideStream: true, Attn: AttnSettings{WarpSpec: 2}}
 }
 
 // Backend is a backend.Backend on a GPU. Device failures (out of memory, a
@@ -261,6 +266,10 @@ type GraphStats struct {
 	Launches, Captures, Failures int64
 	// Graphs is the number of graphs held now.
 	Graphs int
+	// Branches counts the branches run on the side stream
+	// (Config.SideStream); BranchesOnHost those that a copy to or from
+	// the host inside them ended on the host's side.
+	Branches, BranchesOnHost int64
 }
 
 // AttnSettings are the softmax levers of the Hopper attention kernels

@@ -254,6 +254,9 @@ func (g *gpu) convTaps(wt *Tensor) (cu.DevicePtr, error) {
 	if wt.buf.taps != nil {
 		return wt.buf.taps.ptr, nil
 	}
+	if err := g.derive(wt.buf); err != nil {
+		return 0, err
+	}
 	if err := g.restoreF32(wt); err != nil {
 		return 0, err
 	}

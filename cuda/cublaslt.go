@@ -126,8 +126,11 @@ type gemmKey struct {
 // cublasLt is our small binding: a handle, a workspace and the plan cache.
 // Owner thread only.
 type cublasLt struct {
-	h        C.cublasLtHandle_t
-	ws       *buffer
+	h  C.cublasLtHandle_t
+	ws *buffer
+	// wsSide is the side stream's workspace (branch.go): matmuls on the
+	// two streams may run at once.
+	wsSide   *buffer
 	pool     *pool
 	plans    map[gemmKey]*C.lbm_plan
 	autotune bool        // time the heuristic's candidates per new shape
@@ -157,6 +160,30 @@ func newCublasLt(p *pool) (*cublasLt, error) {
 	return lt, nil
 }
 
+// sideWorkspace makes the side stream's workspace, once.
+func (lt *cublasLt) sideWorkspace() error {
+	if lt.wsSide != nil {
+		return nil
+	}
+	ws, err := lt.pool.get(ltWorkspace)
+	if err != nil {
+		return fmt.Errorf("cuBLASLt workspace of the side stream: %w", err)
+	}
+	lt.wsSide = ws
+	return nil
+}
+
+// stream is where matmuls go now (launcher.stream), and workspace the
+// workspace that goes with it.
+func (lt *cublasLt) stream() C.CUstream { return lt.q.stream() }
+
+func (lt *cublasLt) workspace() cu.DevicePtr {
+	if lt.stream() != nil && lt.wsSide != nil {
+		return lt.wsSide.ptr
+	}
+	return lt.ws.ptr
+}
+
 func (lt *cublasLt) destroy() {
 	if lt == nil {
 		return
@@ -164,6 +191,7 @@ func (lt *cublasLt) destroy() {
 	lt.forget()
 	lt.plans = nil
 	lt.pool.put(lt.ws)
+	lt.pool.put(lt.wsSide)
 	C.cublasLtDestroy(lt.h)
 }
 
@@ -233,7 +261,7 @@ func (lt *cublasLt) matmul(key gemmKey, a, b, c, d, bias cu.DevicePtr) (bool, er
 			return false, err
 		}
 	}
-	if err := lt.run(key, p, a, b, c, d, bias, nil); err != nil {
+	if err := lt.run(key, p, a, b, c, d, bias, lt.workspace(), lt.stream()); err != nil {
 		var le *ltError
 		if !known && errors.As(err, &le) && le.status == C.CUBLAS_STATUS_NOT_SUPPORTED {
 			// The heuristic offered what cannot run (e.g. the bias epilogue
@@ -254,13 +282,14 @@ func (lt *cublasLt) matmul(key gemmKey, a, b, c, d, bias cu.DevicePtr) (bool, er
 func (b *batch) gemm(plan *C.lbm_plan, key gemmKey, a, bm, c, d, bias cu.DevicePtr) error {
 	b.mark()
 	b.key = append(b.key, unsafe.Slice((*byte)(unsafe.Pointer(&plan.algo)), unsafe.Sizeof(plan.algo))...)
-	return b.add(queued{kind: qGEMM, name: "gemm", plan: unsafe.Pointer(plan), gk: key, a: a, b: bm, c: c, d: d, bias: bias},
-		uint64(uintptr(unsafe.Pointer(plan))), uint64(a), uint64(bm), uint64(c), uint64(d), uint64(bias), uint64(b.lt.ws.ptr))
+	ws := b.lt.workspace()
+	return b.add(queued{kind: qGEMM, name: "gemm", plan: unsafe.Pointer(plan), gk: key, a: a, b: bm, c: c, d: d, bias: bias, ws: ws},
+		uint64(uintptr(unsafe.Pointer(plan))), uint64(a), uint64(bm), uint64(c), uint64(d), uint64(bias), uint64(ws))
 }
 
 // runQueued runs a queued matmul on stream.
 func (lt *cublasLt) runQueued(q *queued, stream C.CUstream) error {
-	return lt.run(q.gk, (*C.lbm_plan)(q.plan), q.a, q.b, q.c, q.d, q.bias, stream)
+	return lt.run(q.gk, (*C.lbm_plan)(q.plan), q.a, q.b, q.c, q.d, q.bias, q.ws, stream)
 }
 
 // ltError is a failed cublasLtMatmul.
@@ -276,9 +305,9 @@ func (e *ltError) Error() string {
 // run is one matmul. D depends on A, B, C and bias only, never on D's old
 // values (beta is 0 unless accumulating, and matmul refuses C = D then), so
 // repeating it, as tuning does, leaves the same D.
-func (lt *cublasLt) run(key gemmKey, p *C.lbm_plan, a, b, c, d, bias cu.DevicePtr, stream C.CUstream) error {
+func (lt *cublasLt) run(key gemmKey, p *C.lbm_plan, a, b, c, d, bias, ws cu.DevicePtr, stream C.CUstream) error {
 	st := C.lbm_matmul(lt.h, p, C.uint64_t(a), C.uint64_t(b), C.uint64_t(c), C.uint64_t(d), C.uint64_t(bias),
-		C.uint64_t(lt.ws.ptr), C.size_t(ltWorkspace), stream)
+		C.uint64_t(ws), C.size_t(ltWorkspace), stream)
 	if st != 0 {
 		return &ltError{key: key, status: st}
 	}
@@ -305,14 +334,14 @@ func (lt *cublasLt) tune(key gemmKey, p *C.lbm_plan, a, b, c, d, bias cu.DeviceP
 	best, bestMS := 0, math.Inf(1)
 	for i := 0; i < int(p.ncand); i++ {
 		C.lbm_plan_pick(p, C.int(i))
-		if err := lt.run(key, p, a, b, c, d, bias, nil); err != nil {
+		if err := lt.run(key, p, a, b, c, d, bias, lt.ws.ptr, nil); err != nil {
 			continue // a candidate that cannot run this call is not chosen
 		}
 		if err := start.Record(cu.Stream{}); err != nil {
 			return err
 		}
 		for r := 0; r < reps; r++ {
-			if err := lt.run(key, p, a, b, c, d, bias, nil); err != nil {
+			if err := lt.run(key, p, a, b, c, d, bias, lt.ws.ptr, nil); err != nil {
 				return err
 			}
 		}

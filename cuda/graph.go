@@ -11,7 +11,7 @@ static void lbm_stream_destroy(CUstream s) { cuStreamDestroy(s); }
 static int lbm_capture_begin(CUstream s) { return (int)cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL); }
 static int lbm_capture_end(CUstream s, CUgraph *g) { return (int)cuStreamEndCapture(s, g); }
 static int lbm_graph_instantiate(CUgraphExec *e, CUgraph g) { return (int)cuGraphInstantiateWithFlags(e, g, 0); }
-static int lbm_graph_launch(CUgraphExec e) { return (int)cuGraphLaunch(e, 0); }
+static int lbm_graph_launch(CUgraphExec e, CUstream s) { return (int)cuGraphLaunch(e, s); }
 static void lbm_graph_destroy(CUgraph g) { cuGraphDestroy(g); }
 static void lbm_graph_exec_destroy(CUgraphExec e) { cuGraphExecDestroy(e); }
 static int lbm_copy_async(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return (int)cuMemcpyDtoDAsync(d, s, n, st); }
@@ -114,6 +114,7 @@ type queued struct {
 	gk           gemmKey
 	a, b, c, d   cu.DevicePtr
 	bias         cu.DevicePtr
+	ws           cu.DevicePtr // a GEMM's cuBLASLt workspace
 	dst, src     cu.DevicePtr
 	bytes, words int64
 }
@@ -146,6 +147,14 @@ func newBatch(l *launcher, log *slog.Logger, enabled bool) (*batch, error) {
 	}
 	l.q = b
 	return b, nil
+}
+
+// stream is where direct submissions and graph launches go (launcher.stream).
+func (b *batch) stream() C.CUstream {
+	if b == nil {
+		return nil
+	}
+	return b.l.stream
 }
 
 // collecting says whether submissions are queued now.
@@ -236,7 +245,7 @@ func (b *batch) copyDtoD(dst, src cu.DevicePtr, n int64) error {
 		if err := b.flush(); err != nil {
 			return err
 		}
-		return cu.MemcpyDtoDAsync(dst, src, n, cu.NoStream)
+		return driverError(C.lbm_copy_async(C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n), b.stream()))
 	}
 	b.mark()
 	return b.add(queued{kind: qCopy, name: "copy", dst: dst, src: src, bytes: n}, uint64(dst), uint64(src), uint64(n))
@@ -248,7 +257,7 @@ func (b *batch) zero(dst cu.DevicePtr, n int64) error {
 		if err := b.flush(); err != nil {
 			return err
 		}
-		return cu.MemsetD32(dst, 0, n)
+		return driverError(C.lbm_zero_async(C.CUdeviceptr(dst), C.size_t(n), b.stream()))
 	}
 	b.mark()
 	return b.add(queued{kind: qZero, name: "zero", dst: dst, words: n}, uint64(dst), uint64(n))
@@ -264,7 +273,7 @@ func (b *batch) flush() error {
 	n := int64(len(b.items))
 	if len(b.items) < minGraph {
 		b.stats.Direct += n
-		return b.issue(nil)
+		return b.issue(b.l.stream)
 	}
 	h := maphash.Bytes(b.seed, b.key)
 	if sg := b.graphs[h]; sg != nil && bytes.Equal(sg.key, b.key) {
@@ -277,7 +286,7 @@ func (b *batch) flush() error {
 		b.seen[h] = true
 		b.stats.Direct += n
 		b.noteChange()
-		return b.issue(nil)
+		return b.issue(b.l.stream)
 	}
 	exec, err := b.record()
 	if err != nil {
@@ -291,7 +300,7 @@ func (b *batch) flush() error {
 			b.log.Warn("cuda: CUDA graphs are off for this backend: no capture succeeded")
 		}
 		b.stats.Direct += n
-		return b.issue(nil)
+		return b.issue(b.l.stream)
 	}
 	if len(b.graphs) >= maxGraphs {
 		if err := b.forget(); err != nil {
@@ -310,7 +319,7 @@ func (b *batch) flush() error {
 func (b *batch) launch(sg *segmentGraph) error {
 	b.stats.Replayed += int64(len(b.items))
 	b.stats.Launches++
-	if err := driverError(C.lbm_graph_launch(sg.exec)); err != nil {
+	if err := driverError(C.lbm_graph_launch(sg.exec, b.l.stream)); err != nil {
 		return fmt.Errorf("launching a CUDA graph of %d operations (%s): %w", len(b.items), b.names(), err)
 	}
 	return nil
@@ -338,7 +347,8 @@ func (b *batch) record() (C.CUgraphExec, error) {
 	return exec, nil
 }
 
-// issue submits the queued work on stream (nil: the default stream).
+// issue submits the queued work on stream (nil: the default stream), or
+// records it when stream is the capture stream.
 func (b *batch) issue(stream C.CUstream) error {
 	all := unsafe.Slice((*uint64)(unsafe.Pointer(b.arena)), b.arenaCap)
 	for i := range b.items {

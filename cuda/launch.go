@@ -85,6 +85,9 @@ type launcher struct {
 	// q collects launches into CUDA graph segments (nil: every launch is
 	// submitted as it comes).
 	q *batch
+	// stream is where submissions go: nil, the default stream, or the
+	// side stream while a branch is open (branch.go).
+	stream C.CUstream
 }
 
 // pdlBuilt reports whether this build's driver API header has
@@ -134,7 +137,7 @@ func (f kernelFunc) allowSharedMemory(bytes int) error {
 	return driverError(C.lbm_max_dynamic_smem(f.fn, C.int(bytes)))
 }
 
-// launch runs f on the default stream, or queues it for the next CUDA
+// launch runs f on the launcher's stream, or queues it for the next CUDA
 // graph segment (batch) when one is collecting. Every argument takes an
 // 8-byte slot: pointers and int64 as they are, int as int64 (the kernel
 // reads the low 4 bytes of an int parameter), float32 in the low 4 bytes,
@@ -169,7 +172,7 @@ func (l *launcher) launch(f kernelFunc, name string, grid, block [3]int, shared 
 			params[i] = uintptr(t.p)
 		}
 	}
-	return l.run(f.fn, name, grid, block, shared, l.pdl, nil)
+	return l.run(f.fn, name, grid, block, shared, l.pdl, l.stream)
 }
 
 // run launches f with the arguments l.params points at on stream (nil: the

@@ -47,6 +47,10 @@ type buffer struct {
 	// taps is a 3×3 convolution weight's tap-major copy ([9][o][c]), made
 	// for the Hopper implicit GEMM on first use.
 	taps *buffer
+	// gen is the pool's generation when the buffer was made, and held says
+	// that a free of it waits for a branch's merge (pool.hold).
+	gen  int64
+	held bool
 	// bf is the bf16 copy a bf16 GEMM reads: of a trunk matrix, or of an
 	// activation whose producer wrote it beside the fp32 values (LayerNorm
 	// in BF16 mode). Tensors are never written after they are made, so the
@@ -95,6 +99,37 @@ type pool struct {
 	// beforeFree submits the queued work (batch.flush) before a buffer goes
 	// back to the driver: queued kernels may still use it.
 	beforeFree func() error
+	// While holding (a branch open or not merged, branch.go), put keeps
+	// the buffers back in held, except those of generation keep; gen
+	// advances at each change.
+	gen     int64
+	holding bool
+	keep    int64
+	held    []*buffer
+}
+
+// hold starts holding freed buffers: all of them when a branch opens,
+// and once it has ended (ended) all but those allocated from then on,
+// which only the default stream can have seen.
+func (p *pool) hold(ended bool) {
+	p.gen++
+	p.holding = true
+	p.keep = -1
+	if ended {
+		p.keep = p.gen
+	}
+}
+
+// unhold ends holding and recycles the held buffers (the branch merged).
+func (p *pool) unhold() {
+	p.gen++
+	p.holding, p.keep = false, -1
+	for _, b := range p.held {
+		b.held = false
+		p.put(b)
+	}
+	clear(p.held)
+	p.held = p.held[:0]
 }
 
 // release gives a buffer back to the driver; false when the driver refused.
@@ -166,7 +201,7 @@ func (p *pool) getAs(bytes int64, cat memCat) (*buffer, error) {
 		}
 		p.cached -= sz
 		p.use(sz, cat)
-		return &buffer{ptr: ptr, size: sz, cat: cat, live: true}, nil
+		return &buffer{ptr: ptr, size: sz, cat: cat, live: true, gen: p.gen}, nil
 	}
 	ptr, err := cu.MemAlloc(sz)
 	if err != nil && p.cached > 0 {
@@ -181,7 +216,7 @@ func (p *pool) getAs(bytes int64, cat memCat) (*buffer, error) {
 	p.reserved += sz
 	p.peakReserved = max(p.peakReserved, p.reserved)
 	p.use(sz, cat)
-	return &buffer{ptr: ptr, size: sz, cat: cat, live: true}, nil
+	return &buffer{ptr: ptr, size: sz, cat: cat, live: true, gen: p.gen}, nil
 }
 
 // external counts memory obtained outside the free lists (KV pages mapped
@@ -238,7 +273,12 @@ func (p *pool) recategorise(b *buffer, cat memCat) {
 }
 
 func (p *pool) put(b *buffer) {
-	if b == nil || !b.live {
+	if b == nil || !b.live || b.held {
+		return
+	}
+	if p.holding && b.gen != p.keep && b.ptr != 0 {
+		b.held = true
+		p.held = append(p.held, b)
 		return
 	}
 	b.live = false
@@ -361,6 +401,9 @@ func (g *gpu) gemmTensor(t backend.Tensor) *Tensor {
 func (g *gpu) restoreF32(c *Tensor) error {
 	if !c.buf.bfOnly {
 		return nil
+	}
+	if err := g.derive(c.buf); err != nil {
+		return err
 	}
 	n := int64(c.numel())
 	b, err := g.pool.getAs(n*4, c.buf.cat)
@@ -509,6 +552,9 @@ func (g *gpu) fill(t *Tensor, data []float32, trunk bool) error {
 func (g *gpu) bf16(t *Tensor) (cu.DevicePtr, error) {
 	if t.buf.bf != nil {
 		return t.buf.bf.ptr, nil
+	}
+	if err := g.derive(t.buf); err != nil {
+		return 0, err
 	}
 	n := int64(t.numel())
 	b, err := g.pool.getAs(n*2, catWeightBF)

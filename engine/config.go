@@ -216,6 +216,9 @@ type CUDAConfig struct {
 	// LayerNorms inside the GEMVs they feed rather than as kernels of
 	// their own.
 	CameraHeadFuseNorm bool `mapstructure:"camera_head_fuse_norm"`
+	// SideStream runs the camera head on a second stream beside the dense
+	// heads (same kernels, same values).
+	SideStream bool `mapstructure:"side_stream"`
 }
 
 // CUDAArches are the values of CUDAConfig.Arch, as the CUDA backend names
@@ -263,6 +266,7 @@ func DefaultConfig() Config {
 			QKVBF16:            true,
 			CameraHeadFuseNorm: true,
 			AsyncPageTable:     true,
+			SideStream:         true,
 			AttnWarpSpec:       2,
 		},
 	}

@@ -48,6 +48,7 @@ func cudaConfig(cfg engine.Config, log *slog.Logger) cuda.Config {
 	c.AsyncPageTable = k.AsyncPageTable
 	c.QKVBF16 = k.QKVBF16
 	c.CameraHeadFuseNorm = k.CameraHeadFuseNorm
+	c.SideStream = k.SideStream
 	c.Window = cuda.Window{ScaleFrames: cfg.ScaleFrames, SlidingWindow: cfg.SlidingWindow, Headroom: cfg.CacheHeadroom,
 		MaxFrames: cfg.MaxFrames, SpecialPerFrame: kvcache.SpecialPerFrame, CameraIterations: cfg.CameraIterations,
 		ImageWidth: cfg.ImageWidth}

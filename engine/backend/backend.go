@@ -213,6 +213,40 @@ type lateDownload struct {
 
 func (d lateDownload) Wait() [][]float32 { return Download(d.be, d.ts...) }
 
+// Brancher is a Backend that can run a stretch of operations beside the
+// ones queued after it, where the device has room for both (the CUDA
+// backend: on a second stream). The model runs the camera head, a chain of
+// small latency-bound kernels, beside the dense heads this way.
+//
+// The caller keeps one rule: no operation queued after Branch returns reads
+// a tensor that fn made, until Merge. Frees are safe on either side (the
+// backend recycles the memory after Merge), and host reads (ToHost,
+// downloads) merge first on their own.
+type Brancher interface {
+	// Branch runs fn, whose operations may run concurrently with those
+	// queued after Branch returns and before Merge.
+	Branch(fn func())
+	// Merge orders everything queued after it behind the branch's
+	// operations; without an open branch it does nothing.
+	Merge()
+}
+
+// Branch runs fn as a branch where be is a Brancher, else in line.
+func Branch(be Backend, fn func()) {
+	if b, ok := be.(Brancher); ok {
+		b.Branch(fn)
+		return
+	}
+	fn()
+}
+
+// Merge ends the branch Branch opened where be is a Brancher.
+func Merge(be Backend) {
+	if b, ok := be.(Brancher); ok {
+		b.Merge()
+	}
+}
+
 // NormLinearer is a Backend that runs a LayerNorm and the Linear that alone
 // reads its output as one operation, so that the normalised values exist
 // only in the form the GEMM reads (NormLinear uses it).

@@ -247,7 +247,13 @@ func (p *Pass) Step() (done bool, err error) {
 		p.stage = stageCamera
 	case stageCamera:
 		// Queue all heads before the first copy to the host synchronises.
-		m.camera.forward(be, &m.cam, p.layers[len(p.layers)-1], !p.step.SkipAppend, &p.dl, &p.out.PoseIters)
+		// The camera head, a chain of small kernels, runs as a branch
+		// beside the dense heads; nothing reads its outputs before the
+		// merge below.
+		last := p.layers[len(p.layers)-1]
+		backend.Branch(be, func() {
+			m.camera.forward(be, &m.cam, last, !p.step.SkipAppend, &p.dl, &p.out.PoseIters)
+		})
 		p.stage, p.i = stageHeads, 0
 	case stageHeads:
 		if p.frameHeads() {
@@ -270,6 +276,7 @@ func (p *Pass) Step() (done bool, err error) {
 		} else if err := m.heads.run(be, p.layers, m.agg.numSpecial, gh, gw, p.h, p.w, 0, s, p.step.KeepDepth, &p.dl, p.out); err != nil {
 			return false, p.fail(err)
 		}
+		backend.Merge(be)
 		if p.step.DeferFetch {
 			f := p.dl.start(be)
 			p.flight = &f
@@ -421,6 +428,7 @@ func (p *Pass) Abort() {
 // fail ends the pass with err.
 func (p *Pass) fail(err error) error {
 	m, be := p.m, p.m.be
+	backend.Merge(be) // a failed heads stage may leave the camera head's branch open
 	be.Free(p.seq)
 	p.seq = nil
 	for _, e := range p.encs {
