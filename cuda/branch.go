@@ -99,9 +99,6 @@ func (g *gpu) forkBranch() (bool, error) {
 			return false, fmt.Errorf("creating the branch events: %w", err)
 		}
 	}
-	if err := g.lt.sideWorkspace(); err != nil {
-		return false, err
-	}
 	if err := g.batch.flush(); err != nil {
 		return false, err
 	}

@@ -160,28 +160,23 @@ func newCublasLt(p *pool) (*cublasLt, error) {
 	return lt, nil
 }
 
-// sideWorkspace makes the side stream's workspace, once.
-func (lt *cublasLt) sideWorkspace() error {
-	if lt.wsSide != nil {
-		return nil
-	}
-	ws, err := lt.pool.get(ltWorkspace)
-	if err != nil {
-		return fmt.Errorf("cuBLASLt workspace of the side stream: %w", err)
-	}
-	lt.wsSide = ws
-	return nil
-}
-
 // stream is where matmuls go now (launcher.stream), and workspace the
-// workspace that goes with it.
+// workspace that goes with it: the side stream's is made at its first
+// matmul (a camera head on GEMVs never needs it).
 func (lt *cublasLt) stream() C.CUstream { return lt.q.stream() }
 
-func (lt *cublasLt) workspace() cu.DevicePtr {
-	if lt.stream() != nil && lt.wsSide != nil {
-		return lt.wsSide.ptr
+func (lt *cublasLt) workspace() (cu.DevicePtr, error) {
+	if lt.stream() == nil {
+		return lt.ws.ptr, nil
 	}
-	return lt.ws.ptr
+	if lt.wsSide == nil {
+		ws, err := lt.pool.getAs(ltWorkspace, catOther)
+		if err != nil {
+			return 0, fmt.Errorf("cuBLASLt workspace of the side stream: %w", err)
+		}
+		lt.wsSide = ws
+	}
+	return lt.wsSide.ptr, nil
 }
 
 func (lt *cublasLt) destroy() {
@@ -261,7 +256,11 @@ func (lt *cublasLt) matmul(key gemmKey, a, b, c, d, bias cu.DevicePtr) (bool, er
 			return false, err
 		}
 	}
-	if err := lt.run(key, p, a, b, c, d, bias, lt.workspace(), lt.stream()); err != nil {
+	ws, err := lt.workspace()
+	if err != nil {
+		return false, err
+	}
+	if err := lt.run(key, p, a, b, c, d, bias, ws, lt.stream()); err != nil {
 		var le *ltError
 		if !known && errors.As(err, &le) && le.status == C.CUBLAS_STATUS_NOT_SUPPORTED {
 			// The heuristic offered what cannot run (e.g. the bias epilogue
@@ -282,7 +281,10 @@ func (lt *cublasLt) matmul(key gemmKey, a, b, c, d, bias cu.DevicePtr) (bool, er
 func (b *batch) gemm(plan *C.lbm_plan, key gemmKey, a, bm, c, d, bias cu.DevicePtr) error {
 	b.mark()
 	b.key = append(b.key, unsafe.Slice((*byte)(unsafe.Pointer(&plan.algo)), unsafe.Sizeof(plan.algo))...)
-	ws := b.lt.workspace()
+	ws, err := b.lt.workspace()
+	if err != nil {
+		return err
+	}
 	return b.add(queued{kind: qGEMM, name: "gemm", plan: unsafe.Pointer(plan), gk: key, a: a, b: bm, c: c, d: d, bias: bias, ws: ws},
 		uint64(uintptr(unsafe.Pointer(plan))), uint64(a), uint64(bm), uint64(c), uint64(d), uint64(bias), uint64(ws))
 }

@@ -120,6 +120,34 @@ func (p *pool) hold(ended bool) {
 	}
 }
 
+// reuseHeld hands out a held buffer of size class sz while a branch is
+// open (keep is -1): only the branch has run since it opened, so what it
+// freed is no longer read by anything but the branch's own earlier
+// kernels, which its stream runs first, and the default stream's work
+// from before the branch, which the side stream waited for. The lowest
+// address goes first, as in the free lists.
+func (p *pool) reuseHeld(sz int64, cat memCat) *buffer {
+	if !p.holding || p.keep != -1 {
+		return nil
+	}
+	at := -1
+	for i, b := range p.held {
+		if b.size == sz && (at < 0 || b.ptr < p.held[at].ptr) {
+			at = i
+		}
+	}
+	if at < 0 {
+		return nil
+	}
+	b := p.held[at]
+	b.live = false // its tensor was freed; the memory is the new buffer's
+	p.held = slices.Delete(p.held, at, at+1)
+	p.inUseBy[b.cat] -= sz
+	p.inUse -= sz
+	p.use(sz, cat)
+	return &buffer{ptr: b.ptr, size: sz, cat: cat, live: true, gen: p.gen}
+}
+
 // unhold ends holding and recycles the held buffers (the branch merged).
 func (p *pool) unhold() {
 	p.gen++
@@ -192,6 +220,9 @@ func (p *pool) getAs(bytes int64, cat memCat) (*buffer, error) {
 	p.lastGet[sz] = p.gets
 	if p.gets%sweepGets == 0 {
 		p.sweep()
+	}
+	if b := p.reuseHeld(sz, cat); b != nil {
+		return b, nil
 	}
 	if l := p.free[sz]; len(l) > 0 {
 		ptr := l[len(l)-1]
