@@ -31,7 +31,7 @@ func TestSideStreamBranch(t *testing.T) {
 				y := be.Linear(x, w, b, backend.ActGELU)
 				for i := 1; i < n; i++ {
 					z := be.Linear(y, w, b, backend.ActGELU)
-					be.Free(y) // recycled only after the merge
+					be.Free(y) // the branch's own to reuse; the default stream's after the merge
 					y = z
 				}
 				return y
@@ -59,6 +59,28 @@ func TestSideStreamBranch(t *testing.T) {
 				p.check("default stream beside the branch", long, chain(fx.cpu, xc, wc, bc, 12), 5*p.tol)
 				p.check("branch", side, sideCPU, 5*p.tol)
 				if round == 0 {
+					// A GEMM of a new shape inside a branch is tuned on
+					// the default stream; its output may be memory the
+					// branch freed while its queued kernels still read it.
+					x2c, x2 := p.in(p.randn(512*128, 1), 512, 128)
+					w2c, w2 := p.weight(p.randn(256*128, 0.1), backend.Trunk, 256, 128)
+					x64 := g.SliceRows(x2, 0, 64) // w2's bf16 copy, made outside
+					g.Free(g.Linear(x64, w2, nil, backend.ActNone))
+					g.Free(x64)
+					var busy, read, tuned backend.Tensor
+					backend.Branch(g, func() {
+						xin := g.SliceRows(x, 0, 512)
+						busy = chain(g, x, w, b, 12)
+						read = g.Add(xin, xin)
+						g.Free(xin)
+						tuned = g.Linear(x2, w2, nil, backend.ActNone)
+					})
+					backend.Merge(g)
+					p.check("a branch's work beside a tuned GEMM", busy, chain(fx.cpu, xc, wc, bc, 12), 5*p.tol)
+					p.check("a freed input read inside a branch", read, fx.cpu.Add(xc, xc), p.tol)
+					p.check("a GEMM tuned inside a branch", tuned, fx.cpu.Linear(x2c, w2c, nil, backend.ActNone), p.tol)
+					g.Free(x2)
+					g.Free(w2)
 					// a read inside a branch ends it on the host's side
 					var host []float32
 					backend.Branch(g, func() {
@@ -80,8 +102,8 @@ func TestSideStreamBranch(t *testing.T) {
 				t.Fatal(err)
 			}
 			after := g.GraphStats()
-			if n := after.Branches - before.Branches; n != 5 {
-				t.Errorf("%d branches ran on the side stream, want 5", n)
+			if n := after.Branches - before.Branches; n != 6 {
+				t.Errorf("%d branches ran on the side stream, want 6", n)
 			}
 			if n := after.BranchesOnHost - before.BranchesOnHost; n != 1 {
 				t.Errorf("%d branches ended on the host's side, want 1", n)

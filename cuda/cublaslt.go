@@ -20,6 +20,8 @@ typedef struct {
 	cublasLtMatrixLayout_t a, b, c;
 	cublasLtMatmulAlgo_t algo;
 	cublasLtMatmulAlgo_t cand[LBM_CANDIDATES]; // the heuristic's best first
+	size_t need[LBM_CANDIDATES];               // the workspace each needs
+	size_t wsNeed;                             // algo's
 	int ncand;
 } lbm_plan;
 
@@ -60,14 +62,19 @@ static int lbm_plan_create(cublasLtHandle_t h, lbm_plan *p, int bf, int tf32, in
 	if (st != CUBLAS_STATUS_SUCCESS) return (int)st;
 	p->ncand = 0;
 	for (int i = 0; i < got; i++) {
-		if (res[i].state == CUBLAS_STATUS_SUCCESS) p->cand[p->ncand++] = res[i].algo;
+		if (res[i].state == CUBLAS_STATUS_SUCCESS) {
+			p->need[p->ncand] = res[i].workspaceSize;
+			p->cand[p->ncand++] = res[i].algo;
+		}
 	}
 	if (p->ncand == 0) return -1;
 	p->algo = p->cand[0];
+	p->wsNeed = p->need[0];
 	return 0;
 }
 
-static void lbm_plan_pick(lbm_plan *p, int i) { p->algo = p->cand[i]; }
+static void lbm_plan_pick(lbm_plan *p, int i) { p->algo = p->cand[i]; p->wsNeed = p->need[i]; }
+static int lbm_lt_stream_sync(CUstream s) { return (int)cuStreamSynchronize(s); }
 
 static void lbm_plan_destroy(lbm_plan *p) {
 	if (p->a) cublasLtMatrixLayoutDestroy(p->a);
@@ -161,22 +168,29 @@ func newCublasLt(p *pool) (*cublasLt, error) {
 }
 
 // stream is where matmuls go now (launcher.stream), and workspace the
-// workspace that goes with it: the side stream's is made at its first
-// matmul (a camera head on GEMVs never needs it).
+// workspace that goes with it and p's algorithm: on the side stream just
+// what the algorithm needs (often nothing), in a buffer that grows to the
+// most a side matmul has needed, so that the side stream costs no second
+// workspace of ltWorkspace bytes.
 func (lt *cublasLt) stream() C.CUstream { return lt.q.stream() }
 
-func (lt *cublasLt) workspace() (cu.DevicePtr, error) {
+func (lt *cublasLt) workspace(p *C.lbm_plan) (cu.DevicePtr, int64, error) {
 	if lt.stream() == nil {
-		return lt.ws.ptr, nil
+		return lt.ws.ptr, ltWorkspace, nil
 	}
-	if lt.wsSide == nil {
-		ws, err := lt.pool.getAs(ltWorkspace, catOther)
+	need := int64(p.wsNeed)
+	if need == 0 {
+		return 0, 0, nil
+	}
+	if lt.wsSide == nil || lt.wsSide.size < need {
+		ws, err := lt.pool.getAs(need, catOther)
 		if err != nil {
-			return 0, fmt.Errorf("cuBLASLt workspace of the side stream: %w", err)
+			return 0, 0, fmt.Errorf("cuBLASLt workspace of the side stream: %w", err)
 		}
+		lt.pool.put(lt.wsSide) // held while a branch may still use it
 		lt.wsSide = ws
 	}
-	return lt.wsSide.ptr, nil
+	return lt.wsSide.ptr, need, nil
 }
 
 func (lt *cublasLt) destroy() {
@@ -252,15 +266,23 @@ func (lt *cublasLt) matmul(key gemmKey, a, b, c, d, bias cu.DevicePtr) (bool, er
 		return false, err
 	}
 	if !known && lt.autotune && p.ncand > 1 {
+		if s := lt.stream(); s != nil {
+			// Tuning times the candidates on the default stream, writing
+			// d: on the side stream d may be memory the branch freed and
+			// its queued kernels still read.
+			if err := driverError(C.lbm_lt_stream_sync(s)); err != nil {
+				return false, err
+			}
+		}
 		if err := lt.tune(key, p, a, b, c, d, bias); err != nil {
 			return false, err
 		}
 	}
-	ws, err := lt.workspace()
+	ws, wsSize, err := lt.workspace(p)
 	if err != nil {
 		return false, err
 	}
-	if err := lt.run(key, p, a, b, c, d, bias, ws, lt.stream()); err != nil {
+	if err := lt.run(key, p, a, b, c, d, bias, ws, wsSize, lt.stream()); err != nil {
 		var le *ltError
 		if !known && errors.As(err, &le) && le.status == C.CUBLAS_STATUS_NOT_SUPPORTED {
 			// The heuristic offered what cannot run (e.g. the bias epilogue
@@ -281,17 +303,17 @@ func (lt *cublasLt) matmul(key gemmKey, a, b, c, d, bias cu.DevicePtr) (bool, er
 func (b *batch) gemm(plan *C.lbm_plan, key gemmKey, a, bm, c, d, bias cu.DevicePtr) error {
 	b.mark()
 	b.key = append(b.key, unsafe.Slice((*byte)(unsafe.Pointer(&plan.algo)), unsafe.Sizeof(plan.algo))...)
-	ws, err := b.lt.workspace()
+	ws, wsSize, err := b.lt.workspace(plan)
 	if err != nil {
 		return err
 	}
-	return b.add(queued{kind: qGEMM, name: "gemm", plan: unsafe.Pointer(plan), gk: key, a: a, b: bm, c: c, d: d, bias: bias, ws: ws},
-		uint64(uintptr(unsafe.Pointer(plan))), uint64(a), uint64(bm), uint64(c), uint64(d), uint64(bias), uint64(ws))
+	return b.add(queued{kind: qGEMM, name: "gemm", plan: unsafe.Pointer(plan), gk: key, a: a, b: bm, c: c, d: d, bias: bias, ws: ws, bytes: wsSize},
+		uint64(uintptr(unsafe.Pointer(plan))), uint64(a), uint64(bm), uint64(c), uint64(d), uint64(bias), uint64(ws), uint64(wsSize))
 }
 
 // runQueued runs a queued matmul on stream.
 func (lt *cublasLt) runQueued(q *queued, stream C.CUstream) error {
-	return lt.run(q.gk, (*C.lbm_plan)(q.plan), q.a, q.b, q.c, q.d, q.bias, q.ws, stream)
+	return lt.run(q.gk, (*C.lbm_plan)(q.plan), q.a, q.b, q.c, q.d, q.bias, q.ws, q.bytes, stream)
 }
 
 // ltError is a failed cublasLtMatmul.
@@ -307,9 +329,9 @@ func (e *ltError) Error() string {
 // run is one matmul. D depends on A, B, C and bias only, never on D's old
 // values (beta is 0 unless accumulating, and matmul refuses C = D then), so
 // repeating it, as tuning does, leaves the same D.
-func (lt *cublasLt) run(key gemmKey, p *C.lbm_plan, a, b, c, d, bias, ws cu.DevicePtr, stream C.CUstream) error {
+func (lt *cublasLt) run(key gemmKey, p *C.lbm_plan, a, b, c, d, bias, ws cu.DevicePtr, wsSize int64, stream C.CUstream) error {
 	st := C.lbm_matmul(lt.h, p, C.uint64_t(a), C.uint64_t(b), C.uint64_t(c), C.uint64_t(d), C.uint64_t(bias),
-		C.uint64_t(ws), C.size_t(ltWorkspace), stream)
+		C.uint64_t(ws), C.size_t(wsSize), stream)
 	if st != 0 {
 		return &ltError{key: key, status: st}
 	}
@@ -336,14 +358,14 @@ func (lt *cublasLt) tune(key gemmKey, p *C.lbm_plan, a, b, c, d, bias cu.DeviceP
 	best, bestMS := 0, math.Inf(1)
 	for i := 0; i < int(p.ncand); i++ {
 		C.lbm_plan_pick(p, C.int(i))
-		if err := lt.run(key, p, a, b, c, d, bias, lt.ws.ptr, nil); err != nil {
+		if err := lt.run(key, p, a, b, c, d, bias, lt.ws.ptr, ltWorkspace, nil); err != nil {
 			continue // a candidate that cannot run this call is not chosen
 		}
 		if err := start.Record(cu.Stream{}); err != nil {
 			return err
 		}
 		for r := 0; r < reps; r++ {
-			if err := lt.run(key, p, a, b, c, d, bias, lt.ws.ptr, nil); err != nil {
+			if err := lt.run(key, p, a, b, c, d, bias, lt.ws.ptr, ltWorkspace, nil); err != nil {
 				return err
 			}
 		}

@@ -114,7 +114,7 @@ type queued struct {
 	gk           gemmKey
 	a, b, c, d   cu.DevicePtr
 	bias         cu.DevicePtr
-	ws           cu.DevicePtr // a GEMM's cuBLASLt workspace
+	ws           cu.DevicePtr // a GEMM's cuBLASLt workspace (bytes: its size)
 	dst, src     cu.DevicePtr
 	bytes, words int64
 }
