@@ -31,8 +31,9 @@ import "fmt"
 // default stream's order. While a branch is open or not yet merged, a
 // buffer freed on either side could still be read by the other stream's
 // queued kernels, so the pool holds every such buffer until the merge,
-// except those the default stream allocated after the branch ended: the
-// branch cannot know them.
+// except those the default stream allocated after the branch ended (the
+// branch cannot know them); while the branch is open, only it runs, so it
+// may take back what it freed itself (pool.reuseHeld).
 type branch struct {
 	side       C.CUstream
 	fork, join C.CUevent
@@ -45,7 +46,8 @@ type branch struct {
 	// gen is the pool's generation of the open branch's allocations.
 	gen int64
 	// branches counts the branches run on the side stream; serial those
-	// that a host read inside them ended on the host's side.
+	// that a copy to or from the host, or a form made of an older buffer
+	// (derive), ended on the host's side.
 	branches, serial int64
 }
 

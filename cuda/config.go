@@ -268,7 +268,8 @@ type GraphStats struct {
 	Graphs int
 	// Branches counts the branches run on the side stream
 	// (Config.SideStream); BranchesOnHost those that a copy to or from
-	// the host inside them ended on the host's side.
+	// the host inside them, or a form made there of an older tensor (a
+	// weight's bf16 copy), ended on the host's side.
 	Branches, BranchesOnHost int64
 }
 
