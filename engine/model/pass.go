@@ -428,7 +428,7 @@ func (p *Pass) Abort() {
 // fail ends the pass with err.
 func (p *Pass) fail(err error) error {
 	m, be := p.m, p.m.be
-	backend.Merge(be) // a failed heads stage may leave the camera head's branch open
+	backend.Merge(be) // a failed heads stage may leave the camera head's branch unmerged
 	be.Free(p.seq)
 	p.seq = nil
 	for _, e := range p.encs {
