@@ -893,6 +893,19 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // ROLE is 0 for warpgroup 0 and 1 for the others (a third in role 0
     // measured the same); each role has its own loop so that role 1's
     // in-flight scores stay in fixed registers across the back edge.
+    // Role 0's step once S of tile t+1 and P·V of tile t are issued: the
+    // softmax of tile t+1 while P·V runs, then O's rescale and the next P.
+    auto step0 = [&](float (&s)[64], int t, float& c0, float& c1) {
+        wg_wait<1>(); // S of tile t+1 (groups complete in order)
+        wg_pin(s);
+        const bool moved = softmax(s, t + 1, c0, c1);
+        wg_wait<0>(); // P·V of tile t: O and p are ours again
+        wg_pin(o);
+        wg_pin(p);
+        release(t);
+        rescale(c0, c1, moved);
+        to_p(s);
+    };
     auto run = [&](auto role) {
         constexpr int ROLE = decltype(role)::value;
         float s[64];
@@ -926,15 +939,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             if constexpr (ROLE == 0) {
                 issue_qk(s, t + 1, false);
                 issue_pv(t);
-                wg_wait<1>(); // S of tile t+1 (groups complete in order)
-                wg_pin(s);
-                moved = softmax(s, t + 1, c0, c1);
-                wg_wait<0>(); // P·V of tile t: O and p are ours again
-                wg_pin(o);
-                wg_pin(p);
-                release(t);
-                rescale(c0, c1, moved);
-                to_p(s);
+                step0(s, t, c0, c1);
             } else {
                 wg_wait<0>(); // S of tile t, P·V of tile t-1
                 wg_pin(s);
@@ -1088,7 +1093,6 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     auto run_ws = [&]() {
         float s[64];
         float c0, c1;
-        bool moved;
         wg_pin(o); // O's zeros are written before any MMA is in flight
         if (wg == 1) turn_pass(); // warpgroup 0 goes first
         ws_full(0);
@@ -1105,15 +1109,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             issue_qk(s, t + 1, false);
             issue_pv(t);
             turn_pass();
-            wg_wait<1>(); // S of tile t+1 (groups complete in order)
-            wg_pin(s);
-            moved = softmax(s, t + 1, c0, c1);
-            wg_wait<0>(); // P·V of tile t: O and p are ours again
-            wg_pin(o);
-            wg_pin(p);
-            release(t);
-            rescale(c0, c1, moved);
-            to_p(s);
+            step0(s, t, c0, c1);
         }
         turn_wait();
         issue_pv(ntiles - 1);
