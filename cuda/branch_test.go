@@ -3,8 +3,6 @@
 package cuda
 
 import (
-	"math"
-	"slices"
 	"testing"
 
 	"github.com/lingbotmap/lingbotmap/engine"
@@ -134,14 +132,11 @@ func TestSideStreamStream(t *testing.T) {
 			}
 			serial, sst := run(false)
 			par, pst := run(true)
-			same := func(a, b []float32) bool {
-				return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
-			}
 			if len(par) != len(serial) {
 				t.Fatalf("%d results with the side stream, %d without", len(par), len(serial))
 			}
 			for i := range par {
-				if !same(par[i].PoseEnc[:], serial[i].PoseEnc[:]) || !same(par[i].Depth, serial[i].Depth) || !same(par[i].Conf, serial[i].Conf) {
+				if !equalBits(par[i].PoseEnc[:], serial[i].PoseEnc[:]) || !equalBits(par[i].Depth, serial[i].Depth) || !equalBits(par[i].Conf, serial[i].Conf) {
 					t.Errorf("frame %d: poses or depth differ with the side stream (pose %.3g)", i, relDiff(par[i].PoseEnc[:], serial[i].PoseEnc[:]))
 				}
 			}

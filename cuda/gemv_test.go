@@ -374,7 +374,7 @@ func TestCameraHeadBF16Stream(t *testing.T) {
 				t.Errorf("weights with camera_head_bf16: %d fp32 + %d bf16 bytes, without: %d + %d; want fewer fp32 and fewer in all",
 					onMem.Weights, onMem.WeightsBF16, offMem.Weights, offMem.WeightsBF16)
 			}
-			if !slices.EqualFunc(on, direct, func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
+			if !equalBits(on, direct) {
 				t.Errorf("camera_head_bf16: pose encodings differ with CUDA graphs (relative %.3g)", poseDiff(t, on, direct))
 			}
 		})

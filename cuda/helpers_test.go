@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -153,6 +154,11 @@ func (p pair) check(what string, got, want backend.Tensor, tol float64) {
 	}
 	p.gpu.Free(got)
 	fx.cpu.Free(want)
+}
+
+// equalBits says whether a and b hold the same float32 values bit for bit.
+func equalBits(a, b []float32) bool {
+	return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
 }
 
 // relErr is ‖g−w‖/‖w‖ and the index of the largest difference.

@@ -5,7 +5,6 @@ package cuda
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -129,7 +128,7 @@ func TestOverlapFramesMatchSerial(t *testing.T) {
 							x, y []float32
 						}{{"pose encoding", a.PoseEnc[:], b.PoseEnc[:]}, {"depth", a.Depth, b.Depth}, {"depth confidence", a.Conf, b.Conf},
 							{"points", a.Points, b.Points}} {
-							if !slices.EqualFunc(f.x, f.y, func(p, q float32) bool { return math.Float32bits(p) == math.Float32bits(q) }) {
+							if !equalBits(f.x, f.y) {
 								t.Fatalf("%s: frame %d: %s differs (relative %.3g)", name, a.Seq, f.name, relDiff(f.x, f.y))
 							}
 						}
@@ -182,7 +181,7 @@ func TestStartUnprojectMatchesUnproject(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", q.what, err)
 		}
-		if !slices.EqualFunc(gx, wx, func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) || !slices.Equal(gp, wp) {
+		if !equalBits(gx, wx) || !slices.Equal(gp, wp) {
 			t.Fatalf("%s: %d points queued, %d by Unproject, or their values differ", q.what, len(gp), len(wp))
 		}
 		total += len(wp)
@@ -243,19 +242,16 @@ func TestOverlapFramesDevicePointsMatchSerial(t *testing.T) {
 			if len(got) != len(want) || len(got) != len(frames) {
 				t.Fatalf("%d results, %d without overlap, for %d frames", len(got), len(want), len(frames))
 			}
-			bits := func(x, y []float32) bool {
-				return slices.EqualFunc(x, y, func(p, q float32) bool { return math.Float32bits(p) == math.Float32bits(q) })
-			}
 			for i := range want {
 				a, b := got[i], want[i]
 				switch {
 				case a.Seq != b.Seq || a.Kind != b.Kind:
 					t.Fatalf("result %d is frame %d (%v), %d (%v) without", i, a.Seq, a.Kind, b.Seq, b.Kind)
-				case a.PoseEnc != b.PoseEnc || !bits(a.Depth, b.Depth) || !bits(a.Conf, b.Conf):
+				case a.PoseEnc != b.PoseEnc || !equalBits(a.Depth, b.Depth) || !equalBits(a.Conf, b.Conf):
 					t.Fatalf("frame %d: pose or depth differs with overlap_frames", a.Seq)
 				case a.Kept == nil || b.Kept == nil:
 					t.Fatalf("frame %d: device points %v with overlap_frames, %v without", a.Seq, a.Kept != nil, b.Kept != nil)
-				case !bits(a.Kept.XYZ, b.Kept.XYZ) || !slices.Equal(a.Kept.Pixel, b.Kept.Pixel):
+				case !equalBits(a.Kept.XYZ, b.Kept.XYZ) || !slices.Equal(a.Kept.Pixel, b.Kept.Pixel):
 					t.Fatalf("frame %d: device points differ with overlap_frames (%d, %d without)", a.Seq, len(a.Kept.Pixel), len(b.Kept.Pixel))
 				}
 			}
