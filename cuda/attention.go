@@ -127,6 +127,9 @@ func (g *gpu) hopperKernel(k attnKernel) attnKernel {
 			k.smem += wgs * 256
 		}
 		k.bq, k.threads = 64*wgs, 128*wgs
+		if g.attn.KeyHalves {
+			k.threads *= 2 // two consumers a query tile
+		}
 		if g.attn.WarpSpec != 0 {
 			k.threads += 128 // the producer
 		}

@@ -239,6 +239,9 @@ func (c Config) Validate() error {
 	if c.Attn.PingPong && c.Attn.WarpSpec != 2 {
 		return fmt.Errorf("cuda: attn_pingpong takes turns between the two consumer warpgroups of attn_warp_spec 2, not %d", c.Attn.WarpSpec)
 	}
+	if a := c.Attn; a.KeyHalves && (a.WarpSpec != 2 || a.PingPong || a.LazyRescale) {
+		return fmt.Errorf("cuda: attn_key_halves splits the key tiles of attn_warp_spec 2's consumer warpgroups (not %d), without attn_pingpong and attn_lazy_rescale", a.WarpSpec)
+	}
 	if a := c.Attn; a.WarpSpec != 0 && (a.ScoresAhead || a.FreeRun != 0 || a.FoldCombine || a.RowSumMMA) {
 		return fmt.Errorf("cuda: attn_warp_spec is built without attn_scores_ahead, attn_free_run, attn_fold_combine and the row sums on the tensor cores")
 	}
@@ -317,6 +320,11 @@ type AttnSettings struct {
 	// PingPong, with WarpSpec 2, has the two consumers take turns at
 	// issuing their MMAs on named barriers (ATTN_PINGPONG).
 	PingPong bool
+	// KeyHalves, with WarpSpec 2, gives each 64-query tile two consumer
+	// warpgroups, one for each half of every key tile, which merge their
+	// results at the end: four consumers, each with half the score
+	// registers (ATTN_KEY_HALVES).
+	KeyHalves bool
 }
 
 // lever is a softmax lever that is on: its NVRTC define (without -D) and
@@ -338,6 +346,7 @@ func (a AttnSettings) on() []lever {
 		{a.FoldCombine, lever{"ATTN_FOLD_COMBINE=1", "fold"}},
 		{a.ScoresAhead, lever{"ATTN_SCORES_AHEAD=1", "ahead"}},
 		{a.PingPong, lever{"ATTN_PINGPONG=1", "pingpong"}},
+		{a.KeyHalves, lever{"ATTN_KEY_HALVES=1", "halves"}},
 	} {
 		if b.on {
 			l = append(l, b.lever)

@@ -86,6 +86,12 @@ func TestConfigValidate(t *testing.T) {
 		c.Attn = a
 		bad(c, "attn_pingpong")
 	}
+	for _, a := range []AttnSettings{{KeyHalves: true}, {WarpSpec: 3, KeyHalves: true}, {WarpSpec: 2, KeyHalves: true, PingPong: true},
+		{WarpSpec: 2, KeyHalves: true, LazyRescale: true}} {
+		c = d
+		c.Attn = a
+		bad(c, "attn_key_halves")
+	}
 }
 
 // TestAttnSettingsModules: the default settings name the module as before,
@@ -121,5 +127,6 @@ var attnVariants = []AttnSettings{
 	{ExpPoly: 1}, {ExpPoly: 2}, {LazyRescale: true}, {FoldCombine: true}, {FreeRun: 1}, {FreeRun: 2},
 	{ScoresAhead: true}, {ScoresAhead: true, LazyRescale: true},
 	{WarpSpec: 2}, {WarpSpec: 3}, {WarpSpec: 2, ExpPoly: 1}, {WarpSpec: 2, LazyRescale: true}, {WarpSpec: 2, PingPong: true},
+	{WarpSpec: 2, KeyHalves: true}, {WarpSpec: 2, KeyHalves: true, ExpPoly: 1},
 	{ExpPoly: 1, LazyRescale: true, FoldCombine: true, FreeRun: 2},
 }

@@ -141,7 +141,8 @@ func TestKernelsCompile(t *testing.T) {
 // 72 columns and the bf16 row-sum MMA of 8, the split counter's atomic add,
 // the stage releases' plain barrier arrival, the scores-ahead kernels'
 // barrier of one warpgroup, the consumers' register claim with a producer
-// warpgroup, the ping-pong's turn passed on a named barrier.
+// warpgroup, the ping-pong's turn passed on a named barrier, the key
+// halves' meeting before their merge.
 func attnMarks(a AttnSettings) map[string]struct {
 	text string
 	on   bool
@@ -160,6 +161,7 @@ func attnMarks(a AttnSettings) map[string]struct {
 		"scores_ahead":    {"bar.sync wg_bar", a.ScoresAhead},
 		"warp_spec":       {"setmaxnreg.inc.sync.aligned.u32", a.WarpSpec != 0},
 		"pingpong":        {"bar.arrive turn", a.PingPong},
+		"key_halves":      {"bar.sync 5,", a.KeyHalves},
 	}
 }
 

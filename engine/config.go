@@ -183,6 +183,10 @@ type CUDAConfig struct {
 	// AttnPingPong has attn_warp_spec 2's two consumer warpgroups take turns
 	// at issuing their MMAs (measured slower; off).
 	AttnPingPong bool `mapstructure:"attn_pingpong"`
+	// AttnKeyHalves gives each of attn_warp_spec 2's 64-query tiles two
+	// consumer warpgroups, one for each half of every 128-key tile, merged
+	// at the end (four consumers, each with half the score registers).
+	AttnKeyHalves bool `mapstructure:"attn_key_halves"`
 	// Arch is the target the kernels are compiled for: "auto" (the GPU's
 	// own) or one of CUDAArches below the GPU's capability; below sm_90 the
 	// Hopper-only kernels are off and the portable ones run.
@@ -372,6 +376,12 @@ func (c Config) Validate() error {
 	}
 	if c.CUDA.AttnPingPong && c.CUDA.AttnWarpSpec != 2 {
 		bad("cuda.attn_pingpong", "takes turns between the two consumer warpgroups of attn_warp_spec 2, not %d", c.CUDA.AttnWarpSpec)
+	}
+	if c.CUDA.AttnKeyHalves && (c.CUDA.AttnWarpSpec != 2 || c.CUDA.AttnPingPong) {
+		bad("cuda.attn_key_halves", "splits the key tiles of attn_warp_spec 2's consumers (not %d), without attn_pingpong", c.CUDA.AttnWarpSpec)
+	}
+	if c.CUDA.AttnKeyHalves && c.CUDA.AttnLazyRescale {
+		bad("cuda.attn_key_halves", "is built without attn_lazy_rescale")
 	}
 	if !slices.Contains(CUDAArches, c.CUDA.Arch) {
 		bad("cuda.arch", "must be one of %s, not %q", strings.Join(CUDAArches, ", "), c.CUDA.Arch)

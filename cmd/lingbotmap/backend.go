@@ -37,7 +37,7 @@ func cudaConfig(cfg engine.Config, log *slog.Logger) cuda.Config {
 	c.Graphs = k.Graphs
 	c.PagedKernel = k.PagedKernel
 	c.PagedSplits = k.PagedSplits
-	c.Attn = cuda.AttnSettings{ExpPoly: k.AttnExpPoly, LazyRescale: k.AttnLazyRescale, FoldCombine: k.AttnFoldCombine, FreeRun: k.AttnFreeRun, ScoresAhead: k.AttnScoresAhead, WarpSpec: k.AttnWarpSpec, PingPong: k.AttnPingPong}
+	c.Attn = cuda.AttnSettings{ExpPoly: k.AttnExpPoly, LazyRescale: k.AttnLazyRescale, FoldCombine: k.AttnFoldCombine, FreeRun: k.AttnFreeRun, ScoresAhead: k.AttnScoresAhead, WarpSpec: k.AttnWarpSpec, PingPong: k.AttnPingPong, KeyHalves: k.AttnKeyHalves}
 	c.Arch = k.Arch
 	c.FuseNorm = k.FuseNorm
 	c.LeanQKV = k.LeanQKV

@@ -46,6 +46,10 @@ func TestCUDAConfig(t *testing.T) {
 	if a := cudaConfig(cfg, nil).Attn; a != (cuda.AttnSettings{WarpSpec: 2, PingPong: true}) {
 		t.Fatalf("attn_pingpong: %+v", a)
 	}
+	cfg.CUDA = engine.CUDAConfig{AttnWarpSpec: 2, AttnKeyHalves: true}
+	if a := cudaConfig(cfg, nil).Attn; a != (cuda.AttnSettings{WarpSpec: 2, KeyHalves: true}) {
+		t.Fatalf("attn_key_halves: %+v", a)
+	}
 }
 
 // TestCUDAArches: the configuration takes exactly the compile targets the

@@ -117,16 +117,31 @@
 #if ATTN_PINGPONG && ATTN_WARP_SPEC != 2
 #error "ATTN_PINGPONG takes turns between the two consumers of ATTN_WARP_SPEC 2"
 #endif
+// ATTN_KEY_HALVES 1 (with ATTN_WARP_SPEC 2): two consumer warpgroups a
+//   64-query tile, one for the first 64 keys of every 128-key tile and one
+//   for the last 64 (S of 32 registers a thread, so that four consumers fit
+//   the register file), each with its own online softmax; the pair merges
+//   its maxima, sums and O through shared memory at the end. Four warps a
+//   scheduler instead of two hide the softmax's latency.
+#ifndef ATTN_KEY_HALVES
+#define ATTN_KEY_HALVES 0
+#endif
+#if ATTN_KEY_HALVES && (ATTN_WARP_SPEC != 2 || ATTN_PINGPONG || ATTN_LAZY_RESCALE)
+#error "ATTN_KEY_HALVES is built with ATTN_WARP_SPEC 2, without the ping-pong and the lazy rescale"
+#endif
 #define WSTAGES_WS_F8 8
 #define WSTAGES_WS_BF 6
 // Registers a thread of the producer and of a consumer warpgroup keep
-// (setmaxnreg): the block's 64 K registers shared out.
+// (setmaxnreg): the block's 64 K registers shared out. With the key halves
+// the launch holds 96 a thread (640 threads), so the consumers get what the
+// producer gives up: 96 + 72/4, rounded down to 8.
 #define WS_PRODUCER_REGS (ATTN_WARP_SPEC == 2 ? 24 : 32)
-#define WS_CONSUMER_REGS (ATTN_WARP_SPEC == 2 ? 240 : 160)
-// The consumer warpgroups of the TMA kernels' blocks, and their threads.
+#define WS_CONSUMER_REGS (ATTN_KEY_HALVES ? 112 : ATTN_WARP_SPEC == 2 ? 240 : 160)
+// The consumer warpgroups of the TMA kernels' blocks (ATTN_TMA_NWG: their
+// 64-query tiles), and their threads.
 #if ATTN_WARP_SPEC
 #define ATTN_TMA_NWG ATTN_WARP_SPEC
-#define ATTN_TMA_THREADS (128 * (ATTN_WARP_SPEC + 1))
+#define ATTN_TMA_THREADS (128 * (ATTN_WARP_SPEC * (ATTN_KEY_HALVES ? 2 : 1) + 1))
 #elif ATTN_SCORES_AHEAD
 #define ATTN_TMA_NWG 2
 #define ATTN_TMA_THREADS 256
@@ -193,6 +208,22 @@ __device__ __forceinline__ void wgmma_n128_ss_first(float* d, unsigned long long
                  : "l"(da), "l"(db), "r"(0));
 }
 
+// D(64×64) (+)= A(64×16) · B(16×64), both from shared-memory descriptors
+// (K-major): a key half's scores (ATTN_KEY_HALVES, bf16).
+__device__ __forceinline__ void wgmma_n64_ss(float* d, unsigned long long da, unsigned long long db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_REGS32 "%32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : WG_ACC32(WG_RW)
+                 : "l"(da), "l"(db), "r"(acc));
+}
+// Its first k-step: D is only written (see wgmma_n128_k_first).
+__device__ __forceinline__ void wgmma_n64_ss_first(float* d, unsigned long long da, unsigned long long db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_REGS32 "%32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : WG_ACC32(WG_WO)
+                 : "l"(da), "l"(db), "r"(0));
+}
+
 // Shared-memory matrix descriptor, 64-byte swizzle: K-major rows of 64
 // bytes (an e4m3 head of 64), atoms of 8 rows 512 bytes apart.
 __device__ __forceinline__ unsigned long long wg_desc64(unsigned addr) {
@@ -213,6 +244,22 @@ __device__ __forceinline__ void wgmma_f8_ss_first(float* d, unsigned long long d
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " WG_REGS64 "%64, %65, p, 1, 1;\n}\n"
                  : WG_ACC64(WG_WO)
+                 : "l"(da), "l"(db), "r"(0));
+}
+
+// S(64×64) (+)= A(64×32) · B(32×64), e4m3, both from shared-memory
+// descriptors: a key half's scores (ATTN_KEY_HALVES).
+__device__ __forceinline__ void wgmma_f8_ss64(float* d, unsigned long long da, unsigned long long db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " WG_REGS32 "%32, %33, p, 1, 1;\n}\n"
+                 : WG_ACC32(WG_RW)
+                 : "l"(da), "l"(db), "r"(acc));
+}
+// Its first k-step: D is only written (see wgmma_n128_k_first).
+__device__ __forceinline__ void wgmma_f8_ss64_first(float* d, unsigned long long da, unsigned long long db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " WG_REGS32 "%32, %33, p, 1, 1;\n}\n"
+                 : WG_ACC32(WG_WO)
                  : "l"(da), "l"(db), "r"(0));
 }
 
@@ -384,6 +431,14 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // ptxas serializes it).
     const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
     const int hd = blockIdx.y;
+    // KH: consumer wg takes the 64-query tile rt of the block and key half
+    // kh of every tile (ATTN_KEY_HALVES); NC consumers, the producer after
+    // them.
+    constexpr bool KH = ATTN_KEY_HALVES && TMA && ATTN_WARP_SPEC != 0;
+    constexpr int NC = KH ? 2 * NWG : NWG;
+    const int rt = KH ? wg % NWG : wg, kh = KH ? wg / NWG : 0;
+    // Scores a thread holds of a tile: a key half's 32, or 64.
+    constexpr int NS = KH ? 32 : 64;
     const i64 ld = (i64)h * HD;
 
     // FREE: the stages are released on barriers instead of a block-wide
@@ -540,7 +595,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         cp_async_commit(); // empty groups keep the count uniform
     };
     // WS: the consumer warpgroups with queries (the others stop at once).
-    auto readers = [&]() { return WS ? min(NWG, (nq - (int)blockIdx.x * 64 * NWG + 63) / 64) : NWG; };
+    auto readers = [&]() { return WS ? (NC / NWG) * min(NWG, (nq - (int)blockIdx.x * 64 * NWG + 63) / 64) : NWG; };
     if constexpr (TMA) {
         if (tid == 0) {
             for (int st = 0; st < NST; st++) mbar_init(bars + st * 8, 1);
@@ -557,7 +612,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     for (int st = 0; st < (WS ? 0 : TMA ? AHEAD : NST - 2); st++) load_tile(st); // WS: the producer's
 
     // Q as register A fragments of this warp's 16 rows, rounded to bf16.
-    const int wrow = blockIdx.x * (64 * NWG) + wg * 64; // this warpgroup's first query
+    const int wrow = blockIdx.x * (64 * NWG) + rt * 64; // this warpgroup's first query
     const int r0 = wrow + warp * 16 + g, r1 = r0 + 8;
     // QS (three warpgroups): Q as this warpgroup's K-major swizzled bf16
     // tile after the barriers' 1 KB slot, which spares the 16 registers
@@ -566,11 +621,12 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     static_assert(NWG == 2 || (TMA && NWG == 3), "three warpgroups need the TMA layout of shared memory");
     constexpr bool QS = NWG == 3 || AH || WS;
     constexpr int QTILE = 8192; // bytes of a warpgroup's Q (F8: two e4m3 tiles)
-    const unsigned qsm = sbase + NST * STAGE + 1024 + wg * QTILE;
+    const unsigned qsm = sbase + NST * STAGE + 1024 + rt * QTILE;
     // F8: the row scales of Q, 64 floats a warpgroup after the Q tiles.
-    float* const qscale = (float*)(sgen + NST * STAGE + 1024 + NWG * QTILE) + wg * 64;
+    float* const qscale = (float*)(sgen + NST * STAGE + 1024 + NWG * QTILE) + rt * 64;
     unsigned qa[QS ? 1 : 4][4];
-    // WS: the producer warpgroup holds no queries.
+    // WS: the producer warpgroup holds no queries; KH: the first key half's
+    // consumer writes the Q its pair reads.
     const bool qrows = !WS || wg < NWG;
     if constexpr (F8) {
         // Thread pair j holds row j's 64 values, 32 each: their largest
@@ -648,7 +704,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // consumer warpgroup with no queries stops; the others take the
     // registers.
     if constexpr (WS) {
-        if (wg == NWG) {
+        if (wg == NC) {
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WS_PRODUCER_REGS));
             if (warp == 0 && ntiles > 0) {
                 int page = pages[tb / tpp];
@@ -684,17 +740,33 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
 #pragma unroll
     for (int i = 0; i < (RS ? 36 : 32); i++) o[i] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
-    unsigned p[F8 ? 4 : 8][4]; // P of the tile whose P·V comes next, as A fragments
+    unsigned p[F8 ? NS / 16 : NS / 8][4]; // P of the tile (KH: key half) whose P·V comes next, as A fragments
 
     // S = Q·Kᵀ of tile t (issued, not waited for). carried: s lives across
     // the loop's back edge while the MMA runs (warpgroup 1), so its first
     // k-step reads and writes s ("+f", scale-d off) to keep it in the same
     // registers; otherwise it only writes s, which then needs no registers
     // between tiles.
-    auto issue_qk = [&](float(&s)[64], int t, bool carried) {
+    auto issue_qk = [&](float(&s)[NS], int t, bool carried) {
         const unsigned ka = sbase + (t % NST) * STAGE;
         wg_fence();
-        if constexpr (F8) {
+        if constexpr (KH && F8) {
+            // The key half's 64 rows of 64 bytes.
+            const unsigned kb = ka + kh * 4096;
+            if (carried) wgmma_f8_ss64(s, wg_desc64(qsm), wg_desc64(kb), 0);
+            else wgmma_f8_ss64_first(s, wg_desc64(qsm), wg_desc64(kb));
+            wgmma_f8_ss64(s, wg_desc64(qsm + 32), wg_desc64(kb + 32), 1);
+            wgmma_f8_ss64(s, wg_desc64(qsm + 4096), wg_desc64(kb), 1);
+            wgmma_f8_ss64(s, wg_desc64(qsm + 4096 + 32), wg_desc64(kb + 32), 1);
+        } else if constexpr (KH) {
+            // The key half's 64 rows of 128 bytes.
+            const unsigned kb = ka + kh * 8192;
+            if (carried) wgmma_n64_ss(s, wg_desc(qsm, 16, 1024), wg_desc(kb, 16, 1024), 0);
+            else wgmma_n64_ss_first(s, wg_desc(qsm, 16, 1024), wg_desc(kb, 16, 1024));
+#pragma unroll
+            for (int kk = 1; kk < 4; kk++)
+                wgmma_n64_ss(s, wg_desc(qsm + kk * 32, 16, 1024), wg_desc(kb + kk * 32, 16, 1024), 1);
+        } else if constexpr (F8) {
             if (carried) wgmma_f8_ss(s, wg_desc64(qsm), wg_desc64(ka), 0);
             else wgmma_f8_ss_first(s, wg_desc64(qsm), wg_desc64(ka));
             wgmma_f8_ss(s, wg_desc64(qsm + 32), wg_desc64(ka + 32), 1);
@@ -719,15 +791,18 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         const unsigned va = sbase + (t % NST) * STAGE + KTILE;
         wg_fence();
         if constexpr (F8) {
+            // KH: the key half's 64 columns of the Vᵀ rows.
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++) {
-                if constexpr (RS) wgmma_f8_pv72(o, p[kk], wg_desc(va + kk * 32, 16, 1024));
-                else wgmma_f8_pv(o, p[kk], wg_desc(va + kk * 32, 16, 1024));
+            for (int kk = 0; kk < NS / 16; kk++) {
+                const unsigned at = va + (kk + kh * (NS / 16)) * 32;
+                if constexpr (RS) wgmma_f8_pv72(o, p[kk], wg_desc(at, 16, 1024));
+                else wgmma_f8_pv(o, p[kk], wg_desc(at, 16, 1024));
             }
         } else {
+            // KH: the key half's 64 rows of V.
 #pragma unroll
-            for (int kk = 0; kk < 8; kk++) {
-                wgmma_n64_mn(o, p[kk], wg_desc(va + kk * 2048, 16, 1024), 1);
+            for (int kk = 0; kk < NS / 8; kk++) {
+                wgmma_n64_mn(o, p[kk], wg_desc(va + (kk + kh * (NS / 8)) * 2048, 16, 1024), 1);
                 if constexpr (RS) wgmma_n8_k(o + 32, p[kk], wg_desc(ones_at, 16, 1024));
             }
         }
@@ -737,51 +812,54 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // what came before, the probabilities in s, the row sums added to l (not
     // RS: P·V sums them). It returns whether the maxima moved (always, but
     // LAZY): if not, c0 = c1 = 1 and O needs no rescale.
-    auto softmax = [&](float(&s)[64], int t, float& c0, float& c1) {
-        const int nt = tile_keys(t);
-        if (nt < WK) {
+    auto softmax = [&](float(&s)[NS], int t, float& c0, float& c1) {
+        const int nt = tile_keys(t) - kh * NS * 2; // KH: the keys of this half
+        if (nt < NS * 2) {
 #pragma unroll
-            for (int j = 0; j < 16; j++)
+            for (int j = 0; j < NS / 4; j++)
 #pragma unroll
                 for (int e = 0; e < 2; e++)
                     if (j * 8 + 2 * tg + e >= nt) s[4 * j + e] = s[4 * j + 2 + e] = -INFINITY;
         }
         // Partial maxima and sums of rows r0 (a) and r1 (b): sixteen each,
-        // folded by tree16, or with the scores ahead (short of registers)
-        // four, each gathering every fourth group.
-        constexpr int TW = AH ? 4 : 16;
+        // folded by tree16, or short of registers (the scores ahead, the key
+        // halves) four, each gathering every fourth group.
+        constexpr int TW = AH || KH ? 4 : 16;
         float a[TW], b[TW];
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
+        for (int j = 0; j < NS / 4; j++) {
             const float x = fmaxf(s[4 * j], s[4 * j + 1]), y = fmaxf(s[4 * j + 2], s[4 * j + 3]);
             a[j % TW] = j < TW ? x : fmaxf(a[j % TW], x);
             b[j % TW] = j < TW ? y : fmaxf(b[j % TW], y);
         }
-        if constexpr (AH) {
+        if constexpr (TW == 4) {
             a[0] = fmaxf(fmaxf(a[0], a[1]), fmaxf(a[2], a[3]));
             b[0] = fmaxf(fmaxf(b[0], b[1]), fmaxf(b[2], b[3]));
         } else {
             tree16(a, b, fmaxf);
         }
         const float mn0 = fmaxf(m0, quad_max(a[0])), mn1 = fmaxf(m1, quad_max(b[0]));
+        // KH: a half can have had no keys yet (a short tile's second half),
+        // its maxima still -inf; 0 stands in for them in the exponents.
+        const float mb0 = KH && mn0 == -INFINITY ? 0.f : mn0, mb1 = KH && mn1 == -INFINITY ? 0.f : mn1;
         bool moved = true;
         if constexpr (LAZY) // warp-uniform; on the first tile mn - m is +inf
             moved = __any_sync(0xffffffffu, (mn0 - m0) * f0 > TAU || (mn1 - m1) * f1 > TAU);
         if (moved) {
-            c0 = ex2((m0 - mn0) * f0); // 0 on the first tile
-            c1 = ex2((m1 - mn1) * f1);
+            c0 = ex2((m0 - mb0) * f0); // 0 on the first tile
+            c1 = ex2((m1 - mb1) * f1);
             m0 = mn0;
             m1 = mn1;
         } else {
             c0 = c1 = 1.f;
         }
-        float ms0 = m0 * f0, ms1 = m1 * f1;
+        float ms0 = (KH ? mb0 : m0) * f0, ms1 = (KH ? mb1 : m1) * f1;
         if constexpr (F8) {
             ms0 -= 8.f; // P = 2^8 · probability
             ms1 -= 8.f;
         }
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
+        for (int j = 0; j < NS / 4; j++) {
             if (POLY > 0 && j % (POLY > 0 ? POLY : 1) == POLY - 1) {
                 s[4 * j] = ex2_poly(fmaf(s[4 * j], f0, -ms0));
                 s[4 * j + 1] = ex2_poly(fmaf(s[4 * j + 1], f0, -ms0));
@@ -800,7 +878,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             }
         }
         if constexpr (!RS) {
-            if constexpr (AH) {
+            if constexpr (TW == 4) {
                 a[0] = (a[0] + a[1]) + (a[2] + a[3]);
                 b[0] = (b[0] + b[1]) + (b[2] + b[3]);
             } else {
@@ -811,13 +889,13 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         }
         return moved;
     };
-    auto to_p = [&](const float(&s)[64]) {
+    auto to_p = [&](const float(&s)[NS]) {
         if constexpr (F8) {
             // Register kk·4+i of the 32-key step kk: rows g (i even) and g+8
             // (i odd), the stored key positions 4t…4t+3 (i < 2) and 16+4t…
             // (f8_key_pos maps keys there).
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++) {
+            for (int kk = 0; kk < NS / 16; kk++) {
                 const float* x = s + 16 * kk;
                 p[kk][0] = f8_pack4(x[0], x[1], x[4], x[5]);
                 p[kk][1] = f8_pack4(x[2], x[3], x[6], x[7]);
@@ -827,7 +905,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             return;
         }
 #pragma unroll
-        for (int kk = 0; kk < 8; kk++) {
+        for (int kk = 0; kk < NS / 8; kk++) {
             p[kk][0] = pack_bf16(s[8 * kk], s[8 * kk + 1]);
             p[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
             p[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
@@ -895,7 +973,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // in-flight scores stay in fixed registers across the back edge.
     // Role 0's step once S of tile t+1 and P·V of tile t are issued: the
     // softmax of tile t+1 while P·V runs, then O's rescale and the next P.
-    auto step0 = [&](float (&s)[64], int t, float& c0, float& c1) {
+    auto step0 = [&](float (&s)[NS], int t, float& c0, float& c1) {
         wg_wait<1>(); // S of tile t+1 (groups complete in order)
         wg_pin(s);
         const bool moved = softmax(s, t + 1, c0, c1);
@@ -908,12 +986,12 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     };
     auto run = [&](auto role) {
         constexpr int ROLE = decltype(role)::value;
-        float s[64];
+        float s[NS];
         float c0, c1;
         bool moved;
         if constexpr (ROLE == 1) {
 #pragma unroll
-            for (int i = 0; i < 64; i++) s[i] = 0.f; // read (not used) by the tied first k-step
+            for (int i = 0; i < NS; i++) s[i] = 0.f; // read (not used) by the tied first k-step
             wg_pin(s);
         }
         wg_pin(o); // O's zeros are written before any MMA is in flight
@@ -1008,7 +1086,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
     // paths differ): past the last tile N-1 the MMAs run again on its
     // stage, which is never reloaded, with P = 0, and their scores are
     // dropped; the loop runs an even number of steps.
-    auto ah_step = [&](int t, float(&cur)[64], float(&nxt)[64]) {
+    auto ah_step = [&](int t, float(&cur)[NS], float(&nxt)[NS]) {
         const int last = ntiles - 1;
         ah_load(t);
         issue_pv(min(t, last));
@@ -1023,7 +1101,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
             moved = softmax(nxt, t + 1, c0, c1);
         } else {
 #pragma unroll
-            for (int i = 0; i < 64; i++) nxt[i] = 0.f; // P = 0
+            for (int i = 0; i < NS; i++) nxt[i] = 0.f; // P = 0
         }
         wg_wait<1>(); // P·V of tile t
         wg_pin(o);
@@ -1033,9 +1111,9 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         to_p(nxt);
     };
     auto run_ahead = [&]() {
-        float sa[64], sb[64];
+        float sa[NS], sb[NS];
 #pragma unroll
-        for (int i = 0; i < 64; i++) sa[i] = sb[i] = 0.f; // read (not used) by the tied first k-steps
+        for (int i = 0; i < NS; i++) sa[i] = sb[i] = 0.f; // read (not used) by the tied first k-steps
         wg_pin(sa);
         wg_pin(sb);
         wg_pin(o);
@@ -1091,7 +1169,7 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         if (turns) asm volatile("{\n.reg .b32 turn;\nmov.b32 turn, %0;\nbar.arrive turn, 256;\n}\n" ::"r"(4 - wg) : "memory");
     };
     auto run_ws = [&]() {
-        float s[64];
+        float s[NS];
         float c0, c1;
         wg_pin(o); // O's zeros are written before any MMA is in flight
         if (wg == 1) turn_pass(); // warpgroup 0 goes first
@@ -1131,6 +1209,41 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         }
     }
     cp_async_wait<0>();
+    // KH: the pair of a query tile merges its halves' maxima, row sums and
+    // O. The second half's consumer leaves its own in the stages, which are
+    // free once every consumer with queries is past its last MMA (no copy
+    // lands after the last tile), and the first goes on with the merge.
+    if constexpr (KH) {
+        const unsigned meet = 128 * readers();
+        float* const x = (float*)sgen + rt * (36 * 128) + (tid & 127);
+        asm volatile("bar.sync 5, %0;\n" ::"r"(meet) : "memory");
+        if (kh == 1) {
+#pragma unroll
+            for (int i = 0; i < 32; i++) x[i * 128] = o[i];
+            x[32 * 128] = m0;
+            x[33 * 128] = m1;
+            x[34 * 128] = l0;
+            x[35 * 128] = l1;
+        }
+        asm volatile("bar.sync 5, %0;\n" ::"r"(meet) : "memory");
+        if (kh == 1) return;
+        const float pm0 = x[32 * 128], pm1 = x[33 * 128];
+        const float mx0 = fmaxf(m0, pm0), mx1 = fmaxf(m1, pm1);
+        // A row that neither half had keys for keeps its zeros.
+        const float a0 = mx0 == -INFINITY ? 0.f : ex2((m0 - mx0) * f0), b0 = mx0 == -INFINITY ? 0.f : ex2((pm0 - mx0) * f0);
+        const float a1 = mx1 == -INFINITY ? 0.f : ex2((m1 - mx1) * f1), b1 = mx1 == -INFINITY ? 0.f : ex2((pm1 - mx1) * f1);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            o[4 * j] = o[4 * j] * a0 + x[(4 * j) * 128] * b0;
+            o[4 * j + 1] = o[4 * j + 1] * a0 + x[(4 * j + 1) * 128] * b0;
+            o[4 * j + 2] = o[4 * j + 2] * a1 + x[(4 * j + 2) * 128] * b1;
+            o[4 * j + 3] = o[4 * j + 3] * a1 + x[(4 * j + 3) * 128] * b1;
+        }
+        l0 = l0 * a0 + x[34 * 128] * b0;
+        l1 = l1 * a1 + x[35 * 128] * b1;
+        m0 = mx0;
+        m1 = mx1;
+    }
 
 #pragma unroll
     for (int half = 0; half < 2; half++) {
