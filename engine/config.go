@@ -185,7 +185,8 @@ type CUDAConfig struct {
 	AttnPingPong bool `mapstructure:"attn_pingpong"`
 	// AttnKeyHalves gives each of attn_warp_spec 2's 64-query tiles two
 	// consumer warpgroups, one for each half of every 128-key tile, merged
-	// at the end (four consumers, each with half the score registers).
+	// at the end (four consumers, each with half the score registers;
+	// measured slower; off).
 	AttnKeyHalves bool `mapstructure:"attn_key_halves"`
 	// Arch is the target the kernels are compiled for: "auto" (the GPU's
 	// own) or one of CUDAArches below the GPU's capability; below sm_90 the

@@ -121,8 +121,9 @@
 //   64-query tile, one for the first 64 keys of every 128-key tile and one
 //   for the last 64 (S of 32 registers a thread, so that four consumers fit
 //   the register file), each with its own online softmax; the pair merges
-//   its maxima, sums and O through shared memory at the end. Four warps a
-//   scheduler instead of two hide the softmax's latency.
+//   its maxima, sums and O through shared memory at the end: four warps a
+//   scheduler instead of two, to hide the softmax's latency. Measured
+//   slower (cuda/NOTES.md, the key halves).
 #ifndef ATTN_KEY_HALVES
 #define ATTN_KEY_HALVES 0
 #endif
@@ -208,21 +209,25 @@ __device__ __forceinline__ void wgmma_n128_ss_first(float* d, unsigned long long
                  : "l"(da), "l"(db), "r"(0));
 }
 
-// D(64×64) (+)= A(64×16) · B(16×64), both from shared-memory descriptors
-// (K-major): a key half's scores (ATTN_KEY_HALVES, bf16).
-__device__ __forceinline__ void wgmma_n64_ss(float* d, unsigned long long da, unsigned long long db, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_REGS32 "%32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : WG_ACC32(WG_RW)
-                 : "l"(da), "l"(db), "r"(acc));
-}
-// Its first k-step: D is only written (see wgmma_n128_k_first).
-__device__ __forceinline__ void wgmma_n64_ss_first(float* d, unsigned long long da, unsigned long long db) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_REGS32 "%32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : WG_ACC32(WG_WO)
-                 : "l"(da), "l"(db), "r"(0));
-}
+// D(64×64) (+)= A · B, both from shared-memory descriptors (K-major), an
+// m64n64 wgmma of the given shape and operand modifiers; NAME_first, the
+// first k-step, only writes D (see wgmma_n128_k_first). A key half's
+// scores (ATTN_KEY_HALVES).
+#define WGMMA_SS_N64(NAME, SHAPE, MODS)                                                                              \
+    __device__ __forceinline__ void NAME(float* d, unsigned long long da, unsigned long long db, int acc) {           \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\nwgmma.mma_async.sync.aligned." SHAPE " " WG_REGS32   \
+                     "%32, %33, p, " MODS ";\n}\n"                                                                     \
+                     : WG_ACC32(WG_RW)                                                                                \
+                     : "l"(da), "l"(db), "r"(acc));                                                                   \
+    }                                                                                                                 \
+    __device__ __forceinline__ void NAME##_first(float* d, unsigned long long da, unsigned long long db) {            \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\nwgmma.mma_async.sync.aligned." SHAPE " " WG_REGS32   \
+                     "%32, %33, p, " MODS ";\n}\n"                                                                     \
+                     : WG_ACC32(WG_WO)                                                                                \
+                     : "l"(da), "l"(db), "r"(0));                                                                     \
+    }
+WGMMA_SS_N64(wgmma_n64_ss, "m64n64k16.f32.bf16.bf16", "1, 1, 0, 0")
+WGMMA_SS_N64(wgmma_f8_ss64, "m64n64k32.f32.e4m3.e4m3", "1, 1")
 
 // Shared-memory matrix descriptor, 64-byte swizzle: K-major rows of 64
 // bytes (an e4m3 head of 64), atoms of 8 rows 512 bytes apart.
@@ -244,22 +249,6 @@ __device__ __forceinline__ void wgmma_f8_ss_first(float* d, unsigned long long d
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " WG_REGS64 "%64, %65, p, 1, 1;\n}\n"
                  : WG_ACC64(WG_WO)
-                 : "l"(da), "l"(db), "r"(0));
-}
-
-// S(64×64) (+)= A(64×32) · B(32×64), e4m3, both from shared-memory
-// descriptors: a key half's scores (ATTN_KEY_HALVES).
-__device__ __forceinline__ void wgmma_f8_ss64(float* d, unsigned long long da, unsigned long long db, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " WG_REGS32 "%32, %33, p, 1, 1;\n}\n"
-                 : WG_ACC32(WG_RW)
-                 : "l"(da), "l"(db), "r"(acc));
-}
-// Its first k-step: D is only written (see wgmma_n128_k_first).
-__device__ __forceinline__ void wgmma_f8_ss64_first(float* d, unsigned long long da, unsigned long long db) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " WG_REGS32 "%32, %33, p, 1, 1;\n}\n"
-                 : WG_ACC32(WG_WO)
                  : "l"(da), "l"(db), "r"(0));
 }
 
