@@ -209,25 +209,28 @@ __device__ __forceinline__ void wgmma_n128_ss_first(float* d, unsigned long long
                  : "l"(da), "l"(db), "r"(0));
 }
 
-// D(64×64) (+)= A · B, both from shared-memory descriptors (K-major), an
-// m64n64 wgmma of the given shape and operand modifiers; NAME_first, the
-// first k-step, only writes D (see wgmma_n128_k_first). A key half's
-// scores (ATTN_KEY_HALVES).
-#define WGMMA_SS_N64(NAME, SHAPE, MODS)                                                                              \
-    __device__ __forceinline__ void NAME(float* d, unsigned long long da, unsigned long long db, int acc) {           \
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\nwgmma.mma_async.sync.aligned." SHAPE " " WG_REGS32   \
-                     "%32, %33, p, " MODS ";\n}\n"                                                                     \
-                     : WG_ACC32(WG_RW)                                                                                \
-                     : "l"(da), "l"(db), "r"(acc));                                                                   \
-    }                                                                                                                 \
-    __device__ __forceinline__ void NAME##_first(float* d, unsigned long long da, unsigned long long db) {            \
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\nwgmma.mma_async.sync.aligned." SHAPE " " WG_REGS32   \
-                     "%32, %33, p, " MODS ";\n}\n"                                                                     \
-                     : WG_ACC32(WG_WO)                                                                                \
-                     : "l"(da), "l"(db), "r"(0));                                                                     \
-    }
-WGMMA_SS_N64(wgmma_n64_ss, "m64n64k16.f32.bf16.bf16", "1, 1, 0, 0")
-WGMMA_SS_N64(wgmma_f8_ss64, "m64n64k32.f32.e4m3.e4m3", "1, 1")
+// D(64×64) (+)= A · B, both from shared-memory descriptors da, db
+// (K-major): an m64n64 wgmma of the given shape and operand modifiers,
+// its accumulators through constraint macro C, scale-d ACC. A key half's
+// scores (ATTN_KEY_HALVES); the _first forms, the first k-step, only write
+// D (see wgmma_n128_k_first).
+#define WGMMA_SS_N64(SHAPE, MODS, C, ACC)                                                                            \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\nwgmma.mma_async.sync.aligned." SHAPE " " WG_REGS32       \
+                 "%32, %33, p, " MODS ";\n}\n"                                                                         \
+                 : WG_ACC32(C)                                                                                        \
+                 : "l"(da), "l"(db), "r"(ACC))
+__device__ __forceinline__ void wgmma_n64_ss(float* d, unsigned long long da, unsigned long long db, int acc) {
+    WGMMA_SS_N64("m64n64k16.f32.bf16.bf16", "1, 1, 0, 0", WG_RW, acc);
+}
+__device__ __forceinline__ void wgmma_n64_ss_first(float* d, unsigned long long da, unsigned long long db) {
+    WGMMA_SS_N64("m64n64k16.f32.bf16.bf16", "1, 1, 0, 0", WG_WO, 0);
+}
+__device__ __forceinline__ void wgmma_f8_ss64(float* d, unsigned long long da, unsigned long long db, int acc) {
+    WGMMA_SS_N64("m64n64k32.f32.e4m3.e4m3", "1, 1", WG_RW, acc);
+}
+__device__ __forceinline__ void wgmma_f8_ss64_first(float* d, unsigned long long da, unsigned long long db) {
+    WGMMA_SS_N64("m64n64k32.f32.e4m3.e4m3", "1, 1", WG_WO, 0);
+}
 
 // Shared-memory matrix descriptor, 64-byte swizzle: K-major rows of 64
 // bytes (an e4m3 head of 64), atoms of 8 rows 512 bytes apart.
