@@ -359,8 +359,10 @@ func (g *gpu) Attention(q, k, v backend.Tensor, scale float32) backend.Tensor {
 // rounding them once costs a few microseconds, where the fp32-input kernel
 // rounded every tile in registers and could not copy it with cp.async. On
 // Hopper one batch (a frame's DINO or frame-block attention in a stream) goes
-// to the warpgroup paged kernel, its keys one page of nk rows; several (phase
-// 1) to the mma.sync kernel, which has a batch dimension.
+// to the warpgroup paged kernel, its keys one page of nk rows (with
+// Config.DenseTMA and at least a tile of keys, the TMA paged kernel, through
+// tensor maps of k and v as that page); several (phase 1) to the mma.sync
+// kernel, which has a batch dimension.
 func (g *gpu) denseBF(out, qt, kt, vt *Tensor, scale float32) error {
 	b, nq, h, d := qt.shape[0], qt.shape[1], qt.shape[2], qt.shape[3]
 	nk := kt.shape[1]
@@ -393,6 +395,25 @@ func (g *gpu) denseBF(out, qt, kt, vt *Tensor, scale float32) error {
 				return err
 			}
 			g.onePage = pt
+		}
+		if g.denseTMA && d == 64 && nk >= tma3Kernel.tk {
+			if g.denseMaps == nil {
+				m, err := newTensorMaps(2)
+				if err != nil {
+					return err
+				}
+				g.denseMaps = m
+			}
+			// A launch copies the maps (queued or not), so the next call
+			// may encode its own into the same memory.
+			for i, base := range []cu.DevicePtr{kb, vb} {
+				if err := g.denseMaps.encodeBF16Pages(i, base, h*d, nk, 1, d, tma3Kernel.tk); err != nil {
+					return err
+				}
+			}
+			return g.attend(g.hopperKernel(tma3Kernel), out, 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
+				return []any{qt.ptr(), g.denseMaps.at(0), g.denseMaps.at(1), g.onePage.ptr, nk, nq, nk, h, scale, o, pm, pl}
+			})
 		}
 		return g.attend(g.hopperKernel(wgKernel), out, 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
 			return []any{qt.ptr(), kb, vb, g.onePage.ptr, nk, nq, nk, h, scale, o, pm, pl}

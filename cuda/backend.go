@@ -52,6 +52,11 @@ type gpu struct {
 	// onePage is a device page table holding page 0: dense attention runs
 	// the Hopper paged kernel with its keys as one page (made on first use).
 	onePage *buffer
+	// denseTMA: Config.DenseTMA (tests change it between launches);
+	// denseMaps are the tensor maps of its k and v, encoded for each call
+	// (made on first use).
+	denseTMA  bool
+	denseMaps *tensorMaps
 	// foldCounts are the split counters of the kernels that merge their
 	// own splits (AttnSettings.FoldCombine), zero between launches (made
 	// on first use).
@@ -107,6 +112,7 @@ func New(cfg Config) (Backend, error) {
 	g.pagedSplits = cfg.PagedSplits
 	g.headBF16 = cfg.CameraHeadBF16 && cfg.Precision.bf16Trunk()
 	g.attn = cfg.Attn
+	g.denseTMA = cfg.DenseTMA
 	// Kernels wait for their predecessor (pdl_wait) only when compiled for
 	// sm_90 or later; for a lower target they must be launched serially.
 	g.launcher.pdl = t.cap.major >= 9 && pdlBuilt() && !cfg.SerialLaunch
@@ -205,6 +211,7 @@ func (g *gpu) Close() error {
 		g.stage.free()
 		g.up.free()
 		g.down.free()
+		g.denseMaps.free()
 		return serr
 	})
 	g.own.stop()

@@ -155,6 +155,27 @@ func BenchmarkFrameAttention(b *testing.B) {
 			g.Free(q)
 		})
 	}
+	// On Hopper: the TMA kernel (Config.DenseTMA) and P's integer rounding
+	// (AttnSettings.PInt), each alone and together.
+	g := fx.bf16.(*gpu)
+	if !g.kernels.hopper() {
+		return
+	}
+	for _, v := range []struct {
+		name      string
+		tma, pint bool
+	}{{"BF16_tma", true, false}, {"BF16_pint", false, true}, {"BF16_tma_pint", true, true}} {
+		b.Run(v.name, func(b *testing.B) {
+			g.denseTMA = v.tma
+			g.attn.PInt = v.pint
+			defer func() { g.denseTMA, g.attn = g.cfg.DenseTMA, g.cfg.Attn }()
+			p := pairs(b, 22)[1]
+			q := g.FromHost(p.randn(n*h*d, 1), 1, n, h, d)
+			timeAttention(b, g, q, q, 0.125)
+			b.ReportMetric(4*n*n*h*d*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+			g.Free(q)
+		})
+	}
 }
 
 // BenchmarkCameraAttention: the camera head's attention, one query over

@@ -166,6 +166,12 @@ type Config struct {
 	// after it, instead of before them on the one stream. The same
 	// kernels on the same values either way.
 	SideStream bool
+	// DenseTMA runs a frame's dense attention (the encoder's and the frame
+	// blocks', one image at a time, bf16 and head dim 64, on Hopper) on the
+	// TMA kernel of the paged attention with attn_warp_spec's producer
+	// warpgroup, its K and V read through tensor maps of the split's bf16
+	// buffers, instead of the warpgroup kernel that copies with cp.async.
+	DenseTMA bool
 	// LazyKernels compiles each kernel module when it is first used
 	// instead of in New. By default New compiles (in parallel, or reads from
 	// CacheDir) and loads every module a stream of this configuration runs,
@@ -274,6 +280,9 @@ type GraphStats struct {
 	// the host inside them, or a form made there of an older tensor (a
 	// weight's bf16 copy), ended on the host's side.
 	Branches, BranchesOnHost int64
+	// MapLaunches counts the queued kernel launches that take tensor maps
+	// (Config.DenseTMA's attention), which a segment carries like any other.
+	MapLaunches int64
 }
 
 // AttnSettings are the softmax levers of the Hopper attention kernels
@@ -325,6 +334,10 @@ type AttnSettings struct {
 	// results at the end: four consumers, each with half the score
 	// registers (ATTN_KEY_HALVES).
 	KeyHalves bool
+	// PInt rounds the bf16 kernels' P to bf16 with integer adds and a byte
+	// permute instead of the conversion instruction, which shares the
+	// exponentials' pipe on Hopper (ATTN_P_INT; FP8's P is unchanged).
+	PInt bool
 }
 
 // lever is a softmax lever that is on: its NVRTC define (without -D) and
@@ -347,6 +360,7 @@ func (a AttnSettings) on() []lever {
 		{a.ScoresAhead, lever{"ATTN_SCORES_AHEAD=1", "ahead"}},
 		{a.PingPong, lever{"ATTN_PINGPONG=1", "pingpong"}},
 		{a.KeyHalves, lever{"ATTN_KEY_HALVES=1", "halves"}},
+		{a.PInt, lever{"ATTN_P_INT=1", "pint"}},
 	} {
 		if b.on {
 			l = append(l, b.lever)

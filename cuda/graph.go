@@ -4,6 +4,7 @@ package cuda
 
 /*
 #include <stdlib.h>
+#include <string.h>
 #include <cuda.h>
 
 static int lbm_stream_create(CUstream *s) { return (int)cuStreamCreate(s, CU_STREAM_NON_BLOCKING); }
@@ -26,6 +27,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"math/bits"
 	"slices"
 	"strings"
 	"unsafe"
@@ -60,7 +62,8 @@ type batch struct {
 
 	items []queued
 	// arena holds the argument slots of the queued kernels (C memory: the
-	// driver reads them through pointers at capture or launch).
+	// driver reads them through pointers at capture or launch), and the
+	// copies of their tensor maps, 64-byte aligned like the maps themselves.
 	arena    *C.uint64_t
 	arenaCap int
 	arenaLen int
@@ -110,6 +113,7 @@ type queued struct {
 	shared       int
 	pdl          bool
 	arg0, nargs  int
+	maps         uint32         // the arguments that are tensor maps (batch.kernel)
 	plan         unsafe.Pointer // *C.lbm_plan (cublaslt.go)
 	gk           gemmKey
 	a, b, c, d   cu.DevicePtr
@@ -178,10 +182,16 @@ func (b *batch) direct(fn func() error) error {
 
 func (b *batch) slots(n int) (int, []uint64) {
 	if b.arenaLen+n > b.arenaCap {
-		c := max(2*b.arenaCap, b.arenaLen+n, 1024)
-		p := (*C.uint64_t)(C.realloc(unsafe.Pointer(b.arena), C.size_t(c*8)))
+		// A multiple of 8 slots from a 64-byte boundary, so that slot
+		// offsets that are multiples of 8 stay 64-byte aligned (tensor maps).
+		c := (max(2*b.arenaCap, b.arenaLen+n, 1024) + 7) &^ 7
+		p := (*C.uint64_t)(C.aligned_alloc(64, C.size_t(c*8)))
 		if p == nil {
 			panic("cuda: out of host memory for kernel arguments")
+		}
+		if b.arena != nil {
+			C.memcpy(unsafe.Pointer(p), unsafe.Pointer(b.arena), C.size_t(b.arenaLen*8))
+			C.free(unsafe.Pointer(b.arena))
 		}
 		b.arena, b.arenaCap = p, c
 	}
@@ -215,12 +225,43 @@ func (b *batch) restart() {
 	}
 }
 
-// kernel queues a launch (arguments encoded as launcher.launch does).
+// kernel queues a launch (arguments encoded as launcher.launch does). A
+// tensor map argument is copied into the arena, 64-byte aligned after the
+// launch's slots, and its slot holds the copy's offset (queued.maps marks
+// those slots): the map's bytes are part of the segment's key, and the
+// caller may reuse its map once this returns.
 func (b *batch) kernel(f kernelFunc, name string, grid, block [3]int, shared int, pdl bool, args []any) error {
-	at, s := b.slots(len(args))
-	if err := encodeArgs(name, s, args); err != nil {
+	var maps uint32
+	for i, a := range args {
+		if _, ok := a.(tensorMap); ok {
+			maps |= 1 << i
+		}
+	}
+	nmaps := bits.OnesCount32(maps)
+	extra := 0
+	if nmaps > 0 {
+		extra = 7 + nmaps*tensorMapBytes/8
+	}
+	at, s := b.slots(len(args) + extra)
+	if err := encodeArgs(name, s[:len(args)], args); err != nil {
 		b.arenaLen = at
 		return err
+	}
+	if nmaps > 0 {
+		off := (at + len(args) + 7) &^ 7
+		all := unsafe.Slice((*uint64)(unsafe.Pointer(b.arena)), b.arenaCap)
+		clear(all[at+len(args) : off]) // the padding is part of the key
+		for i, a := range args {
+			if t, ok := a.(tensorMap); ok {
+				copy(all[off:off+tensorMapBytes/8], unsafe.Slice((*uint64)(t.p), tensorMapBytes/8))
+				s[i] = uint64(off)
+				off += tensorMapBytes / 8
+			}
+		}
+		s = s[:off-at]
+		b.stats.MapLaunches++
+	} else {
+		s = s[:len(args)]
 	}
 	b.mark()
 	b.key = binary.LittleEndian.AppendUint64(b.key, uint64(uintptr(unsafe.Pointer(f.fn))))
@@ -235,7 +276,7 @@ func (b *batch) kernel(f kernelFunc, name string, grid, block [3]int, shared int
 	for _, v := range s {
 		b.key = binary.LittleEndian.AppendUint64(b.key, v)
 	}
-	return b.add(queued{kind: qKernel, name: name, fn: f.fn, grid: grid, block: block, shared: shared, pdl: pdl, arg0: at, nargs: len(args)},
+	return b.add(queued{kind: qKernel, name: name, fn: f.fn, grid: grid, block: block, shared: shared, pdl: pdl, arg0: at, nargs: len(args), maps: maps},
 		uint64(len(args)))
 }
 
@@ -356,7 +397,7 @@ func (b *batch) issue(stream C.CUstream) error {
 		var err error
 		switch q.kind {
 		case qKernel:
-			err = b.l.runSlots(q.fn, q.name, q.grid, q.block, q.shared, q.pdl, all[q.arg0:q.arg0+q.nargs], stream)
+			err = b.l.runSlots(q.fn, q.name, q.grid, q.block, q.shared, q.pdl, all[q.arg0:q.arg0+q.nargs], q.maps, all, stream)
 		case qGEMM:
 			err = b.lt.runQueued(q, stream)
 		case qCopy:

@@ -153,7 +153,7 @@ func (l *launcher) launch(f kernelFunc, name string, grid, block [3]int, shared 
 		}
 	}
 	if l.q != nil {
-		if l.q.collecting() && !hasTensorMap(args) {
+		if l.q.collecting() {
 			return l.q.kernel(f, name, grid, block, shared, l.pdl, args)
 		}
 		if err := l.q.flush(); err != nil {
@@ -191,11 +191,15 @@ func (l *launcher) run(f C.CUfunction, name string, grid, block [3]int, shared i
 }
 
 // runSlots launches f with its arguments in slots (C memory, one 8-byte
-// slot an argument) on stream.
-func (l *launcher) runSlots(f C.CUfunction, name string, grid, block [3]int, shared int, pdl bool, slots []uint64, stream C.CUstream) error {
+// slot an argument) on stream; the arguments that maps marks are tensor
+// maps whose slots hold the offset of their copy in arena (batch.kernel).
+func (l *launcher) runSlots(f C.CUfunction, name string, grid, block [3]int, shared int, pdl bool, slots []uint64, maps uint32, arena []uint64, stream C.CUstream) error {
 	params := unsafe.Slice((*uintptr)(unsafe.Pointer(l.params)), maxKernelArgs)
 	for i := range slots {
 		params[i] = uintptr(unsafe.Pointer(&slots[i]))
+		if maps&(1<<i) != 0 {
+			params[i] = uintptr(unsafe.Pointer(&arena[slots[i]]))
+		}
 	}
 	return l.run(f, name, grid, block, shared, pdl, stream)
 }
@@ -223,13 +227,4 @@ func encodeArgs(name string, slots []uint64, args []any) error {
 		}
 	}
 	return nil
-}
-
-func hasTensorMap(args []any) bool {
-	for _, a := range args {
-		if _, ok := a.(tensorMap); ok {
-			return true
-		}
-	}
-	return false
 }

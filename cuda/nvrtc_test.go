@@ -142,7 +142,8 @@ func TestKernelsCompile(t *testing.T) {
 // the stage releases' plain barrier arrival, the scores-ahead kernels'
 // barrier of one warpgroup, the consumers' register claim with a producer
 // warpgroup, the ping-pong's turn passed on a named barrier, the key
-// halves' meeting before their merge.
+// halves' meeting before their merge, the byte permute's selector of P's
+// integer rounding (0x7632).
 func attnMarks(a AttnSettings) map[string]struct {
 	text string
 	on   bool
@@ -162,6 +163,7 @@ func attnMarks(a AttnSettings) map[string]struct {
 		"warp_spec":       {"setmaxnreg.inc.sync.aligned.u32", a.WarpSpec != 0},
 		"pingpong":        {"bar.arrive turn", a.PingPong},
 		"key_halves":      {"bar.sync 5,", a.KeyHalves},
+		"p_int":           {", 30258;", a.PInt},
 	}
 }
 

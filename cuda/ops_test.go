@@ -284,6 +284,14 @@ func TestAttention(t *testing.T) {
 				eachAttnVariant(g, func(a AttnSettings) {
 					p.check(fmt.Sprintf("Attention %+v attn %v", c, a), p.gpu.Attention(gq, gk, gv, scale), want, tol)
 				})
+				// The TMA kernel for one image (Config.DenseTMA), with each
+				// lever.
+				g.denseTMA = true
+				p.check(fmt.Sprintf("Attention %+v dense_tma", c), p.gpu.Attention(gq, gk, gv, scale), want, tol)
+				eachAttnVariant(g, func(a AttnSettings) {
+					p.check(fmt.Sprintf("Attention %+v dense_tma attn %v", c, a), p.gpu.Attention(gq, gk, gv, scale), want, tol)
+				})
+				g.denseTMA = g.cfg.DenseTMA
 			}
 		}
 	}

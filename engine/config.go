@@ -188,6 +188,10 @@ type CUDAConfig struct {
 	// at the end (four consumers, each with half the score registers;
 	// measured slower; off).
 	AttnKeyHalves bool `mapstructure:"attn_key_halves"`
+	// AttnPInt rounds the bf16 attention kernels' probabilities to bf16
+	// with integer adds and a byte permute instead of the conversion
+	// instruction (round to nearest, ties away instead of to even).
+	AttnPInt bool `mapstructure:"attn_p_int"`
 	// Arch is the target the kernels are compiled for: "auto" (the GPU's
 	// own) or one of CUDAArches below the GPU's capability; below sm_90 the
 	// Hopper-only kernels are off and the portable ones run.
@@ -224,6 +228,10 @@ type CUDAConfig struct {
 	// SideStream runs the camera head on a second stream beside the dense
 	// heads (same kernels, same values).
 	SideStream bool `mapstructure:"side_stream"`
+	// DenseTMA runs the encoder's and frame blocks' attention on Hopper on
+	// the TMA attention kernel with a producer warpgroup instead of the
+	// cp.async one (same arithmetic).
+	DenseTMA bool `mapstructure:"dense_tma"`
 }
 
 // CUDAArches are the values of CUDAConfig.Arch, as the CUDA backend names

@@ -51,7 +51,7 @@ func TestShippedConfigEqualsDefaults(t *testing.T) {
 		}
 	}
 	// The cuda section is the CUDA backend's knobs under their agreed keys.
-	for _, k := range []string{"cuda.kernel_cache", "cuda.exact_attention", "cuda.profile", "cuda.gemm_tuning", "cuda.pdl", "cuda.paged_kernel", "cuda.paged_splits", "cuda.attn_exp_poly", "cuda.attn_lazy_rescale", "cuda.attn_fold_combine", "cuda.attn_free_run", "cuda.attn_scores_ahead", "cuda.attn_warp_spec", "cuda.attn_pingpong", "cuda.attn_key_halves"} {
+	for _, k := range []string{"cuda.kernel_cache", "cuda.exact_attention", "cuda.profile", "cuda.gemm_tuning", "cuda.pdl", "cuda.paged_kernel", "cuda.paged_splits", "cuda.attn_exp_poly", "cuda.attn_lazy_rescale", "cuda.attn_fold_combine", "cuda.attn_free_run", "cuda.attn_scores_ahead", "cuda.attn_warp_spec", "cuda.attn_pingpong", "cuda.attn_key_halves", "cuda.attn_p_int", "cuda.dense_tma"} {
 		if !slices.Contains(keys, k) {
 			t.Errorf("the schema lacks %s", k)
 		}

@@ -37,7 +37,7 @@ func cudaConfig(cfg engine.Config, log *slog.Logger) cuda.Config {
 	c.Graphs = k.Graphs
 	c.PagedKernel = k.PagedKernel
 	c.PagedSplits = k.PagedSplits
-	c.Attn = cuda.AttnSettings{ExpPoly: k.AttnExpPoly, LazyRescale: k.AttnLazyRescale, FoldCombine: k.AttnFoldCombine, FreeRun: k.AttnFreeRun, ScoresAhead: k.AttnScoresAhead, WarpSpec: k.AttnWarpSpec, PingPong: k.AttnPingPong, KeyHalves: k.AttnKeyHalves}
+	c.Attn = cuda.AttnSettings{ExpPoly: k.AttnExpPoly, LazyRescale: k.AttnLazyRescale, FoldCombine: k.AttnFoldCombine, FreeRun: k.AttnFreeRun, ScoresAhead: k.AttnScoresAhead, WarpSpec: k.AttnWarpSpec, PingPong: k.AttnPingPong, KeyHalves: k.AttnKeyHalves, PInt: k.AttnPInt}
 	c.Arch = k.Arch
 	c.FuseNorm = k.FuseNorm
 	c.LeanQKV = k.LeanQKV
@@ -49,6 +49,7 @@ func cudaConfig(cfg engine.Config, log *slog.Logger) cuda.Config {
 	c.QKVBF16 = k.QKVBF16
 	c.CameraHeadFuseNorm = k.CameraHeadFuseNorm
 	c.SideStream = k.SideStream
+	c.DenseTMA = k.DenseTMA
 	c.Window = cuda.Window{ScaleFrames: cfg.ScaleFrames, SlidingWindow: cfg.SlidingWindow, Headroom: cfg.CacheHeadroom,
 		MaxFrames: cfg.MaxFrames, SpecialPerFrame: kvcache.SpecialPerFrame, CameraIterations: cfg.CameraIterations,
 		ImageWidth: cfg.ImageWidth}

@@ -130,6 +130,14 @@
 #if ATTN_KEY_HALVES && (ATTN_WARP_SPEC != 2 || ATTN_PINGPONG || ATTN_LAZY_RESCALE)
 #error "ATTN_KEY_HALVES is built with ATTN_WARP_SPEC 2, without the ping-pong and the lazy rescale"
 #endif
+// ATTN_P_INT 1: the bf16 kernels round P to bf16 with two integer adds and
+//   a byte permute a pair (round to nearest, ties away from zero: P is
+//   finite and not negative) instead of the conversion instruction, which
+//   runs on the same narrow pipe as the exponentials on Hopper. FP8's P
+//   keeps its conversion.
+#ifndef ATTN_P_INT
+#define ATTN_P_INT 0
+#endif
 #define WSTAGES_WS_F8 8
 #define WSTAGES_WS_BF 6
 // Registers a thread of the producer and of a consumer warpgroup keep
@@ -311,6 +319,19 @@ __device__ __forceinline__ float ex2_poly(float x) {
     const float f = x - (r - 12582912.f);
     const float p = fmaf(fmaf(fmaf(0.0551716685f, f, 0.242611140f), f, 0.693260968f), f, 0.999928057f);
     return __int_as_float(__float_as_int(p) + (__float_as_int(r) << 23));
+}
+
+// Two probabilities to P's bf16 pair (lo in the low half): the conversion
+// instruction, or with ATTN_P_INT half a bf16 step added to each one's bits
+// and the high halves permuted together (P is finite and not negative, so
+// that rounds to nearest, ties away from zero, the carry going into the
+// exponent as it should).
+__device__ __forceinline__ unsigned pack_p(float lo, float hi) {
+#if ATTN_P_INT
+    return __byte_perm(__float_as_uint(lo) + 0x8000u, __float_as_uint(hi) + 0x8000u, 0x7632);
+#else
+    return pack_bf16(lo, hi);
+#endif
 }
 
 // (wg_pin of floats is in common.cuh.)
@@ -898,10 +919,10 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
         }
 #pragma unroll
         for (int kk = 0; kk < NS / 8; kk++) {
-            p[kk][0] = pack_bf16(s[8 * kk], s[8 * kk + 1]);
-            p[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
-            p[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
-            p[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+            p[kk][0] = pack_p(s[8 * kk], s[8 * kk + 1]);
+            p[kk][1] = pack_p(s[8 * kk + 2], s[8 * kk + 3]);
+            p[kk][2] = pack_p(s[8 * kk + 4], s[8 * kk + 5]);
+            p[kk][3] = pack_p(s[8 * kk + 6], s[8 * kk + 7]);
         }
     };
 
