@@ -162,9 +162,10 @@ func BenchmarkFrameAttention(b *testing.B) {
 		return
 	}
 	for _, v := range []struct {
-		name      string
-		tma, pint bool
-	}{{"BF16_tma", true, false}, {"BF16_pint", false, true}, {"BF16_tma_pint", true, true}} {
+		name string
+		tma  bool
+		pint int
+	}{{"BF16_tma", true, 0}, {"BF16_pint", false, 1}, {"BF16_tma_pint", true, 1}} {
 		b.Run(v.name, func(b *testing.B) {
 			g.denseTMA = v.tma
 			g.attn.PInt = v.pint

@@ -233,6 +233,9 @@ func (c Config) Validate() error {
 	if c.Attn.ExpPoly < 0 || c.Attn.ExpPoly > 2 {
 		return fmt.Errorf("cuda: attn_exp_poly %d: want 0 (off), 1 (a quarter of the exponentials as polynomials) or 2 (half)", c.Attn.ExpPoly)
 	}
+	if c.Attn.PInt < 0 || c.Attn.PInt > 2 {
+		return fmt.Errorf("cuda: attn_p_int %d: want 0 (off), 1 (bf16's P rounded with integers) or 2 (and FP8's)", c.Attn.PInt)
+	}
 	if c.Attn.FreeRun < 0 || c.Attn.FreeRun > 2 {
 		return fmt.Errorf("cuda: attn_free_run %d: want 0 (off), 1 (stages released on barriers) or 2 (and a fifth stage)", c.Attn.FreeRun)
 	}
@@ -334,10 +337,11 @@ type AttnSettings struct {
 	// results at the end: four consumers, each with half the score
 	// registers (ATTN_KEY_HALVES).
 	KeyHalves bool
-	// PInt rounds the bf16 kernels' P to bf16 with integer adds and a byte
-	// permute instead of the conversion instruction, which shares the
-	// exponentials' pipe on Hopper (ATTN_P_INT; FP8's P is unchanged).
-	PInt bool
+	// PInt rounds P with integer arithmetic instead of the conversion
+	// instructions, whose rate is low on Hopper (ATTN_P_INT): 1 the bf16
+	// kernels' P to bf16 (two adds and a byte permute a pair), 2 also the
+	// FP8 kernel's to e4m3 (a multiply, an add and a shift a value).
+	PInt int
 }
 
 // lever is a softmax lever that is on: its NVRTC define (without -D) and
@@ -360,7 +364,6 @@ func (a AttnSettings) on() []lever {
 		{a.ScoresAhead, lever{"ATTN_SCORES_AHEAD=1", "ahead"}},
 		{a.PingPong, lever{"ATTN_PINGPONG=1", "pingpong"}},
 		{a.KeyHalves, lever{"ATTN_KEY_HALVES=1", "halves"}},
-		{a.PInt, lever{"ATTN_P_INT=1", "pint"}},
 	} {
 		if b.on {
 			l = append(l, b.lever)
@@ -368,6 +371,9 @@ func (a AttnSettings) on() []lever {
 	}
 	if a.FreeRun != 0 {
 		l = append(l, lever{fmt.Sprintf("ATTN_FREE_RUN=%d", a.FreeRun), fmt.Sprintf("free%d", a.FreeRun)})
+	}
+	if a.PInt != 0 {
+		l = append(l, lever{fmt.Sprintf("ATTN_P_INT=%d", a.PInt), fmt.Sprintf("pint%d", a.PInt)})
 	}
 	if a.WarpSpec != 0 {
 		l = append(l, lever{fmt.Sprintf("ATTN_WARP_SPEC=%d", a.WarpSpec), fmt.Sprintf("ws%d", a.WarpSpec)})

@@ -81,6 +81,11 @@ func TestConfigValidate(t *testing.T) {
 		c.Attn = a
 		bad(c, "attn_warp_spec")
 	}
+	for _, a := range []AttnSettings{{PInt: -1}, {WarpSpec: 2, PInt: 3}} {
+		c = d
+		c.Attn = a
+		bad(c, "attn_p_int")
+	}
 	for _, a := range []AttnSettings{{PingPong: true}, {WarpSpec: 3, PingPong: true}} {
 		c = d
 		c.Attn = a
@@ -127,6 +132,6 @@ var attnVariants = []AttnSettings{
 	{ExpPoly: 1}, {ExpPoly: 2}, {LazyRescale: true}, {FoldCombine: true}, {FreeRun: 1}, {FreeRun: 2},
 	{ScoresAhead: true}, {ScoresAhead: true, LazyRescale: true},
 	{WarpSpec: 2}, {WarpSpec: 3}, {WarpSpec: 2, ExpPoly: 1}, {WarpSpec: 2, LazyRescale: true}, {WarpSpec: 2, PingPong: true},
-	{WarpSpec: 2, KeyHalves: true}, {WarpSpec: 2, KeyHalves: true, ExpPoly: 1}, {WarpSpec: 2, PInt: true},
+	{WarpSpec: 2, KeyHalves: true}, {WarpSpec: 2, KeyHalves: true, ExpPoly: 1}, {WarpSpec: 2, PInt: 1}, {WarpSpec: 2, PInt: 2},
 	{ExpPoly: 1, LazyRescale: true, FoldCombine: true, FreeRun: 2},
 }

@@ -143,7 +143,7 @@ func TestKernelsCompile(t *testing.T) {
 // barrier of one warpgroup, the consumers' register claim with a producer
 // warpgroup, the ping-pong's turn passed on a named barrier, the key
 // halves' meeting before their merge, the byte permute's selector of P's
-// integer rounding (0x7632).
+// integer rounding to bf16 (0x7632) and the 2^-120 of its rounding to e4m3.
 func attnMarks(a AttnSettings) map[string]struct {
 	text string
 	on   bool
@@ -163,7 +163,8 @@ func attnMarks(a AttnSettings) map[string]struct {
 		"warp_spec":       {"setmaxnreg.inc.sync.aligned.u32", a.WarpSpec != 0},
 		"pingpong":        {"bar.arrive turn", a.PingPong},
 		"key_halves":      {"bar.sync 5,", a.KeyHalves},
-		"p_int":           {", 30258;", a.PInt},
+		"p_int":           {", 30258;", a.PInt != 0},
+		"p_int_f8":        {"0f03800000", a.PInt == 2},
 	}
 }
 

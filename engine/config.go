@@ -188,10 +188,11 @@ type CUDAConfig struct {
 	// at the end (four consumers, each with half the score registers;
 	// measured slower; off).
 	AttnKeyHalves bool `mapstructure:"attn_key_halves"`
-	// AttnPInt rounds the bf16 attention kernels' probabilities to bf16
-	// with integer adds and a byte permute instead of the conversion
-	// instruction (round to nearest, ties away instead of to even).
-	AttnPInt bool `mapstructure:"attn_p_int"`
+	// AttnPInt rounds the Hopper attention kernels' probabilities with
+	// integer arithmetic instead of the conversion instructions (to
+	// nearest, ties away instead of to even): 0 off, 1 bf16's P, 2 bf16's
+	// and FP8's.
+	AttnPInt int `mapstructure:"attn_p_int"`
 	// Arch is the target the kernels are compiled for: "auto" (the GPU's
 	// own) or one of CUDAArches below the GPU's capability; below sm_90 the
 	// Hopper-only kernels are off and the portable ones run.
@@ -385,6 +386,9 @@ func (c Config) Validate() error {
 	}
 	if c.CUDA.AttnPingPong && c.CUDA.AttnWarpSpec != 2 {
 		bad("cuda.attn_pingpong", "takes turns between the two consumer warpgroups of attn_warp_spec 2, not %d", c.CUDA.AttnWarpSpec)
+	}
+	if p := c.CUDA.AttnPInt; p < 0 || p > 2 {
+		bad("cuda.attn_p_int", "must be 0 (off), 1 (bf16's probabilities) or 2 (bf16's and FP8's), not %d", p)
 	}
 	if c.CUDA.AttnKeyHalves && (c.CUDA.AttnWarpSpec != 2 || c.CUDA.AttnPingPong) {
 		bad("cuda.attn_key_halves", "splits the key tiles of attn_warp_spec 2's consumers (not %d), without attn_pingpong", c.CUDA.AttnWarpSpec)

@@ -240,6 +240,7 @@ func otherValue(t *testing.T, key string, v reflect.Value) (string, any) {
 		"cuda.attn_exp_poly":  {"2", 2},
 		"cuda.attn_free_run":  {"2", 2},
 		"cuda.attn_warp_spec": {"3", 3},
+		"cuda.attn_p_int":     {"2", 2},
 		"window_mode":         {"reference", "reference"},
 		"cloud_reliability":   {"best_effort", "best_effort"},
 		"ros2_gid_size":       {"24", 24},

@@ -50,8 +50,8 @@ func TestCUDAConfig(t *testing.T) {
 	if a := cudaConfig(cfg, nil).Attn; a != (cuda.AttnSettings{WarpSpec: 2, KeyHalves: true}) {
 		t.Fatalf("attn_key_halves: %+v", a)
 	}
-	cfg.CUDA = engine.CUDAConfig{AttnWarpSpec: 2, AttnPInt: true, DenseTMA: true}
-	if c := cudaConfig(cfg, nil); c.Attn != (cuda.AttnSettings{WarpSpec: 2, PInt: true}) || !c.DenseTMA {
+	cfg.CUDA = engine.CUDAConfig{AttnWarpSpec: 2, AttnPInt: 2, DenseTMA: true}
+	if c := cudaConfig(cfg, nil); c.Attn != (cuda.AttnSettings{WarpSpec: 2, PInt: 2}) || !c.DenseTMA {
 		t.Fatalf("attn_p_int, dense_tma: %+v, dense_tma %v", c.Attn, c.DenseTMA)
 	}
 }

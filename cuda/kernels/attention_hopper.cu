@@ -133,10 +133,14 @@
 // ATTN_P_INT 1: the bf16 kernels round P to bf16 with two integer adds and
 //   a byte permute a pair (round to nearest, ties away from zero: P is
 //   finite and not negative) instead of the conversion instruction, which
-//   runs on the same narrow pipe as the exponentials on Hopper. FP8's P
-//   keeps its conversion.
+//   may share the exponentials' pipe on Hopper (the conversions' rate is
+//   low there); 2: the FP8 kernel's P to e4m3 too, by a multiply, an add
+//   and a shift a value and byte permutes (pack_p8).
 #ifndef ATTN_P_INT
 #define ATTN_P_INT 0
+#endif
+#if ATTN_P_INT < 0 || ATTN_P_INT > 2
+#error "ATTN_P_INT is 0, 1 (bf16's P) or 2 (bf16's and FP8's)"
 #endif
 #define WSTAGES_WS_F8 8
 #define WSTAGES_WS_BF 6
@@ -331,6 +335,24 @@ __device__ __forceinline__ unsigned pack_p(float lo, float hi) {
     return __byte_perm(__float_as_uint(lo) + 0x8000u, __float_as_uint(hi) + 0x8000u, 0x7632);
 #else
     return pack_bf16(lo, hi);
+#endif
+}
+
+// Four probabilities, each in [0, 448], to e4m3 bytes (a in the low
+// byte): the conversion instructions, or with ATTN_P_INT 2 integer
+// rounding. p·2^-120 moves e4m3's exponent bias (7) onto float's (127) and
+// e4m3's subnormals (below 2^-6) onto float's (below 2^-126; __fmul_rn does
+// not flush them), so that the byte is bits 20…27 of the product, rounded
+// by adding half their unit first (to nearest, ties away from zero).
+__device__ __forceinline__ unsigned pack_p8(float a, float b, float c, float d) {
+#if ATTN_P_INT >= 2
+    const unsigned x = (__float_as_uint(__fmul_rn(a, 0x1p-120f)) + 0x80000u) >> 20;
+    const unsigned y = (__float_as_uint(__fmul_rn(b, 0x1p-120f)) + 0x80000u) >> 20;
+    const unsigned z = (__float_as_uint(__fmul_rn(c, 0x1p-120f)) + 0x80000u) >> 20;
+    const unsigned w = (__float_as_uint(__fmul_rn(d, 0x1p-120f)) + 0x80000u) >> 20;
+    return __byte_perm(__byte_perm(x, y, 0x0040), __byte_perm(z, w, 0x0040), 0x5410);
+#else
+    return f8_pack4(a, b, c, d);
 #endif
 }
 
@@ -910,10 +932,10 @@ __device__ __forceinline__ void wg_paged(const float* __restrict__ q, const bf16
 #pragma unroll
             for (int kk = 0; kk < NS / 16; kk++) {
                 const float* x = s + 16 * kk;
-                p[kk][0] = f8_pack4(x[0], x[1], x[4], x[5]);
-                p[kk][1] = f8_pack4(x[2], x[3], x[6], x[7]);
-                p[kk][2] = f8_pack4(x[8], x[9], x[12], x[13]);
-                p[kk][3] = f8_pack4(x[10], x[11], x[14], x[15]);
+                p[kk][0] = pack_p8(x[0], x[1], x[4], x[5]);
+                p[kk][1] = pack_p8(x[2], x[3], x[6], x[7]);
+                p[kk][2] = pack_p8(x[8], x[9], x[12], x[13]);
+                p[kk][3] = pack_p8(x[10], x[11], x[14], x[15]);
             }
             return;
         }

@@ -12,7 +12,8 @@
 #   TEST_RUN=regexp   go test -run filter (default: all tests); TEST_SKIP=regexp -skip
 #   SANITIZE_RUN=re   tests for the 'sanitize' stage (compute-sanitizer memcheck)
 #   NCU_KERNEL=name   kernel for the 'ncu' stage (default attn_fa2_paged_bf), profiled
-#   NCU_BENCH=re      inside this benchmark (default PagedAttention/fa2)
+#   NCU_BENCH=re      inside this benchmark (default PagedAttention/fa2); NCU_RAW=1 prints
+#                     every metric (--page raw) and sums up the pipes and stall reasons
 #   BENCH=regexp      go test -bench filter (default: all benchmarks)
 #   GOLDEN="dir..."   golden cases for 'verify' (default: every case in .gpu/golden)
 #   BENCH_FRAMES=n    streaming frames for benchcmd after 8 scale frames (default 22)
@@ -316,11 +317,18 @@ stage_ncu() { # Nsight Compute on one launch of NCU_KERNEL inside the NCU_BENCH 
   ncu=$(command -v ncu || ls "$cuda"/bin/ncu 2>/dev/null | head -1)
   [ -n "$ncu" ] || { say "no ncu on this machine"; return; }
   go test -c -tags cuda,cudadev -o /tmp/cuda.test ./cuda/ || { say "test binary does not build"; status=1; return; }
-  (cd cuda && timeout 300 "$ncu" --kernel-name "${NCU_KERNEL:-attn_fa2_paged_bf}" --launch-skip 1 --launch-count 1 \
+  local page=()
+  [ -n "${NCU_RAW:-}" ] && page=(--page raw)
+  (cd cuda && timeout "${NCU_TIMEOUT:-300}" "$ncu" --kernel-name "${NCU_KERNEL:-attn_fa2_paged_bf}" --launch-skip 1 --launch-count 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy --section WarpStateStats \
-    --section InstructionStats --section SchedulerStats --section LaunchStats \
+    --section InstructionStats --section SchedulerStats --section LaunchStats "${page[@]}" \
     /tmp/cuda.test -test.run '^$' -test.bench "${NCU_BENCH:-PagedAttention/fa2}" -test.benchtime 3x) >"$OUT/ncu.txt" 2>&1
-  grep -E 'Throughput|Pipe|Issue|Stall|Warp Cycles|Occupancy|Registers|Executed Ipc|Eligible|ERR|rror' "$OUT/ncu.txt" | head -60 | tee -a "$OUT/summary.txt"
+  if [ -n "${NCU_RAW:-}" ]; then # the pipes' utilization and the stall reasons, one metric a line
+    grep -E 'gpu__time_duration.sum|sm__inst_executed_pipe_[a-z0-9_]*.avg.pct_of_peak_sustained_active|sm__pipe_[a-z0-9_]*cycles_active.avg.pct_of_peak_sustained_active|issue_stalled_[a-z_]*_per_(issue|warp)_active.(ratio|pct)|sm__warps_eligible.avg.per_cycle_active|issue_active.avg.pct|ERR|rror' \
+      "$OUT/ncu.txt" | awk '{print $1, $(NF-1), $NF}' | head -80 | tee -a "$OUT/summary.txt"
+  else
+    grep -E 'Throughput|Pipe|Issue|Stall|Warp Cycles|Occupancy|Registers|Executed Ipc|Eligible|ERR|rror' "$OUT/ncu.txt" | head -60 | tee -a "$OUT/summary.txt"
+  fi
 }
 
 stage_wgcheck() { # the Hopper paged kernel alone, built by nvcc: layout probes, CPU check, time
