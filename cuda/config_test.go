@@ -132,6 +132,6 @@ var attnVariants = []AttnSettings{
 	{ExpPoly: 1}, {ExpPoly: 2}, {LazyRescale: true}, {FoldCombine: true}, {FreeRun: 1}, {FreeRun: 2},
 	{ScoresAhead: true}, {ScoresAhead: true, LazyRescale: true},
 	{WarpSpec: 2}, {WarpSpec: 3}, {WarpSpec: 2, ExpPoly: 1}, {WarpSpec: 2, LazyRescale: true}, {WarpSpec: 2, PingPong: true},
-	{WarpSpec: 2, KeyHalves: true}, {WarpSpec: 2, KeyHalves: true, ExpPoly: 1}, {WarpSpec: 2, PInt: 1}, {WarpSpec: 2, PInt: 2},
+	{WarpSpec: 2, KeyHalves: true}, {WarpSpec: 2, KeyHalves: true, ExpPoly: 1}, {WarpSpec: 2, PInt: 1}, {WarpSpec: 2, PInt: 2}, {WarpSpec: 2, PInt: 2, ExpPoly: 1},
 	{ExpPoly: 1, LazyRescale: true, FoldCombine: true, FreeRun: 2},
 }
