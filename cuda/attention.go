@@ -396,6 +396,7 @@ func (g *gpu) denseBF(out, qt, kt, vt *Tensor, scale float32) error {
 			}
 			g.onePage = pt
 		}
+		k, kArg, vArg := g.hopperKernel(wgKernel), any(kb), any(vb)
 		if g.denseTMA && d == 64 && nk >= tma3Kernel.tk {
 			if g.denseMaps == nil {
 				m, err := newTensorMaps(2)
@@ -411,12 +412,10 @@ func (g *gpu) denseBF(out, qt, kt, vt *Tensor, scale float32) error {
 					return err
 				}
 			}
-			return g.attend(g.hopperKernel(tma3Kernel), out, 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
-				return []any{qt.ptr(), g.denseMaps.at(0), g.denseMaps.at(1), g.onePage.ptr, nk, nq, nk, h, scale, o, pm, pl}
-			})
+			k, kArg, vArg = g.hopperKernel(tma3Kernel), g.denseMaps.at(0), g.denseMaps.at(1)
 		}
-		return g.attend(g.hopperKernel(wgKernel), out, 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
-			return []any{qt.ptr(), kb, vb, g.onePage.ptr, nk, nq, nk, h, scale, o, pm, pl}
+		return g.attend(k, out, 1, nq, h, d, nk, func(o, pm, pl cu.DevicePtr) []any {
+			return []any{qt.ptr(), kArg, vArg, g.onePage.ptr, nk, nq, nk, h, scale, o, pm, pl}
 		})
 	}
 	k := fa2Kernel("attn_fa2_dense_bf")

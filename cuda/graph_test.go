@@ -4,8 +4,6 @@ package cuda
 
 import (
 	"context"
-	"math"
-	"slices"
 	"testing"
 
 	"github.com/lingbotmap/lingbotmap/engine"
@@ -68,7 +66,7 @@ func TestGraphsMatchDirect(t *testing.T) {
 						x, y []float32
 					}{{"pose encoding", a.PoseEnc[:], b.PoseEnc[:]}, {"depth", a.Depth, b.Depth}, {"depth confidence", a.Conf, b.Conf},
 						{"points", a.Points, b.Points}} {
-						if !slices.EqualFunc(f.x, f.y, func(p, q float32) bool { return math.Float32bits(p) == math.Float32bits(q) }) {
+						if !equalBits(f.x, f.y) {
 							t.Fatalf("frame %d: %s differs with graphs (relative %.3g)", a.Seq, f.name, relDiff(f.x, f.y))
 						}
 					}

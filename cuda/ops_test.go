@@ -281,16 +281,17 @@ func TestAttention(t *testing.T) {
 					p.check(fmt.Sprintf("Attention %+v kernel %s", c, variant), p.gpu.Attention(gq, gk, gv, scale), want, tol)
 				}
 				g.pagedVariant = pagedFA
-				eachAttnVariant(g, func(a AttnSettings) {
-					p.check(fmt.Sprintf("Attention %+v attn %v", c, a), p.gpu.Attention(gq, gk, gv, scale), want, tol)
-				})
-				// The TMA kernel for one image (Config.DenseTMA), with each
-				// lever.
-				g.denseTMA = true
-				p.check(fmt.Sprintf("Attention %+v dense_tma", c), p.gpu.Attention(gq, gk, gv, scale), want, tol)
-				eachAttnVariant(g, func(a AttnSettings) {
-					p.check(fmt.Sprintf("Attention %+v dense_tma attn %v", c, a), p.gpu.Attention(gq, gk, gv, scale), want, tol)
-				})
+				// Each lever, on the cp.async kernel and on the TMA kernel
+				// for one image (Config.DenseTMA), which also runs alone.
+				for _, tma := range []bool{false, true} {
+					g.denseTMA = tma
+					if tma {
+						p.check(fmt.Sprintf("Attention %+v dense_tma", c), p.gpu.Attention(gq, gk, gv, scale), want, tol)
+					}
+					eachAttnVariant(g, func(a AttnSettings) {
+						p.check(fmt.Sprintf("Attention %+v dense_tma %v attn %v", c, tma, a), p.gpu.Attention(gq, gk, gv, scale), want, tol)
+					})
+				}
 				g.denseTMA = g.cfg.DenseTMA
 			}
 		}
