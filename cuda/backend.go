@@ -160,6 +160,9 @@ func (g *gpu) Kernels() string {
 	if g.kernels.hopper() && g.cfg.Attn != (AttnSettings{}) {
 		s += ", attention " + g.cfg.Attn.String()
 	}
+	if g.kernels.hopper() && g.cfg.DenseTMA {
+		s += ", dense attention on TMA"
+	}
 	return s
 }
 

@@ -281,6 +281,7 @@ func DefaultConfig() Config {
 			CameraHeadFuseNorm: true,
 			AsyncPageTable:     true,
 			SideStream:         true,
+			DenseTMA:           true,
 			AttnWarpSpec:       2,
 		},
 	}
