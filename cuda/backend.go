@@ -306,6 +306,10 @@ func (g *gpu) GraphStats() GraphStats {
 	return s
 }
 
+// GraphCaptures is GraphStats' Captures, the graphs recorded so far, read
+// without a turn of the owner thread.
+func (g *gpu) GraphCaptures() int64 { return g.batch.captured.Load() }
+
 // launch runs a kernel (owner thread); see launcher.launch for the
 // argument encoding.
 func (g *gpu) launch(module, name string, grid, block [3]int, shared int, args ...any) error {

@@ -207,6 +207,8 @@ type Backend interface {
 	backend.Trimmer
 	backend.MemoryReporter
 	backend.Profiler
+	// GraphCaptures counts the graphs recorded, for bench's host events.
+	backend.GraphRecorder
 	// GraphStats says how much of the work ran inside CUDA graphs.
 	GraphStats() GraphStats
 	// Kernels names the kernel family that runs and its NVRTC target, e.g.

@@ -30,6 +30,7 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 
 	"gorgonia.org/cu"
@@ -75,7 +76,10 @@ type batch struct {
 	seen   map[uint64]bool
 	graphs map[uint64]*segmentGraph
 	stats  GraphStats
-	warned bool
+	// captured mirrors stats.Captures for readers off the owner thread
+	// (bench reads it after every frame).
+	captured atomic.Int64
+	warned   bool
 	// last[shape] is the key of the last segment of that shape (its ops
 	// without their arguments) that had no graph, and changed counts, by
 	// op and word of the key, where a segment first differed from the
@@ -353,6 +357,7 @@ func (b *batch) flush() error {
 	b.graphs[h] = sg
 	delete(b.seen, h)
 	b.stats.Captures++
+	b.captured.Add(1)
 	return b.launch(sg)
 }
 

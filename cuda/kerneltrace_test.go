@@ -94,6 +94,19 @@ func TestKernelTraceAnalysis(t *testing.T) {
 			t.Errorf("a frame was left out of a whole record:\n%s", out)
 		}
 	})
+	// --gaps lists the longest gaps with their frames: the stall first (frame
+	// 60 is the 13th counted), then the host's turns between frames.
+	t.Run("longest gaps", func(t *testing.T) {
+		out, err := runKernelTrace(t, kernelTrace(t, 70, 60, 5_000_000, -1, ""), "--frames", "20", "--within", "30", "--label", "gaps", "--gaps", "3")
+		if err != nil {
+			t.Fatalf("kerneltrace.py: %v\n%s", err, out)
+		}
+		m := regexp.MustCompile(`(?m)^ +([0-9.]+) +(\d+)/20 +(.+?) → (.+)$`).FindAllStringSubmatch(out, -1)
+		if len(m) != 3 || m[0][1] != "5.000" || m[0][2] != "13" || m[0][3] != "layernorm_w1024" || m[0][4] != "attn_f8_paged" ||
+			m[1][1] != "0.702" || m[2][1] != "0.702" {
+			t.Errorf("longest gaps %q, want the 5 ms stall in frame 13 (layernorm_w1024 → attn_f8_paged), then two of 0.702 ms:\n%s", m, out)
+		}
+	})
 	// Frame 62 launches 10 paged kernels more (another kind of frame):
 	// frames 41–60 are counted, the last run of 20 regular ones.
 	t.Run("irregular", func(t *testing.T) {

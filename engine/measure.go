@@ -19,6 +19,7 @@ var (
 	_ Preparer               = (*stream)(nil)
 	_ backend.MemoryReporter = (*stream)(nil)
 	_ backend.Profiler       = (*stream)(nil)
+	_ backend.GraphRecorder  = (*stream)(nil)
 )
 
 // Alignments returns the similarity of every window so far (windowed mode):
@@ -54,6 +55,15 @@ func (s *stream) RestartProfile() {
 	if r, ok := s.be.(backend.Profiler); ok {
 		r.RestartProfile()
 	}
+}
+
+// GraphCaptures is the number of graphs the backend has recorded, or 0 when
+// it records none (the CPU backend).
+func (s *stream) GraphCaptures() int64 {
+	if r, ok := s.be.(backend.GraphRecorder); ok {
+		return r.GraphCaptures()
+	}
+	return 0
 }
 
 // MemoryUsage reports the backend's device memory (current, peak) in bytes,

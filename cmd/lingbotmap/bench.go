@@ -211,6 +211,7 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) (err error) {
 		}
 	}()
 	times := make([]float64, 0, o.frames)
+	events := newHostEvents(st)
 	results := 0 // the streaming frames' results so far
 	full := -1   // the first timed frame that ran with a full cache
 	for i := 0; i < o.frames; i++ {
@@ -221,6 +222,7 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) (err error) {
 			return err
 		}
 		times = append(times, time.Since(t).Seconds()*1e3)
+		events.frame()
 		// Count from the frame after the one that filled the window: every
 		// later frame attends to the whole window (the one that filled it may
 		// too, but the count does not depend on when eviction happens).
@@ -271,6 +273,7 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) (err error) {
 		}
 		med, p90 := medianP90(times[full:])
 		fmt.Fprintf(out, "steady state, full cache: median %.1f ms/frame, p90 %.1f ms/frame, %.2f FPS (%d frames)\n", med, p90, 1e3/med, len(times)-full)
+		fmt.Fprintln(out, events.summary(times, full))
 	}
 	s := st.Stats()
 	fmt.Fprintf(out, "KV cache: %d committed frames, %d scale + %d live pages, %d special tokens, %.1f MB reserved\n",

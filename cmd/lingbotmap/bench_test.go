@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"regexp"
+	"runtime/debug"
 	"strconv"
 	"testing"
 
@@ -80,5 +81,37 @@ func TestBenchOverlapFramesEverySchedule(t *testing.T) {
 		if !regexp.MustCompile(`(steady state|no frame ran with a full cache)`).MatchString(s) {
 			t.Errorf("windowed %v: no timing line:\n%s", windowed, s)
 		}
+	}
+}
+
+// bench charges each steady-state frame with the Go GC cycles that ended and
+// the graphs recorded during it: none with the collector off, some when it
+// runs at almost every allocation, and every frame counted once either way.
+func TestBenchHostEvents(t *testing.T) {
+	cfg := engine.DefaultConfig()
+	cfg.ModelSize, cfg.ScaleFrames, cfg.SlidingWindow, cfg.Threads, cfg.CacheHeadroom = "tiny", 3, 4, 2, 2
+	o := &benchOptions{cfg: cfg, width: 70, height: 42, frames: 10}
+	line := regexp.MustCompile(`host events in the steady state: (\d+) Go GC cycles ended, (\d+) graphs recorded; (\d+) frames with one(: median [0-9.]+ ms, max [0-9.]+ ms)?; (\d+) frames without`)
+	run := func(gcPercent int) (cycles, graphs, with, without int) {
+		t.Helper()
+		defer debug.SetGCPercent(debug.SetGCPercent(gcPercent))
+		var out bytes.Buffer
+		if err := runBench(context.Background(), o, &out); err != nil {
+			t.Fatal(err)
+		}
+		m := line.FindStringSubmatch(out.String())
+		if m == nil {
+			t.Fatalf("GOGC %d: no host events line:\n%s", gcPercent, out.String())
+		}
+		n := func(s string) int { v, _ := strconv.Atoi(s); return v }
+		return n(m[1]), n(m[2]), n(m[3]), n(m[5])
+	}
+	cycles, graphs, with, without := run(-1)
+	if cycles != 0 || graphs != 0 || with != 0 || without != 6 {
+		t.Errorf("collector off: %d cycles, %d graphs, %d frames with one, %d without; want 0, 0, 0, 6", cycles, graphs, with, without)
+	}
+	cycles, graphs, with, without = run(1)
+	if cycles == 0 || with == 0 || with > cycles || with+without != 6 || graphs != 0 {
+		t.Errorf("GOGC 1: %d cycles, %d graphs, %d frames with one, %d without; want cycles, at most one frame each, 6 frames, no graphs on the CPU", cycles, graphs, with, without)
 	}
 }

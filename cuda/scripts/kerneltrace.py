@@ -15,6 +15,7 @@ launched early by programmatic dependent launch count from their start);
 idle time is the rest.
 """
 import argparse
+import bisect
 import heapq
 import re
 import sys
@@ -79,6 +80,28 @@ def host_gaps(activities, t0, t1, least):
     return per
 
 
+def largest_gaps(activities, t0, t1, k):
+    """The k longest gaps inside [t0, t1) as (ns, start, before, after),
+    longest first: a rare host stall (a Go GC cycle, a graph being
+    recorded) shows here as a few long gaps where the per-kind sums only
+    show a small average."""
+    found = []
+    last_end, last_name = None, None
+    for s, e, name in activities:
+        if s >= t1:
+            break
+        if e <= t0:
+            continue
+        if last_end is not None and s > last_end and s > t0:
+            start = max(last_end, t0)
+            heapq.heappush(found, (s - start, start, last_name, family(name)))
+            if len(found) > k:
+                heapq.heappop(found)
+        if last_end is None or e > last_end:
+            last_end, last_name = e, family(name)
+    return sorted(found, reverse=True)
+
+
 def leading_time(activities, t0, t1):
     """Device time per kernel family inside [t0, t1), each instant given to the
     earliest-started activity still running: a kernel launched early by
@@ -124,7 +147,8 @@ def main():
     ap.add_argument("--top", type=int, default=16)
     ap.add_argument("--label", default="")
     ap.add_argument("--gaps", type=int, default=0,
-                    help="also list the gaps of 20 µs or more by what ends before them and what starts after (this many kinds)")
+                    help="also list the gaps of 20 µs or more by what ends before them and what starts after (this many kinds), "
+                         "and this many of the longest gaps with their frames")
     a = ap.parse_args()
 
     acts, paged, dropped, untimed = [], [], 0, 0
@@ -222,6 +246,13 @@ def main():
         print(f"  {'ends before the gap':34s} {'starts after it':34s} {'ms a frame':>10s} {'a frame':>7s}")
         for (before, after), (d, c) in sorted(hg.items(), key=lambda kv: -kv[1][0])[: a.gaps]:
             print(f"  {before[:34]:34s} {after[:34]:34s} {d / n / 1e6:10.3f} {c / n:7.2f}")
+        # Frame i (from 1) spans from its first paged launch to the next
+        # frame's.
+        starts = [groups[i][0] for i in range(end - n, end + 1)]
+        print(f"  the longest gaps: {'ms':>7s} {'frame':>7s}  ends before it → starts after it")
+        for d, s, before, after in largest_gaps(acts, t0, t1, a.gaps):
+            frame = bisect.bisect_right(starts, s)
+            print(f"  {'':17s}{d / 1e6:7.3f} {frame:3d}/{n:<3d}  {before} → {after}")
     return 0
 
 

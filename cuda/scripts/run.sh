@@ -296,7 +296,7 @@ stage_ktrace() { # idle device time and time per kernel, CUDA graphs on and off,
     LD_LIBRARY_PATH="$(dirname "$lib"):$LD_LIBRARY_PATH" CUDA_INJECTION64_PATH=/tmp/libktrace.so KTRACE_OUT=/tmp/ktrace-$name.txt \
       timeout 300 /tmp/lingbotmap bench --device cuda --frames "${KTRACE_FRAMES:-164}" --warmup 80 $args >"$OUT/ktrace-$name.log" 2>&1
     say "ktrace $name ($args): exit $?, $(grep -m1 -oE 'full cache.*' "$OUT/ktrace-$name.log")"
-    grep -E 'kerneltrace|rror' "$OUT/ktrace-$name.log" | head -5 | tee -a "$OUT/summary.txt"
+    grep -E 'kerneltrace|rror|host events' "$OUT/ktrace-$name.log" | head -6 | tee -a "$OUT/summary.txt"
     python3 cuda/scripts/kerneltrace.py "/tmp/ktrace-$name.txt" --frames "${KTRACE_N:-60}" --gaps "${KTRACE_GAPS:-10}" --label "$name" 2>&1 | tee -a "$OUT/summary.txt"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     if [ "${KTRACE_KEEP:-0}" = 1 ]; then xz -T0 -3 -f "/tmp/ktrace-$name.txt" && mv "/tmp/ktrace-$name.txt.xz" "$OUT/"; else rm -f "/tmp/ktrace-$name.txt"; fi

@@ -45,6 +45,15 @@ type MemoryParter interface {
 	MemoryParts() []MemoryPart
 }
 
+// GraphRecorder is a backend that records the work every frame repeats as
+// graphs it replays (the CUDA backend's CUDA graphs). Recording one takes
+// the host time during which the device may run dry, so bench counts them
+// frame by frame.
+type GraphRecorder interface {
+	// GraphCaptures is the number of graphs recorded so far.
+	GraphCaptures() int64
+}
+
 // Profiler is a backend that keeps a profile of its operations.
 type Profiler interface {
 	// RestartProfile drops what was measured so far, so that the report
