@@ -60,23 +60,32 @@ def union_length(activities, t0, t1):
     return total, gaps
 
 
-def host_gaps(activities, t0, t1, least):
-    """The gaps of at least `least` ns inside [t0, t1), by what ends before
-    them and what starts after: {(before, after): [ns, count]}. These are
-    the host's turns (a wait, a copy out and what the host does with it)."""
-    per = defaultdict(lambda: [0, 0])
+def idle_spans(activities, t0, t1):
+    """Every gap between the sorted activities inside [t0, t1), as (end of
+    the last activity, start of the next, the family that ends before it,
+    the one that starts after), the caller clips a gap to t0."""
     last_end, last_name = None, None
     for s, e, name in activities:
         if s >= t1:
             break
         if e <= t0:
             continue
-        if last_end is not None and s - last_end >= least and s > t0:
-            d = per[(last_name, family(name))]
-            d[0] += s - max(last_end, t0)
-            d[1] += 1
+        if last_end is not None and s > last_end and s > t0:
+            yield last_end, s, last_name, family(name)
         if last_end is None or e > last_end:
             last_end, last_name = e, family(name)
+
+
+def host_gaps(activities, t0, t1, least):
+    """The gaps of at least `least` ns inside [t0, t1), by what ends before
+    them and what starts after: {(before, after): [ns, count]}. These are
+    the host's turns (a wait, a copy out and what the host does with it)."""
+    per = defaultdict(lambda: [0, 0])
+    for last_end, s, before, after in idle_spans(activities, t0, t1):
+        if s - last_end >= least:
+            d = per[(before, after)]
+            d[0] += s - max(last_end, t0)
+            d[1] += 1
     return per
 
 
@@ -86,19 +95,11 @@ def largest_gaps(activities, t0, t1, k):
     recorded) shows here as a few long gaps where the per-kind sums only
     show a small average."""
     found = []
-    last_end, last_name = None, None
-    for s, e, name in activities:
-        if s >= t1:
-            break
-        if e <= t0:
-            continue
-        if last_end is not None and s > last_end and s > t0:
-            start = max(last_end, t0)
-            heapq.heappush(found, (s - start, start, last_name, family(name)))
-            if len(found) > k:
-                heapq.heappop(found)
-        if last_end is None or e > last_end:
-            last_end, last_name = e, family(name)
+    for last_end, s, before, after in idle_spans(activities, t0, t1):
+        start = max(last_end, t0)
+        heapq.heappush(found, (s - start, start, before, after))
+        if len(found) > k:
+            heapq.heappop(found)
     return sorted(found, reverse=True)
 
 
