@@ -306,9 +306,12 @@ func (g *gpu) GraphStats() GraphStats {
 	return s
 }
 
-// GraphCaptures is GraphStats' Captures, the graphs recorded so far, read
-// without a turn of the owner thread.
-func (g *gpu) GraphCaptures() int64 { return g.batch.captured.Load() }
+// HostWork counts the graphs recorded (GraphStats' Captures) and the pool's
+// cuMemAlloc and cuMemFree calls so far, read without a turn of the owner
+// thread.
+func (g *gpu) HostWork() backend.HostWork {
+	return backend.HostWork{GraphsRecorded: g.batch.captured.Load(), DeviceAllocs: g.pool.allocs.Load(), DeviceFrees: g.pool.frees.Load()}
+}
 
 // launch runs a kernel (owner thread); see launcher.launch for the
 // argument encoding.

@@ -207,8 +207,9 @@ type Backend interface {
 	backend.Trimmer
 	backend.MemoryReporter
 	backend.Profiler
-	// GraphCaptures counts the graphs recorded, for bench's host events.
-	backend.GraphRecorder
+	// HostWork counts graphs recorded and device allocations and frees,
+	// for bench's host events.
+	backend.HostWorkReporter
 	// GraphStats says how much of the work ran inside CUDA graphs.
 	GraphStats() GraphStats
 	// Kernels names the kernel family that runs and its NVRTC target, e.g.

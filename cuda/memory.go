@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"sync/atomic"
 	"unsafe"
 
 	"gorgonia.org/cu"
@@ -89,6 +90,9 @@ type pool struct {
 	peakReserved int64
 	limit        int64 // most bytes kept in free lists; 0: no limit
 	released     int64 // cached buffers given back to the driver (limit or sweep)
+	// allocs and frees count cuMemAlloc and cuMemFree calls for readers off
+	// the owner thread (bench's host events, after every frame).
+	allocs, frees atomic.Int64
 	// lastGet[size class] is when that class was last asked for (a count
 	// of gets): past the limit, the class unused for longest goes first.
 	lastGet map[int64]int64
@@ -167,6 +171,7 @@ func (p *pool) release(ptr cu.DevicePtr) bool {
 			return false
 		}
 	}
+	p.frees.Add(1)
 	return cu.MemFree(ptr) == nil
 }
 
@@ -235,10 +240,12 @@ func (p *pool) getAs(bytes int64, cat memCat) (*buffer, error) {
 		return &buffer{ptr: ptr, size: sz, cat: cat, live: true, gen: p.gen}, nil
 	}
 	ptr, err := cu.MemAlloc(sz)
+	p.allocs.Add(1)
 	if err != nil && p.cached > 0 {
 		// Give the cached buffers back to the driver and try once more.
 		p.trim()
 		ptr, err = cu.MemAlloc(sz)
+		p.allocs.Add(1)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("allocating %s on the GPU (%s in use by this backend): %w", human(sz), human(p.inUse), err)

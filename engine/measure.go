@@ -15,11 +15,11 @@ type Aligner interface {
 // What New's streams offer beyond Stream: the backend's measuring hooks
 // (bench) and the window alignments (verify).
 var (
-	_ Aligner                = (*stream)(nil)
-	_ Preparer               = (*stream)(nil)
-	_ backend.MemoryReporter = (*stream)(nil)
-	_ backend.Profiler       = (*stream)(nil)
-	_ backend.GraphRecorder  = (*stream)(nil)
+	_ Aligner                  = (*stream)(nil)
+	_ Preparer                 = (*stream)(nil)
+	_ backend.MemoryReporter   = (*stream)(nil)
+	_ backend.Profiler         = (*stream)(nil)
+	_ backend.HostWorkReporter = (*stream)(nil)
 )
 
 // Alignments returns the similarity of every window so far (windowed mode):
@@ -57,13 +57,13 @@ func (s *stream) RestartProfile() {
 	}
 }
 
-// GraphCaptures is the number of graphs the backend has recorded, or 0 when
-// it records none (the CPU backend).
-func (s *stream) GraphCaptures() int64 {
-	if r, ok := s.be.(backend.GraphRecorder); ok {
-		return r.GraphCaptures()
+// HostWork is the backend's count of its host work, or zeros where it keeps
+// none (the CPU backend).
+func (s *stream) HostWork() backend.HostWork {
+	if r, ok := s.be.(backend.HostWorkReporter); ok {
+		return r.HostWork()
 	}
-	return 0
+	return backend.HostWork{}
 }
 
 // MemoryUsage reports the backend's device memory (current, peak) in bytes,

@@ -45,13 +45,18 @@ type MemoryParter interface {
 	MemoryParts() []MemoryPart
 }
 
-// GraphRecorder is a backend that records the work every frame repeats as
-// graphs it replays (the CUDA backend's CUDA graphs). Recording one takes
-// the host time during which the device may run dry, so bench counts them
-// frame by frame.
-type GraphRecorder interface {
-	// GraphCaptures is the number of graphs recorded so far.
-	GraphCaptures() int64
+// HostWork counts, since the backend started, the host's work that can
+// leave the device with nothing queued: graphs recorded (the CUDA backend's
+// CUDA graphs), device allocations, and frees (a free waits until the device
+// is done with the memory).
+type HostWork struct {
+	GraphsRecorded, DeviceAllocs, DeviceFrees int64
+}
+
+// HostWorkReporter is a backend that counts its HostWork; bench charges it
+// to the frames it happened in.
+type HostWorkReporter interface {
+	HostWork() HostWork
 }
 
 // Profiler is a backend that keeps a profile of its operations.
