@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/lingbotmap/lingbotmap/node"
 )
@@ -282,16 +283,26 @@ func (t *Transport) Deliver(name string, msg any, err error) error {
 	return nil
 }
 
-// Call calls the service name as a client would.
+// callWait is how long Call waits for the service to be offered.
+const callWait = 5 * time.Second
+
+// Call calls the service name as a client would: like `ros2 service call`
+// or rospy's wait_for_service before a call, it first waits for the service
+// (a node offers its services a moment after it subscribes to its inputs),
+// up to callWait.
 func (t *Transport) Call(name string) (string, error) {
-	t.mu.Lock()
-	h, ok := t.services[name]
-	ctx := t.ctx
-	t.mu.Unlock()
-	if !ok {
-		return "", fmt.Errorf("nodetest: no service %s", name)
+	for deadline := time.Now().Add(callWait); ; time.Sleep(2 * time.Millisecond) {
+		t.mu.Lock()
+		h, ok := t.services[name]
+		ctx := t.ctx
+		t.mu.Unlock()
+		if ok {
+			return h(ctx)
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("nodetest: no service %s within %v", name, callWait)
+		}
 	}
-	return h(ctx)
 }
 
 // Messages are the messages written on name so far, oldest first.
