@@ -199,7 +199,7 @@ func (g *gpu) Close() error {
 	err := g.own.do(func() error {
 		if g.batch != nil {
 			g.log.Info("cuda graphs", "enabled", g.batch.enabled, "replayed", g.batch.stats.Replayed, "direct", g.batch.stats.Direct,
-				"graph_launches", g.batch.stats.Launches, "captures", g.batch.stats.Captures, "failures", g.batch.stats.Failures,
+				"graph_launches", g.batch.stats.Launches, "captures", g.batch.captured.Load(), "failures", g.batch.stats.Failures,
 				"changing", g.batch.mostChanged())
 		}
 		if g.br.branches > 0 {
@@ -310,7 +310,7 @@ func (g *gpu) GraphStats() GraphStats {
 // cuMemAlloc and cuMemFree calls so far, read without a turn of the owner
 // thread.
 func (g *gpu) HostWork() backend.HostWork {
-	return backend.HostWork{GraphsRecorded: g.batch.captured.Load(), DeviceAllocs: g.pool.allocs.Load(), DeviceFrees: g.pool.frees.Load()}
+	return backend.HostWork{GraphsRecorded: g.batch.captured.Load(), DeviceAllocs: g.pool.mallocs.Load(), DeviceFrees: g.pool.frees.Load()}
 }
 
 // launch runs a kernel (owner thread); see launcher.launch for the

@@ -76,8 +76,8 @@ type batch struct {
 	seen   map[uint64]bool
 	graphs map[uint64]*segmentGraph
 	stats  GraphStats
-	// captured mirrors stats.Captures for readers off the owner thread
-	// (bench reads it after every frame).
+	// captured is GraphStats.Captures (stats leaves it at zero), atomic
+	// for readers off the owner thread (bench reads it after every frame).
 	captured atomic.Int64
 	warned   bool
 	// last[shape] is the key of the last segment of that shape (its ops
@@ -340,7 +340,7 @@ func (b *batch) flush() error {
 			b.warned = true
 			b.log.Warn("cuda: recording a CUDA graph failed; its operations run one by one", "operations", n, "ops", b.names(), "err", err)
 		}
-		if b.stats.Failures >= 3 && b.stats.Captures == 0 {
+		if b.stats.Failures >= 3 && b.captured.Load() == 0 {
 			b.enabled = false
 			b.log.Warn("cuda: CUDA graphs are off for this backend: no capture succeeded")
 		}
@@ -356,7 +356,6 @@ func (b *batch) flush() error {
 	sg := &segmentGraph{exec: exec, key: bytes.Clone(b.key)}
 	b.graphs[h] = sg
 	delete(b.seen, h)
-	b.stats.Captures++
 	b.captured.Add(1)
 	return b.launch(sg)
 }
@@ -528,5 +527,6 @@ func (b *batch) close() error {
 func (b *batch) statsNow() GraphStats {
 	s := b.stats
 	s.Graphs = len(b.graphs)
+	s.Captures = b.captured.Load()
 	return s
 }

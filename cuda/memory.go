@@ -84,15 +84,15 @@ type pool struct {
 	cached       int64 // bytes held in free lists
 	inUse        int64
 	inUseBy      [numCats]int64
-	peak         int64 // largest inUse seen
-	mallocs      int64 // cuMemAlloc calls so far
-	reserved     int64 // bytes obtained from the driver (allocations and mapped KV pages)
+	peak         int64        // largest inUse seen
+	mallocs      atomic.Int64 // cuMemAlloc calls so far (read off the owner thread by HostWork)
+	reserved     int64        // bytes obtained from the driver (allocations and mapped KV pages)
 	peakReserved int64
 	limit        int64 // most bytes kept in free lists; 0: no limit
 	released     int64 // cached buffers given back to the driver (limit or sweep)
-	// allocs and frees count cuMemAlloc and cuMemFree calls for readers off
-	// the owner thread (bench's host events, after every frame).
-	allocs, frees atomic.Int64
+	// frees counts cuMemFree calls, for readers off the owner thread
+	// (bench's host events, after every frame).
+	frees atomic.Int64
 	// lastGet[size class] is when that class was last asked for (a count
 	// of gets): past the limit, the class unused for longest goes first.
 	lastGet map[int64]int64
@@ -240,17 +240,15 @@ func (p *pool) getAs(bytes int64, cat memCat) (*buffer, error) {
 		return &buffer{ptr: ptr, size: sz, cat: cat, live: true, gen: p.gen}, nil
 	}
 	ptr, err := cu.MemAlloc(sz)
-	p.allocs.Add(1)
 	if err != nil && p.cached > 0 {
 		// Give the cached buffers back to the driver and try once more.
 		p.trim()
 		ptr, err = cu.MemAlloc(sz)
-		p.allocs.Add(1)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("allocating %s on the GPU (%s in use by this backend): %w", human(sz), human(p.inUse), err)
 	}
-	p.mallocs++
+	p.mallocs.Add(1)
 	p.reserved += sz
 	p.peakReserved = max(p.peakReserved, p.reserved)
 	p.use(sz, cat)
@@ -803,7 +801,7 @@ func (g *gpu) MemStats() MemStats {
 	var s MemStats
 	_ = g.own.do(func() error {
 		p := &g.pool
-		s = MemStats{Mallocs: p.mallocs, Reserved: p.reserved, PeakReserved: p.peakReserved, InUse: p.inUse, Peak: p.peak, Cached: p.cached, Released: p.released,
+		s = MemStats{Mallocs: p.mallocs.Load(), Reserved: p.reserved, PeakReserved: p.peakReserved, InUse: p.inUse, Peak: p.peak, Cached: p.cached, Released: p.released,
 			Weights: p.inUseBy[catWeight], WeightsBF16: p.inUseBy[catWeightBF], KV: p.inUseBy[catKV], Activations: p.inUseBy[catOther]}
 		if free, total, err := memInfo(); err == nil {
 			s.DeviceUsed = total - free

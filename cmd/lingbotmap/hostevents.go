@@ -16,8 +16,8 @@ import (
 type hostEvents struct {
 	gcSample []metrics.Sample
 	work     backend.HostWorkReporter // nil: the stream does not count it
-	last     hostCount
-	frames   []hostCount
+	// readings[0] is taken at the start, readings[i+1] after frame i.
+	readings []hostCount
 }
 
 // hostCount is what a frame was charged with, or a running total.
@@ -45,7 +45,7 @@ func newHostEvents(st any) *hostEvents {
 	if r, ok := st.(backend.HostWorkReporter); ok {
 		h.work = r
 	}
-	h.last = h.read()
+	h.readings = []hostCount{h.read()}
 	return h
 }
 
@@ -61,26 +61,18 @@ func (h *hostEvents) read() hostCount {
 	return c
 }
 
-// frame records the events since the last call as the next frame's.
-func (h *hostEvents) frame() {
-	c := h.read()
-	h.frames = append(h.frames, c.minus(h.last))
-	h.last = c
-}
+// frame takes the reading after the next frame.
+func (h *hostEvents) frame() { h.readings = append(h.readings, h.read()) }
 
 // summary describes frames [from, len) against their times (ms): the events
 // in them, and the times of the frames with any against those without, so
 // that a slow frame can be told to be the host's.
 func (h *hostEvents) summary(times []float64, from int) string {
-	var sum hostCount
+	end := min(len(times), len(h.readings)-1)
+	sum := h.readings[end].minus(h.readings[from])
 	var with, without []float64
-	for i := from; i < len(times) && i < len(h.frames); i++ {
-		f := h.frames[i]
-		sum.gc += f.gc
-		sum.GraphsRecorded += f.GraphsRecorded
-		sum.DeviceAllocs += f.DeviceAllocs
-		sum.DeviceFrees += f.DeviceFrees
-		if f.any() {
+	for i := from; i < end; i++ {
+		if h.readings[i+1].minus(h.readings[i]).any() {
 			with = append(with, times[i])
 		} else {
 			without = append(without, times[i])
