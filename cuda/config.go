@@ -342,9 +342,10 @@ type AttnSettings struct {
 	// registers (ATTN_KEY_HALVES).
 	KeyHalves bool
 	// PInt rounds P with integer arithmetic instead of the conversion
-	// instructions, whose rate is low on Hopper (ATTN_P_INT): 1 the bf16
-	// kernels' P to bf16 (two adds and a byte permute a pair), 2 also the
-	// FP8 kernel's to e4m3 (a multiply, an add and a shift a value).
+	// instructions (ATTN_P_INT): 1 the bf16 kernels' P to bf16 (two adds
+	// and a byte permute a pair), 2 also the FP8 kernel's to e4m3 (a
+	// multiply, an add and a shift a value). Measured slower: the longer
+	// integer chains cost more than the conversions (cuda/README.md).
 	PInt int
 }
 

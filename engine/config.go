@@ -191,7 +191,7 @@ type CUDAConfig struct {
 	// AttnPInt rounds the Hopper attention kernels' probabilities with
 	// integer arithmetic instead of the conversion instructions (to
 	// nearest, ties away instead of to even): 0 off, 1 bf16's P, 2 bf16's
-	// and FP8's.
+	// and FP8's (measured slower; off).
 	AttnPInt int `mapstructure:"attn_p_int"`
 	// Arch is the target the kernels are compiled for: "auto" (the GPU's
 	// own) or one of CUDAArches below the GPU's capability; below sm_90 the
