@@ -78,9 +78,12 @@ func TestStartDownloadAhead(t *testing.T) {
 }
 
 // TestOverlapFramesMatchSerial: a golden stream with overlap_frames, with
-// cuda.async_page_table, and with both gives the results it gives with
-// neither, bit for bit, in fp32, bf16 and fp8 with graphs on; with
-// overlap_frames the held frames' copies went through the download slots.
+// cuda.async_page_table, with both, and with both and encode_beside_heads
+// gives the results it gives with none, bit for bit, in fp32, bf16 and fp8
+// with graphs on; with overlap_frames the held frames' copies went through
+// the download slots, and with encode_beside_heads the side stream ran as
+// many branches as without (the camera head's, the next frame's encoder
+// now in them) and ended no more of them on the host's side.
 func TestOverlapFramesMatchSerial(t *testing.T) {
 	for _, prec := range []string{"fp32", "bf16", "fp8"} {
 		for _, interval := range []int{1, 2} {
@@ -88,10 +91,11 @@ func TestOverlapFramesMatchSerial(t *testing.T) {
 				cfg := goldenEngineConfig(t, prec)
 				cfg.KeyframeInterval = interval
 				frames := goldenFramesTwice(t, "stream_kf1")
-				run := func(overlap, asyncTable bool) ([]engine.Result, bool) {
+				type sideStream struct{ branches, onHost int64 }
+				run := func(overlap, asyncTable, beside bool) ([]engine.Result, bool, sideStream) {
 					var g *gpu
 					c := cfg
-					c.OverlapFrames = overlap
+					c.OverlapFrames, c.EncodeBesideHeads = overlap, beside
 					set := func(c *Config) { c.FixedGEMMAlgo, c.AsyncPageTable = true, asyncTable }
 					st, err := engine.New(context.Background(), c, keptFactory(set, &g), nil)
 					if err != nil {
@@ -99,21 +103,26 @@ func TestOverlapFramesMatchSerial(t *testing.T) {
 					}
 					res := pushAll(t, st, frames, true)
 					slots := false
+					var side sideStream
 					_ = g.own.do(func() error {
 						slots = g.down.slot[0].p != nil
+						side = sideStream{g.br.branches, g.br.serial}
 						return nil
 					})
 					if err := st.Close(); err != nil {
 						t.Fatal(err)
 					}
-					return res, slots
+					return res, slots, side
 				}
-				want, _ := run(false, false)
-				for _, v := range []struct{ overlap, asyncTable bool }{{true, false}, {false, true}, {true, true}} {
-					name := fmt.Sprintf("overlap_frames %v, async_page_table %v", v.overlap, v.asyncTable)
-					got, slots := run(v.overlap, v.asyncTable)
+				want, _, plain := run(false, false, false)
+				for _, v := range []struct{ overlap, asyncTable, beside bool }{{true, false, false}, {false, true, false}, {true, true, false}, {true, true, true}} {
+					name := fmt.Sprintf("overlap_frames %v, async_page_table %v, encode_beside_heads %v", v.overlap, v.asyncTable, v.beside)
+					got, slots, side := run(v.overlap, v.asyncTable, v.beside)
 					if slots != v.overlap {
 						t.Fatalf("%s: download slots used %v", name, slots)
+					}
+					if v.beside && (side.branches != plain.branches || side.onHost > plain.onHost) {
+						t.Fatalf("%s: %d branches, %d of them ended on the host's side; without overlap %d and %d", name, side.branches, side.onHost, plain.branches, plain.onHost)
 					}
 					if len(got) != len(want) || len(got) != len(frames) {
 						t.Fatalf("%s: %d results, %d without, for %d frames", name, len(got), len(want), len(frames))

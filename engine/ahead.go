@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
+	"github.com/lingbotmap/lingbotmap/engine/model"
 )
 
 // Frames queued ahead (Config.OverlapFrames). Without them a frame's call
@@ -63,10 +64,18 @@ type pendingPoints struct {
 // runAhead queues st's call with its copies in flight and holds it; the
 // frames held before it, if any, are collected after: the one whose points
 // are in flight comes out, and the one whose copies are does too, or is
-// held for its points.
+// held for its points. With Config.EncodeBesideHeads the call is held
+// before its heads instead, and the next one runs them with its own
+// encoding beside (startBeside).
 func (s *stream) runAhead(ctx context.Context, st step) ([]Result, error) {
-	c, err := s.startCall(ctx, st, s.m, nil, false)
-	for err == nil && !c.pass.Queued() {
+	var c *call
+	var err error
+	if held := s.ahead; held != nil && held.pass.Paused() {
+		c, err = s.startBeside(ctx, st, held)
+	} else {
+		c, err = s.startCall(ctx, st, s.m, nil, false)
+	}
+	for err == nil && !c.pass.Queued() && !c.pass.Paused() {
 		var done bool
 		if done, err = c.pass.Step(); err == nil && done {
 			err = errors.New("engine: a call queued ahead completed without its copies in flight")
@@ -97,6 +106,24 @@ func (s *stream) runAhead(ctx context.Context, st step) ([]Result, error) {
 		return out, perr
 	}
 	return out, err
+}
+
+// startBeside starts st's call with its frame's DINO encoding queued beside
+// the heads of held, the frame held ahead and paused before them: the
+// encoder's upload, then held's camera head and the encoder as a branch,
+// then held's dense heads and copies (model.Pass.HeadsBeside). held's own
+// failure stays with held, for its collection; the error returned is st's.
+func (s *stream) startBeside(ctx context.Context, st step, held *call) (*call, error) {
+	enc, err := s.m.Encode(ctx, st.ins[0].pix, s.h, s.w)
+	if err != nil {
+		// held's heads still run, as the collection steps it
+		return nil, err
+	}
+	if err := held.pass.HeadsBeside(enc); err != nil && enc.Encoding() == nil {
+		return nil, fmt.Errorf("engine: encoding frame %d beside the heads of frame %d: %w", st.ins[0].seq, held.st.ins[0].seq, err)
+	}
+	s.beside++
+	return s.startCall(ctx, st, s.m, []*model.Encoding{enc.Encoding()}, false)
 }
 
 // startPoints queues the device points of the results of a frame collected
@@ -145,11 +172,29 @@ func (s *stream) collectPoints() ([]Result, error) {
 	return h.res, first
 }
 
+// queueHeads queues the heads and copies of c (nil: none) where it is held
+// before them (Config.EncodeBesideHeads) with nothing beside them: it is
+// then held as a call with its copies in flight is. A failure stays with
+// the pass, for its next step.
+func queueHeads(c *call) {
+	if c == nil || !c.pass.Paused() {
+		return
+	}
+	for !c.pass.Queued() {
+		if done, err := c.pass.Step(); done || err != nil {
+			return
+		}
+	}
+}
+
 // collect hands out every frame held ahead, with its device points.
 func (s *stream) collect() ([]Result, error) {
-	out, perr := s.collectPoints()
 	c := s.ahead
 	s.ahead = nil
+	// the held call's heads first: the device runs them while the host
+	// waits for the points in flight
+	queueHeads(c)
+	out, perr := s.collectPoints()
 	res, err := s.collectCall(c)
 	if err == nil {
 		err = s.makePoints(res)
@@ -166,6 +211,7 @@ func (s *stream) collectCall(c *call) ([]Result, error) {
 	if c == nil {
 		return nil, nil
 	}
+	queueHeads(c)
 	done, err := s.stepCall(c)
 	if err == nil && !done {
 		err = fmt.Errorf("engine: frame %d held ahead did not complete", c.st.ins[0].seq)

@@ -38,6 +38,16 @@ type asyncWait struct {
 	ts []backend.Tensor
 }
 
+// Branch and Merge make asyncLog a backend.Brancher that runs the branch
+// in line and logs where it began and ended.
+func (a *asyncLog) Branch(fn func()) {
+	a.log = append(a.log, "branch")
+	fn()
+	a.log = append(a.log, "end")
+}
+
+func (a *asyncLog) Merge() { a.log = append(a.log, "merge") }
+
 func (w asyncWait) Wait() [][]float32 {
 	w.a.log = append(w.a.log, fmt.Sprintf("wait %d", w.id))
 	return backend.Download(w.a.Backend, w.ts...)
@@ -81,18 +91,23 @@ const (
 
 // traced runs frames through a stream of cfg (with the backend async
 // wraps when async) and returns the results, the number each Push gave,
-// the trace's events (Stats included) and the backend's log. With device
-// points it checks that every map kept for them was freed by the end.
-func traced(t *testing.T, cfg Config, frames []Frame, points pointsMode) (res []Result, counts []int, events []string, log []string) {
+// the trace's events (Stats included), the backend's log (with "call" where
+// the trace saw a call queued) and how many frames were encoded beside the
+// heads of the frame before. With device points it checks that every map
+// kept for them was freed by the end.
+func traced(t *testing.T, cfg Config, frames []Frame, points pointsMode) (res []Result, counts []int, events []string, log []string, beside int) {
 	t.Helper()
+	var a *asyncLog
 	// a frame held ahead gets its device points (and is counted in
 	// PointsOnDevice) when it comes out, later than without overlap: the
 	// count is compared once all came out, at the end
 	cfg.Trace = func(ev TraceEvent) {
 		ev.Stats.PointsOnDevice = 0
 		events = append(events, fmt.Sprintf("%+v", ev))
+		if ev.Event == "call" {
+			a.log = append(a.log, "call")
+		}
 	}
-	var a *asyncLog
 	var hu *hostUnprojector
 	st, err := New(context.Background(), cfg, func(c Config) (backend.Backend, error) {
 		a = &asyncLog{Backend: cpu.New(cpu.Config{Threads: c.Threads})}
@@ -132,7 +147,7 @@ func traced(t *testing.T, cfg Config, frames []Frame, points pointsMode) (res []
 	if len(hu.live) != 0 {
 		t.Fatalf("%d maps handed out for points are still held after the Flush", len(hu.live))
 	}
-	return res, counts, events, a.log
+	return res, counts, events, a.log, st.(*stream).beside
 }
 
 // asyncPoints makes device points (on the host) on an asyncLog backend.
@@ -192,6 +207,7 @@ func TestOverlapFramesEqualsSerial(t *testing.T) {
 		cfg     func(*Config)
 		points  pointsMode
 		overlap bool // streaming frames are held ahead
+		beside  bool // encode_beside_heads too
 	}{
 		{name: "streaming, every frame a keyframe", cfg: func(*Config) {}, overlap: true},
 		{name: "streaming, interval 2", cfg: func(c *Config) { c.KeyframeInterval = 2 }, overlap: true},
@@ -204,14 +220,19 @@ func TestOverlapFramesEqualsSerial(t *testing.T) {
 		{name: "queued device points for every frame", cfg: func(*Config) {}, points: asyncAll, overlap: true},
 		{name: "queued device points, flow keyframes", cfg: func(c *Config) { c.FlowThreshold = 0.5 }, points: asyncAll},
 		{name: "queued device points, live windows", cfg: func(c *Config) { c.Windowed, c.WindowMode = true, WindowLive }, points: asyncAll},
+		{name: "encoder beside the heads", cfg: func(*Config) {}, overlap: true, beside: true},
+		{name: "encoder beside the heads, interval 2, fp8 cache", cfg: func(c *Config) { c.KeyframeInterval, c.Precision = 2, "fp8" }, overlap: true, beside: true},
+		{name: "encoder beside the heads, queued device points", cfg: func(*Config) {}, points: asyncAll, overlap: true, beside: true},
+		{name: "encoder beside the heads, flow keyframes", cfg: func(c *Config) { c.FlowThreshold = 0.5 }, beside: true},
+		{name: "encoder beside the heads, live windows", cfg: func(c *Config) { c.Windowed, c.WindowMode = true, WindowLive }, beside: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := goldenConfig(t)
 			tc.cfg(&cfg)
-			want, wantCounts, wantEvents, _ := traced(t, cfg, frames, tc.points)
-			cfg.OverlapFrames = true
-			got, counts, events, log := traced(t, cfg, frames, tc.points)
+			want, wantCounts, wantEvents, _, _ := traced(t, cfg, frames, tc.points)
+			cfg.OverlapFrames, cfg.EncodeBesideHeads = true, tc.beside
+			got, counts, events, log, beside := traced(t, cfg, frames, tc.points)
 			if len(got) != len(frames) || len(want) != len(frames) {
 				t.Fatalf("%d results with overlap, %d without, for %d frames", len(got), len(want), len(frames))
 			}
@@ -230,10 +251,13 @@ func TestOverlapFramesEqualsSerial(t *testing.T) {
 				}
 			}
 			if !tc.overlap {
-				if held > 0 || slices.ContainsFunc(log, func(s string) bool { return strings.HasPrefix(s, "start") }) {
-					t.Fatalf("results per Push %v, want %v as without overlap; copies queued ahead: %v", counts, wantCounts, log)
+				if held > 0 || beside > 0 || slices.ContainsFunc(log, func(s string) bool { return strings.HasPrefix(s, "start") }) {
+					t.Fatalf("results per Push %v, want %v as without overlap; %d frames encoded beside heads; copies queued ahead: %v", counts, wantCounts, beside, log)
 				}
 				return
+			}
+			if tc.beside != (beside > 0) {
+				t.Fatalf("%d frames encoded beside the heads of the frame before", beside)
 			}
 			if held == 0 {
 				t.Fatalf("results per Push %v, the same as without overlap: no frame was held", counts)
@@ -250,7 +274,9 @@ func TestOverlapFramesEqualsSerial(t *testing.T) {
 				pos += n
 			}
 			// frame k's wait follows frame k+1's start wherever both
-			// were held ahead
+			// were held ahead; with the encoder beside the heads, frame
+			// k+1's call is queued before its heads, that is after frame
+			// k's start and before its wait
 			at := map[string]int{}
 			for i, s := range log {
 				at[s] = i
@@ -261,12 +287,16 @@ func TestOverlapFramesEqualsSerial(t *testing.T) {
 				if !ok {
 					break
 				}
-				if next, ok := at[fmt.Sprintf("start %d", k+1)]; ok && next < w {
+				next, ok := at[fmt.Sprintf("start %d", k+1)]
+				if tc.beside {
+					next, ok = at[fmt.Sprintf("start %d", k)], slices.Contains(log[at[fmt.Sprintf("start %d", k)]:w], "call")
+				}
+				if ok && next < w {
 					ahead++
 				}
 			}
-			if ahead == 0 {
-				t.Fatalf("no frame's copies were waited for after the next frame's were queued: %v", log)
+			if ahead == 0 || (tc.beside && ahead < beside) {
+				t.Fatalf("%d frames' copies were waited for after the next frame's call was queued (%d frames encoded beside heads): %v", ahead, beside, log)
 			}
 			// queued points: each is waited for after another frame's
 			// copies were queued behind them (but at the Flush), the

@@ -25,7 +25,8 @@ type call struct {
 func (s *stream) startCall(ctx context.Context, st step, m *model.Model, encs []*model.Encoding, bg bool) (*call, error) {
 	c := &call{st: st, m: m, bg: bg}
 	// a warm-up's heads frame by frame: its steps are slices of a frame
-	ms := model.Step{FrameHeads: bg, SkipAppend: st.kind == NonKeyframe, DeferFetch: !bg && s.overlaps(st)}
+	ahead := !bg && s.overlaps(st)
+	ms := model.Step{FrameHeads: bg, SkipAppend: st.kind == NonKeyframe, DeferFetch: ahead, PauseAtHeads: ahead && s.cfg.EncodeBesideHeads}
 	ms.KeepDepth = s.keepDepth(st.w, st.kind, bg)
 	var p *model.Pass
 	var err error

@@ -88,6 +88,15 @@ type Config struct {
 	// queues them (backend.AsyncUnprojector), and otherwise not held.
 	// Other frames wait for the ones held first. The results are the same.
 	OverlapFrames bool `mapstructure:"overlap_frames"`
+	// EncodeBesideHeads, with OverlapFrames, also holds a frame's heads
+	// back until the next frame comes (or the held frame is drained), and
+	// queues the next frame's DINO encoder beside them with the camera head
+	// (model.Pass.HeadsBeside): on a backend with a second stream
+	// (backend.Brancher) the encoder's blocks fill what the heads' kernels
+	// leave of the GPU. The same values in the same order; a frame held
+	// ahead has its heads still to run when the host waits for the frame
+	// before it.
+	EncodeBesideHeads bool `mapstructure:"encode_beside_heads"`
 
 	// CUDA tunes the CUDA backend; the CPU backend ignores it.
 	CUDA CUDAConfig `mapstructure:"cuda"`

@@ -41,6 +41,7 @@ type stream struct {
 	prePool  sync.Pool // of *preprocess.Preprocessor, for Prepare
 	framesIn int64
 	closed   bool
+	beside   int // frames encoded beside the heads of the frame before (startBeside)
 
 	// live windows (warmup.go): the next window warming up, the model state
 	// it takes when none is (a fork of the first), the last Push's

@@ -34,13 +34,13 @@ func runSettings() []string {
 func benchSettings() []string {
 	return append([]string{"weights", "model_size", "seed", "device", "threads", "precision", "selected_layers",
 		"scale_frames", "sliding_window", "max_frames", "cache_headroom", "camera_iterations",
-		"image_width", "keyframe_interval", "windowed", "window_size", "overlap_size", "overlap_frames"}, cudaSettings()...)
+		"image_width", "keyframe_interval", "windowed", "window_size", "overlap_size", "overlap_frames", "encode_beside_heads"}, cudaSettings()...)
 }
 
 // verifySettings are the settings of `lingbotmap verify`: the backend and the
 // weights; the golden case's manifest sets the model and its schedule.
 func verifySettings() []string {
-	return append([]string{"weights", "device", "threads", "precision", "overlap_frames"}, cudaSettings()...)
+	return append([]string{"weights", "device", "threads", "precision", "overlap_frames", "encode_beside_heads"}, cudaSettings()...)
 }
 
 // cudaSettings are the keys of the cuda section.

@@ -57,7 +57,7 @@ func settingsCommands() []settingsCommand {
 		}},
 		{name: "verify", keys: verifySettings(), args: []string{"case"}, build: func(got *map[string]any) *cobra.Command {
 			return newVerifyCmdWith(func(_ context.Context, o *verifyOptions, _ io.Writer) error {
-				e := engine.Config{Weights: o.weights, Device: o.device, Precision: o.precision, Threads: o.threads, CUDA: o.cuda, OverlapFrames: o.overlap}
+				e := engine.Config{Weights: o.weights, Device: o.device, Precision: o.precision, Threads: o.threads, CUDA: o.cuda, OverlapFrames: o.overlap, EncodeBesideHeads: o.beside}
 				*got = config.Values(&e)
 				maps.DeleteFunc(*got, func(k string, _ any) bool { return !slices.Contains(verifySettings(), k) })
 				return nil

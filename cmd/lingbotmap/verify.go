@@ -36,6 +36,7 @@ type verifyOptions struct {
 	threads   int
 	cuda      engine.CUDAConfig
 	overlap   bool // overlap_frames: the same results, checked the same way
+	beside    bool // encode_beside_heads: the same again
 	rtol      float64
 	jsonOut   string
 	images    string
@@ -75,7 +76,8 @@ from the built-in defaults, the --config file, LINGBOTMAP_* environment
 variables and the flags; precision defaults to fp32 here, the precision of the
 golden outputs. The golden case's manifest sets the model and its schedule;
 overlap_frames (streaming cases) checks the results the engine gives with
-the next frame queued ahead, which are the same.`,
+the next frame queued ahead, which are the same, and encode_beside_heads
+with it those given with the next frame's encoder beside the heads.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if bindErr != nil {
@@ -88,7 +90,7 @@ the next frame queued ahead, which are the same.`,
 			}
 			e := all.Engine
 			o.weights, o.device, o.precision, o.threads, o.cuda = e.Weights, e.Device, e.Precision, e.Threads, e.CUDA
-			o.overlap = e.OverlapFrames
+			o.overlap, o.beside = e.OverlapFrames, e.EncodeBesideHeads
 			return runF(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
@@ -198,7 +200,7 @@ func runVerify(ctx context.Context, o *verifyOptions, out io.Writer) error {
 	}
 	cfg.Device, cfg.Precision, cfg.Threads = o.device, o.precision, o.threads
 	cfg.CUDA = o.cuda
-	cfg.OverlapFrames = o.overlap
+	cfg.OverlapFrames, cfg.EncodeBesideHeads = o.overlap, o.beside
 	pose, depth := o.rtol, o.rtol
 	if pose == 0 {
 		pose, depth = 1e-4, 1e-4

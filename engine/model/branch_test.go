@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
@@ -37,6 +38,15 @@ func (b *branchProbe) Attention(q, k, v backend.Tensor, scale float32) backend.T
 		b.events = append(b.events, "attn")
 	}
 	return b.Backend.Attention(q, k, v, scale)
+}
+
+func (b *branchProbe) FromHost(data []float32, shape ...int) backend.Tensor {
+	if b.inBranch {
+		b.events = append(b.events, "upload in branch")
+	} else {
+		b.events = append(b.events, "upload")
+	}
+	return b.Backend.FromHost(data, shape...)
 }
 
 func (b *branchProbe) ToHost(t backend.Tensor) []float32 {
@@ -113,4 +123,120 @@ func flat(p [][poseDim]float32) []float32 {
 		out = append(out, r[:]...)
 	}
 	return out
+}
+
+// TestHeadsBesideRunsTheEncoderInTheBranch: a pass paused before its heads
+// (Step.PauseAtHeads) reports Paused, with its camera head's frame counted
+// already; HeadsBeside uploads the next frame's image outside the branch,
+// runs the camera head and every DINO block of the next frame inside it
+// and the dense heads after it, with a merge before any copy to the host;
+// both frames' outputs, the paused one's and the one begun from the
+// encoding (BeginEncoded), are those of the plain CPU backend's calls.
+func TestHeadsBesideRunsTheEncoderInTheBranch(t *testing.T) {
+	gc := loadCase(t, "stream_kf1")
+	ctx := context.Background()
+	plain := loadTiny(t, gc.m, false)
+	probe := &branchProbe{Backend: cpu.New(cpu.Config{})}
+	m, err := Load(probe, goldentest.Open(t, "weights.safetensors"), Options{
+		ScaleFrames:      gc.m.Config.ScaleFrames,
+		SlidingWindow:    gc.m.Config.SlidingWindow,
+		MaxFrames:        gc.m.Config.MaxFrameNum,
+		CameraIterations: gc.m.Config.CameraIterations,
+		SelectedLayers:   gc.m.Config.SelectedIdx,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var want []*Output
+	for _, imgs := range [][][]float32{gc.images[:3], gc.images[3:4], gc.images[4:5], gc.images[5:6]} {
+		out, err := plain.Forward(ctx, imgs, gc.h, gc.w, Step{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, out)
+	}
+	if _, err := m.Forward(ctx, gc.images[:3], gc.h, gc.w, Step{}); err != nil {
+		t.Fatal(err)
+	}
+	same := func(what string, got, want *Output) {
+		t.Helper()
+		if !slices.Equal(flat(got.PoseEnc), flat(want.PoseEnc)) || !slices.Equal(got.Depth[0], want.Depth[0]) || !slices.Equal(got.DepthConf[0], want.DepthConf[0]) {
+			t.Errorf("%s: outputs differ from the plain CPU backend's", what)
+		}
+	}
+	// frame 3 pauses; frame 4 is encoded beside its heads, pauses in turn,
+	// and frame 5 is encoded beside those
+	p, err := m.Begin(ctx, gc.images[3:4], gc.h, gc.w, Step{PauseAtHeads: true, DeferFetch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f := 3; f <= 4; f++ {
+		for !p.Paused() {
+			if done, err := p.Step(); err != nil || done {
+				t.Fatalf("frame %d: done %v, err %v before the pause", f, done, err)
+			}
+		}
+		if got, want := m.CameraFrames(), f+1; got != want {
+			t.Errorf("frame %d paused: %d camera frames, want %d (counted as if its heads had run)", f, got, want)
+		}
+		enc, err := m.Encode(ctx, gc.images[f+1], gc.h, gc.w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		probe.events = probe.events[:0]
+		if err := p.HeadsBeside(enc); err != nil {
+			t.Fatal(err)
+		}
+		if !p.Queued() || enc.Encoding() == nil {
+			t.Fatalf("frame %d: queued %v, encoding %v after HeadsBeside", f, p.Queued(), enc.Encoding() != nil)
+		}
+		ev := probe.events
+		what := fmt.Sprintf("frame %d (%v)", f, ev)
+		b := slices.Index(ev, "branch")
+		if b < 0 || slices.Index(ev[b+1:], "branch") >= 0 {
+			t.Fatalf("%s: want one branch", what)
+		}
+		end := b + 1 + slices.Index(ev[b+1:], "end")
+		if up := slices.Index(ev, "upload"); up < 0 || up > b || slices.Contains(ev, "upload in branch") {
+			t.Errorf("%s: the next frame's image is not uploaded before the branch", what)
+		}
+		// one attention a camera head block and iteration, one a DINO block
+		cam := len(m.cam.k) * len(m.camera.trunk)
+		if n := strings.Count(strings.Join(ev[b:end], ","), "attn in branch"); n != cam+len(m.dino.blocks) {
+			t.Errorf("%s: %d attentions in the branch, want the camera head's %d and %d DINO blocks'", what, n, cam, len(m.dino.blocks))
+		}
+		if slices.Contains(ev[end:], "attn") {
+			t.Errorf("%s: attention after the branch ended", what)
+		}
+		if mg := slices.Index(ev[end:], "merge"); mg < 0 {
+			t.Fatalf("%s: no merge after the branch", what)
+		} else if h := slices.Index(ev[end:], "host"); h >= 0 && h < mg {
+			t.Errorf("%s: a copy to the host before the merge", what)
+		}
+		if done, err := p.Step(); err != nil || !done {
+			t.Fatalf("frame %d: done %v, err %v after its copies", f, done, err)
+		}
+		same(fmt.Sprintf("frame %d", f), p.Output(), want[f-2])
+		step := Step{PauseAtHeads: true, DeferFetch: true}
+		if f == 4 {
+			step = Step{}
+		}
+		if p, err = m.BeginEncoded(ctx, []*Encoding{enc.Encoding()}, step); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		done, err := p.Step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done {
+			break
+		}
+		if p.Paused() {
+			t.Fatal("a pass without Step.PauseAtHeads paused")
+		}
+	}
+	same("frame 5", p.Output(), want[3])
 }

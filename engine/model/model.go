@@ -145,6 +145,11 @@ type Step struct {
 	// copies and completes the pass. A caller so queues the next frame
 	// before it waits for this one's outputs.
 	DeferFetch bool
+	// PauseAtHeads stops the pass once its aggregator is queued, before the
+	// camera and dense heads: Paused then reports it, and either the next
+	// Step goes on as if there had been no pause or HeadsBeside runs the
+	// heads with the next frame's encoding beside them.
+	PauseAtHeads bool
 }
 
 // Output is what one call produces, per frame of the call.
@@ -450,8 +455,17 @@ func (m *Model) Stats() kvcache.Stats {
 func (m *Model) Width() int  { return m.w }
 func (m *Model) Height() int { return m.h }
 
-// CameraFrames is the number of frames in the camera head's cache.
-func (m *Model) CameraFrames() int { return m.cam.frames }
+// CameraFrames is the number of frames in the camera head's cache,
+// counting those of a pass paused before its heads (Step.PauseAtHeads),
+// which the cache holds once they run: a call's statistics are the same
+// whether it pauses or not.
+func (m *Model) CameraFrames() int {
+	n := m.cam.frames
+	if p := m.busy; p != nil && p.paused && !p.step.SkipAppend {
+		n += p.call.s
+	}
+	return n
+}
 
 // KVBytes is the storage of the aggregator KV cache at float32 plus the camera
 // head's cache now (a backend storing bf16 uses half of the first part).
@@ -462,7 +476,7 @@ func (m *Model) KVBytes() int64 {
 	} else if m.store != nil {
 		n = m.storeSpec.Bytes(4)
 	}
-	return n + int64(m.cam.frames)*int64(len(m.cam.k)*len(m.camera.trunk))*2*int64(m.sizes.CamDim)*4
+	return n + int64(m.CameraFrames())*int64(len(m.cam.k)*len(m.camera.trunk))*2*int64(m.sizes.CamDim)*4
 }
 
 // Close releases the caches and per-resolution tables. The backend owns the

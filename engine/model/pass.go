@@ -39,6 +39,9 @@ type Pass struct {
 	flight *inflight // the copies in flight (Step.DeferFetch)
 	out    *Output
 	err    error
+	// paused: Step.PauseAtHeads stopped the pass before its heads, and no
+	// Step has run since
+	paused bool
 }
 
 type passStage uint8
@@ -180,6 +183,7 @@ func (p *Pass) Step() (done bool, err error) {
 	if p.stage == stageDone {
 		return true, nil
 	}
+	p.paused = false
 	// the wait for copies in flight is not cut short: the work is queued
 	// already, and the caller of a later call collects them
 	if err := p.ctx.Err(); err != nil && p.stage != stageFetch {
@@ -190,9 +194,7 @@ func (p *Pass) Step() (done bool, err error) {
 	gh, gw := p.h/m.sizes.PatchSize, p.w/m.sizes.PatchSize
 	switch p.stage {
 	case stageDINO:
-		if p.i == 0 {
-			p.seq = m.dino.embed(be, p.imgs, p.h, p.w)
-		}
+		p.embed()
 		p.seq = m.dino.block(be, p.i, p.seq)
 		p.i++
 		if p.i < len(m.dino.blocks) {
@@ -245,15 +247,13 @@ func (p *Pass) Step() (done bool, err error) {
 			}
 		}
 		p.stage = stageCamera
+		p.paused = p.step.PauseAtHeads
 	case stageCamera:
 		// Queue all heads before the first copy to the host synchronises.
 		// The camera head, a chain of small kernels, runs as a branch
 		// beside the dense heads; nothing reads its outputs before the
 		// merge below.
-		last := p.layers[len(p.layers)-1]
-		backend.Branch(be, func() {
-			m.camera.forward(be, &m.cam, last, !p.step.SkipAppend, &p.dl, &p.out.PoseIters)
-		})
+		backend.Branch(be, p.cameraHead)
 		p.stage, p.i = stageHeads, 0
 	case stageHeads:
 		if p.frameHeads() {
@@ -302,6 +302,75 @@ func (p *Pass) Step() (done bool, err error) {
 // Queued says whether a Step.DeferFetch pass has queued all its work and
 // left the model: only the wait for its copies to the host is left.
 func (p *Pass) Queued() bool { return p.stage == stageFetch && p.err == nil }
+
+// Paused says whether a Step.PauseAtHeads pass stopped before its heads:
+// its aggregator is queued, and nothing since.
+func (p *Pass) Paused() bool { return p.paused && p.err == nil }
+
+// embed queues the encoding's first part, the image's copy to the device
+// and the patch embedding, unless it ran already.
+func (p *Pass) embed() {
+	if p.stage == stageDINO && p.i == 0 && p.seq == nil {
+		p.seq = p.m.dino.embed(p.m.be, p.imgs, p.h, p.w)
+	}
+}
+
+// cameraHead queues the camera head on the selected layers' last.
+func (p *Pass) cameraHead() {
+	m := p.m
+	last := p.layers[len(p.layers)-1]
+	m.camera.forward(m.be, &m.cam, last, !p.step.SkipAppend, &p.dl, &p.out.PoseIters)
+}
+
+// HeadsBeside runs the heads of p, paused before them (Paused), with enc,
+// the next frame's encoding pass (Encode) not yet stepped, beside them:
+// enc's image is copied to the device and embedded first, then p's camera
+// head and enc's DINO blocks go to one branch (backend.Brancher) and p's
+// dense heads are queued after it, so that on a device with room for both
+// the encoder's blocks fill what the heads' kernels leave idle. Neither
+// reads what the other makes. The values are those of Step for p and of
+// stepping enc to its end: each runs the same operations, in the same
+// order. p is then where Step would have left it after its heads (Queued,
+// with Step.DeferFetch); enc is done (Encoding), or failed with its own
+// error, which HeadsBeside returns after p's error if any.
+func (p *Pass) HeadsBeside(enc *Pass) error {
+	switch {
+	case p.err != nil:
+		return p.err
+	case !p.paused || p.stage != stageCamera:
+		return errors.New("model: HeadsBeside needs a pass paused before its heads (Step.PauseAtHeads)")
+	case enc == nil || !enc.encode || enc.stage != stageDINO || enc.i != 0 || enc.err != nil:
+		return errors.New("model: HeadsBeside needs an encoding pass that has not started (Encode)")
+	case enc.m.be != p.m.be:
+		return errors.New("model: HeadsBeside needs the encoding on the pass's backend")
+	}
+	p.paused = false
+	if err := p.ctx.Err(); err != nil {
+		return p.fail(fmt.Errorf("model: forward cancelled: %w", err))
+	}
+	if err := enc.ctx.Err(); err != nil {
+		return enc.fail(fmt.Errorf("model: encoding cancelled: %w", err))
+	}
+	// the copy to the device ends a branch on the host's side
+	enc.embed()
+	var encErr error
+	backend.Branch(p.m.be, func() {
+		p.cameraHead()
+		for {
+			done, err := enc.Step()
+			if err != nil || done {
+				encErr = err
+				return
+			}
+		}
+	})
+	p.stage, p.i = stageHeads, 0
+	var err error
+	for err == nil && p.stage == stageHeads {
+		_, err = p.Step()
+	}
+	return errors.Join(err, encErr)
+}
 
 // frameHeads says whether the heads stage runs frame by frame.
 func (p *Pass) frameHeads() bool { return p.step.FrameHeads && p.call.s > 1 }

@@ -40,20 +40,24 @@ func (p hostPending) Wait() ([]float32, []int32, error) { return p() }
 // next frame waits (a camera slower than the model never waits for the
 // next frame to see the last one's pose), and otherwise queues the next
 // frame first; either way every output comes once, in order, with the
-// results Push gives without overlap, device points included.
+// results Push gives without overlap, device points included. The same
+// with encode_beside_heads, whose held frames wait for the next frame's
+// encoder before their heads run: a drain runs them alone.
 func TestOverlapStreamDrainsWhenIdle(t *testing.T) {
 	for _, points := range []bool{false, true} {
-		t.Run(fmt.Sprintf("device points %v", points), func(t *testing.T) { drainsWhenIdle(t, points) })
+		for _, beside := range []bool{false, true} {
+			t.Run(fmt.Sprintf("device points %v, encoder beside the heads %v", points, beside), func(t *testing.T) { drainsWhenIdle(t, points, beside) })
+		}
 	}
 }
 
-func drainsWhenIdle(t *testing.T, points bool) {
+func drainsWhenIdle(t *testing.T, points, beside bool) {
 	const n, scaleFrames = 10, 3
 	var hp *hostPoints
 	stream := func(overlap bool) engine.Stream {
 		cfg := engine.DefaultConfig()
 		cfg.ImageWidth, cfg.ScaleFrames, cfg.SlidingWindow, cfg.Threads = 70, scaleFrames, 4, 1
-		cfg.OverlapFrames = overlap
+		cfg.OverlapFrames, cfg.EncodeBesideHeads = overlap, overlap && beside
 		st, err := engine.New(context.Background(), cfg, func(c engine.Config) (backend.Backend, error) {
 			var be backend.Backend = cpu.New(cpu.Config{Threads: c.Threads})
 			if points {
