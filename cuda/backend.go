@@ -81,6 +81,7 @@ var (
 	_ backend.Profiler        = (*gpu)(nil)
 	_ backend.AsyncDownloader = (*gpu)(nil)
 	_ backend.Brancher        = (*gpu)(nil)
+	_ backend.RowAppender     = (*gpu)(nil)
 	_ io.Closer               = (*gpu)(nil)
 )
 

@@ -58,6 +58,59 @@ func (g *gpu) ConcatRows(xs ...backend.Tensor) backend.Tensor {
 	})
 }
 
+// AppendRows is ConcatRows(x, y) written into x's buffer when the buffer
+// has room past x's rows, else into a new buffer with room for as many rows
+// again (backend.RowAppender). A buffer that also holds a bf16 copy or tap
+// order (buffer.bf, taps) is never written in place: those copies would go
+// stale.
+func (g *gpu) AppendRows(x, y backend.Tensor) backend.Tensor {
+	xt, yt := g.tensor(x), g.tensor(y)
+	if len(xt.shape) == 0 || len(yt.shape) != len(xt.shape) || !slices.Equal(xt.shape[1:], yt.shape[1:]) {
+		panic(fmt.Sprintf("cuda: AppendRows %v with %v", xt.shape, yt.shape))
+	}
+	shape := append([]int{xt.shape[0] + yt.shape[0]}, xt.shape[1:]...)
+	have, add := int64(xt.numel())*4, int64(yt.numel())*4
+	var out *Tensor
+	g.run("AppendRows", func() error {
+		b := xt.buf
+		if b.ptr != 0 && !b.bfOnly && b.bf == nil && b.taps == nil && b.size >= have+add {
+			if add > 0 {
+				if err := g.batch.copyDtoD(b.ptr+cu.DevicePtr(have), yt.ptr(), add); err != nil {
+					return err
+				}
+			}
+			out = &Tensor{buf: b, shape: shape}
+			return nil
+		}
+		nb, err := g.pool.getAs(2*(have+add), b.cat)
+		if err != nil {
+			return err
+		}
+		for _, c := range []struct {
+			dst   cu.DevicePtr
+			src   *Tensor
+			bytes int64
+		}{{nb.ptr, xt, have}, {nb.ptr + cu.DevicePtr(have), yt, add}} {
+			if c.bytes == 0 {
+				continue
+			}
+			if err := g.batch.copyDtoD(c.dst, c.src.ptr(), c.bytes); err != nil {
+				g.pool.put(nb)
+				return err
+			}
+		}
+		g.pool.put(b.bf)
+		g.pool.put(b.taps)
+		g.pool.put(b)
+		out = &Tensor{buf: nb, shape: shape}
+		return nil
+	})
+	if out == nil {
+		return placeholder(shape)
+	}
+	return out
+}
+
 // SliceCols copies columns [start, start+n) of the last dimension.
 func (g *gpu) SliceCols(x backend.Tensor, start, n int) backend.Tensor {
 	xt := g.tensor(x)

@@ -232,6 +232,64 @@ func TestMovement(t *testing.T) {
 	p.check("Zeros", p.gpu.Zeros(3, 4), fx.cpu.Zeros(3, 4), 0)
 }
 
+// AppendRows gives ConcatRows' values frame after frame (a cache of
+// 16 × 128 rows growing by one row, as the camera head's), fills its
+// buffer in place while the buffer has room, so that growing from 1 to 200
+// rows takes a handful of buffers rather than one a row, and moves to a
+// new buffer when x carries a bf16 copy.
+func TestAppendRows(t *testing.T) {
+	for _, p := range pairs(t, 27) {
+		g := p.gpu.(*gpu)
+		const h, d = 16, 128
+		cc, gc := p.in(p.randn(h*d, 1), 1, h, d)
+		before := g.MemStats().Mallocs
+		moved := 0
+		for f := 1; f < 200; f++ {
+			cy, gy := p.in(p.randn(h*d, 1), 1, h, d)
+			prev := g.tensor(gc).buf
+			cc = fx.cpu.ConcatRows(cc, cy)
+			gc = g.AppendRows(gc, gy)
+			p.gpu.Free(gy)
+			if g.tensor(gc).buf != prev {
+				moved++
+			}
+			if f%50 == 0 || f == 199 {
+				p.check(fmt.Sprintf("AppendRows, %d rows", f+1), gc, cc, 0)
+			}
+		}
+		if moved > 10 {
+			t.Errorf("%s: the cache moved to a new buffer %d times in 199 rows", p.name(), moved)
+		}
+		if m := g.MemStats().Mallocs - before; m > 16 {
+			t.Errorf("%s: %d device allocations for a cache of 200 rows", p.name(), m)
+		}
+		// a buffer with a bf16 copy is not written in place
+		cx, gx := p.in(p.randn(4*h*d, 1), 4, h, d)
+		var bfBuf *buffer
+		_ = g.own.do(func() error {
+			b := g.tensor(gx).buf
+			bf, err := g.pool.get(b.size / 2)
+			if err != nil {
+				return err
+			}
+			b.bf, bfBuf = bf, b
+			return nil
+		})
+		cy, gy := p.in(p.randn(h*d, 1), 1, h, d)
+		gz := g.AppendRows(gx, gy)
+		if g.tensor(gz).buf == bfBuf {
+			t.Errorf("%s: AppendRows wrote into a buffer with a bf16 copy", p.name())
+		}
+		p.check("AppendRows after a bf16 copy", gz, fx.cpu.ConcatRows(cx, cy), 0)
+		for _, x := range []backend.Tensor{gc, gy, gz} {
+			p.gpu.Free(x)
+		}
+		if err := g.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestRoPE(t *testing.T) {
 	p := pairs(t, 7)[0]
 	const b, n, h, d = 2, 37, 4, 64

@@ -274,6 +274,7 @@ func DefaultConfig() Config {
 		WindowSize:        64,
 		OverlapSize:       16,
 		WindowMode:        WindowReference,
+		EncodeBesideHeads: true,
 		CUDA: CUDAConfig{
 			GEMMTuning:         true,
 			PDL:                true,

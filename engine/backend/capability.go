@@ -23,6 +23,30 @@ type Trimmer interface {
 	Trim()
 }
 
+// RowAppender is a backend that adds rows to a tensor in the tensor's own
+// storage where it has room, and otherwise moves it to storage with room to
+// grow: a cache that gains a row a call (the camera head's) then copies the
+// new rows only, and its storage changes rarely instead of at every call
+// (on a GPU each new storage is a device allocation, and each one left
+// behind a free).
+type RowAppender interface {
+	// AppendRows is ConcatRows(x, y), and it takes x: x and its views
+	// must not be used or freed afterwards (the result may hold x's
+	// storage). y is left as it is.
+	AppendRows(x, y Tensor) Tensor
+}
+
+// AppendRows is be's AppendRows where be is a RowAppender, else
+// ConcatRows(x, y) with x freed: either way the result replaces x.
+func AppendRows(be Backend, x, y Tensor) Tensor {
+	if a, ok := be.(RowAppender); ok {
+		return a.AppendRows(x, y)
+	}
+	out := be.ConcatRows(x, y)
+	be.Free(x)
+	return out
+}
+
 // MemoryReporter is a backend that tracks the device memory it holds.
 type MemoryReporter interface {
 	// MemoryUsage is the memory held now and its peak since the last

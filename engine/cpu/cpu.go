@@ -56,6 +56,9 @@ func (b *Backend) Name() string { return "cpu" }
 type Tensor struct {
 	data  []float32
 	shape []int
+	// grows: data's capacity past its length is this tensor's own
+	// (AppendRows made it), so AppendRows may fill it
+	grows bool
 }
 
 // Shape returns the dimensions.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
@@ -397,5 +398,40 @@ func BenchmarkLinear(b *testing.B) {
 			}
 			b.ReportMetric(2*float64(m*k*n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
+	}
+}
+
+// AppendRows gives ConcatRows' values row after row, in the storage it made
+// while that has room (a handful of storages for 100 rows), and never in
+// storage it did not make: x's spare capacity may belong to someone else.
+func TestAppendRows(t *testing.T) {
+	b := New(Config{})
+	row := func(v float32) backend.Tensor { return b.FromHost([]float32{v, v + 0.5, v + 0.25}, 1, 3) }
+	acc := row(0)
+	want := []float32{0, 0.5, 0.25}
+	stores := 0
+	for i := 1; i < 100; i++ {
+		before := &ct(acc).data[0]
+		acc = b.AppendRows(acc, row(float32(i)))
+		want = append(want, float32(i), float32(i)+0.5, float32(i)+0.25)
+		if &ct(acc).data[0] != before {
+			stores++
+		}
+	}
+	if got := b.ToHost(acc); !slices.Equal(got, want) || !slices.Equal(acc.Shape(), []int{100, 3}) {
+		t.Fatalf("AppendRows: shape %v, values differ from the rows appended", acc.Shape())
+	}
+	if stores > 8 {
+		t.Errorf("%d storages for 100 rows appended one at a time", stores)
+	}
+	// a tensor whose slice has spare capacity AppendRows did not make
+	big := make([]float32, 6, 12)
+	x := &Tensor{data: big[:3], shape: []int{1, 3}}
+	y := b.AppendRows(x, row(7))
+	if &ct(y).data[0] == &big[0] || big[3] != 0 {
+		t.Error("AppendRows wrote into capacity it did not make")
+	}
+	if x.data != nil {
+		t.Error("AppendRows left x usable")
 	}
 }

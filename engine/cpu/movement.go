@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/lingbotmap/lingbotmap/engine/backend"
 )
@@ -38,6 +39,29 @@ func (b *Backend) ConcatRows(xs ...backend.Tensor) backend.Tensor {
 	}
 	return out
 }
+
+// AppendRows is ConcatRows(x, y) in x's storage where AppendRows made it
+// with room, else in new storage of twice the rows (backend.RowAppender).
+func (b *Backend) AppendRows(x, y backend.Tensor) backend.Tensor {
+	xt, yt := ct(x), ct(y)
+	if len(xt.shape) == 0 || len(yt.shape) != len(xt.shape) || !slices.Equal(xt.shape[1:], yt.shape[1:]) {
+		panic(fmt.Sprintf("cpu: AppendRows %v with %v", xt.shape, yt.shape))
+	}
+	shape := append([]int{xt.shape[0] + yt.shape[0]}, xt.shape[1:]...)
+	n := len(xt.data) + len(yt.data)
+	var data []float32
+	if xt.grows && cap(xt.data) >= n {
+		data = append(xt.data, yt.data...)
+	} else {
+		data = make([]float32, n, 2*n)
+		copy(data[copy(data, xt.data):], yt.data)
+		b.pool.put(xt.data)
+	}
+	xt.data = nil
+	return &Tensor{data: data, shape: shape, grows: true}
+}
+
+var _ backend.RowAppender = (*Backend)(nil)
 
 // SliceCols copies columns [start, start+n) of the last dimension.
 func (b *Backend) SliceCols(x backend.Tensor, start, n int) backend.Tensor {

@@ -171,7 +171,14 @@ func (h *cameraHead) forward(be backend.Backend, cc *camCache, last backend.Tens
 			k3 := be.Reshape(k, s, blk.heads, blk.hd)
 			v3 := be.Reshape(v, s, blk.heads, blk.hd)
 			keys, vals := k3, v3
-			if cc.k[i][j] != nil {
+			switch {
+			case store && cc.k[i][j] != nil:
+				// the cache grows in place (backend.RowAppender): its
+				// storage changes rarely, not at every frame
+				keys = backend.AppendRows(be, cc.k[i][j], k3)
+				vals = backend.AppendRows(be, cc.v[i][j], v3)
+				cc.k[i][j], cc.v[i][j] = keys, vals
+			case cc.k[i][j] != nil:
 				keys = be.ConcatRows(cc.k[i][j], k3)
 				vals = be.ConcatRows(cc.v[i][j], v3)
 			}
@@ -179,12 +186,10 @@ func (h *cameraHead) forward(be backend.Backend, cc *camCache, last backend.Tens
 			att := be.Attention(q, be.Reshape(keys, 1, nk, blk.heads, blk.hd), be.Reshape(vals, 1, nk, blk.heads, blk.hd), blk.scale())
 			be.Free(q)
 			switch {
-			case store && cc.k[i][j] != nil:
-				be.Free(cc.k[i][j])
-				be.Free(cc.v[i][j])
+			case store && keys != k3:
+				// the cache took the new rows
 				be.Free(k3)
 				be.Free(v3)
-				cc.k[i][j], cc.v[i][j] = keys, vals
 			case store:
 				cc.k[i][j], cc.v[i][j] = k3, v3
 			case cc.k[i][j] != nil:
