@@ -100,14 +100,6 @@ type pool struct {
 	// lowFree[size class] is the shortest its free list has been since the
 	// last sweep: that many buffers were never needed in the window.
 	lowFree map[int64]int
-	// retired are the buffers sweeps took off the free lists, of
-	// retiredBytes in all, given back to the driver together once they
-	// pass retireAt (or at trim): a cuMemFree waits for all the work queued
-	// on the device, so one free a sweep would drain the queue every few
-	// frames, and the host's turn after it leaves the device idle.
-	retired      []cu.DevicePtr
-	retiredBytes int64
-	retireAt     int64
 	// beforeFree submits the queued work (batch.flush) before a buffer goes
 	// back to the driver: queued kernels may still use it.
 	beforeFree func() error
@@ -185,17 +177,12 @@ func (p *pool) release(ptr cu.DevicePtr) bool {
 
 // sweepGets is the window (in allocations) over which the pool watches each
 // size class's free list: several frames of the full model. Every window,
-// the buffers a class kept free throughout leave the free lists, to go back
-// to the driver with others later (pool.retired). This
+// the buffers a class kept free throughout go back to the driver. This
 // catches buffers a stream stops needing, chiefly those the camera head's
 // caches leave behind: they grow by a row per frame (the reference's design),
 // so their old sizes are either never asked for again or asked for less
 // often than they were freed.
 const sweepGets = 1 << 15
-
-// retireBytes is how much the sweeps may take off the free lists before
-// the pool gives it back to the driver (pool.retireAt's default).
-const retireBytes = 256 << 20
 
 // sizeClass rounds small sizes to 512 B and large ones to 2 MiB so that
 // nearby sizes share buffers. Parameters and the KV cache use it: exact
@@ -278,9 +265,8 @@ func (p *pool) external(bytes int64, cat memCat) {
 	p.peak = max(p.peak, p.inUse)
 }
 
-// sweep retires, per size class, the buffers that stayed free through the
-// whole window since the last sweep, and starts a new window; the retired
-// ones go back to the driver once there are retireAt bytes of them.
+// sweep gives back, per size class, the buffers that stayed free through
+// the whole window since the last sweep, and starts a new window.
 func (p *pool) sweep() {
 	if p.lowFree == nil {
 		p.lowFree = map[int64]int{}
@@ -292,8 +278,10 @@ func (p *pool) sweep() {
 		}
 		idle = min(idle, len(l)) // the cache limit may have taken some
 		for _, ptr := range l[len(l)-idle:] {
-			p.retired = append(p.retired, ptr)
-			p.retiredBytes += sz
+			if p.release(ptr) {
+				p.reserved -= sz
+			}
+			p.released++
 			p.cached -= sz
 		}
 		l = l[:len(l)-idle]
@@ -305,24 +293,6 @@ func (p *pool) sweep() {
 		p.free[sz] = l
 		p.lowFree[sz] = len(l)
 	}
-	at := p.retireAt
-	if at == 0 {
-		at = retireBytes
-	}
-	// the cache limit bounds what the pool keeps unused, retired or not
-	if p.retiredBytes >= at || (p.limit > 0 && p.cached+p.retiredBytes > p.limit) {
-		p.freeRetired()
-	}
-}
-
-// freeRetired gives the retired buffers back to the driver.
-func (p *pool) freeRetired() {
-	for _, ptr := range p.retired {
-		_ = p.release(ptr)
-		p.released++
-	}
-	p.reserved -= p.retiredBytes
-	p.retired, p.retiredBytes = nil, 0
 }
 
 func (p *pool) use(sz int64, cat memCat) {
@@ -405,9 +375,8 @@ func (p *pool) evictOldest(keep int64) bool {
 	return true
 }
 
-// trim frees every cached buffer, the retired ones too.
+// trim frees every cached buffer.
 func (p *pool) trim() {
-	p.freeRetired()
 	for sz, l := range p.free {
 		for _, ptr := range l {
 			_ = p.release(ptr)
@@ -798,8 +767,8 @@ type MemStats struct {
 	PeakReserved int64
 	InUse        int64 // bytes in live tensors and KV stores
 	Peak         int64 // largest InUse so far
-	Cached       int64 // bytes kept for reuse, and those waiting to go back (pool.retired)
-	Released     int64 // cached buffers freed to the driver: past Config.CacheLimit, or idle (pool.sweep)
+	Cached       int64 // bytes kept for reuse
+	Released     int64 // buffers freed to the driver past Config.CacheLimit
 	// InUse by what it holds.
 	Weights, WeightsBF16, KV, Activations int64
 	// DeviceUsed is the whole device's used memory (cuMemGetInfo): this
@@ -832,7 +801,7 @@ func (g *gpu) MemStats() MemStats {
 	var s MemStats
 	_ = g.own.do(func() error {
 		p := &g.pool
-		s = MemStats{Mallocs: p.mallocs.Load(), Reserved: p.reserved, PeakReserved: p.peakReserved, InUse: p.inUse, Peak: p.peak, Cached: p.cached + p.retiredBytes, Released: p.released,
+		s = MemStats{Mallocs: p.mallocs.Load(), Reserved: p.reserved, PeakReserved: p.peakReserved, InUse: p.inUse, Peak: p.peak, Cached: p.cached, Released: p.released,
 			Weights: p.inUseBy[catWeight], WeightsBF16: p.inUseBy[catWeightBF], KV: p.inUseBy[catKV], Activations: p.inUseBy[catOther]}
 		if free, total, err := memInfo(); err == nil {
 			s.DeviceUsed = total - free
