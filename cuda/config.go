@@ -172,6 +172,11 @@ type Config struct {
 	// warpgroup, its K and V read through tensor maps of the split's bf16
 	// buffers, instead of the warpgroup kernel that copies with cp.async.
 	DenseTMA bool
+	// AppendInPlace has AppendRows write the new rows into the tensor's
+	// buffer while it has room, and move it to a buffer with room for as
+	// many rows again when it has none; off, AppendRows is ConcatRows into
+	// a new buffer (and the old one freed), as every cache grew before.
+	AppendInPlace bool
 	// LazyKernels compiles each kernel module when it is first used
 	// instead of in New. By default New compiles (in parallel, or reads from
 	// CacheDir) and loads every module a stream of this configuration runs,

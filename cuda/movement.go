@@ -60,7 +60,8 @@ func (g *gpu) ConcatRows(xs ...backend.Tensor) backend.Tensor {
 
 // AppendRows is ConcatRows(x, y) written into x's buffer when the buffer
 // has room past x's rows, else into a new buffer with room for as many rows
-// again (backend.RowAppender). A buffer that also holds a bf16 copy or tap
+// again (backend.RowAppender), with Config.AppendInPlace; without, a new
+// buffer of x's and y's rows. A buffer that also holds a bf16 copy or tap
 // order (buffer.bf, taps) is never written in place: those copies would go
 // stale.
 func (g *gpu) AppendRows(x, y backend.Tensor) backend.Tensor {
@@ -69,6 +70,11 @@ func (g *gpu) AppendRows(x, y backend.Tensor) backend.Tensor {
 		panic(fmt.Sprintf("cuda: AppendRows %v with %v", xt.shape, yt.shape))
 	}
 	shape := append([]int{xt.shape[0] + yt.shape[0]}, xt.shape[1:]...)
+	if !g.cfg.AppendInPlace {
+		out := g.ConcatRows(x, y)
+		g.Free(x)
+		return out
+	}
 	have, add := int64(xt.numel())*4, int64(yt.numel())*4
 	var out *Tensor
 	g.run("AppendRows", func() error {

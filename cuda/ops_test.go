@@ -232,14 +232,18 @@ func TestMovement(t *testing.T) {
 	p.check("Zeros", p.gpu.Zeros(3, 4), fx.cpu.Zeros(3, 4), 0)
 }
 
-// AppendRows gives ConcatRows' values frame after frame (a cache of
-// 16 × 128 rows growing by one row, as the camera head's), fills its
-// buffer in place while the buffer has room, so that growing from 1 to 200
-// rows takes a handful of buffers rather than one a row, and moves to a
-// new buffer when x carries a bf16 copy.
+// With cuda.append_in_place, AppendRows gives ConcatRows' values frame
+// after frame (a cache of 16 × 128 rows growing by one row, as the camera
+// head's), fills its buffer in place while the buffer has room, so that
+// growing from 1 to 200 rows takes a handful of buffers rather than one a
+// row, and moves to a new buffer when x carries a bf16 copy; without it,
+// it is ConcatRows into a new buffer.
 func TestAppendRows(t *testing.T) {
 	for _, p := range pairs(t, 27) {
 		g := p.gpu.(*gpu)
+		setInPlace := func(on bool) { _ = g.own.do(func() error { g.cfg.AppendInPlace = on; return nil }) }
+		setInPlace(true)
+		defer setInPlace(DefaultConfig().AppendInPlace)
 		const h, d = 16, 128
 		cc, gc := p.in(p.randn(h*d, 1), 1, h, d)
 		before := g.MemStats().Mallocs
@@ -281,7 +285,15 @@ func TestAppendRows(t *testing.T) {
 			t.Errorf("%s: AppendRows wrote into a buffer with a bf16 copy", p.name())
 		}
 		p.check("AppendRows after a bf16 copy", gz, fx.cpu.ConcatRows(cx, cy), 0)
-		for _, x := range []backend.Tensor{gc, gy, gz} {
+		// without cuda.append_in_place: a new buffer every time
+		setInPlace(false)
+		prev := g.tensor(gz).buf
+		gw := g.AppendRows(gz, gy)
+		if g.tensor(gw).buf == prev {
+			t.Errorf("%s: AppendRows wrote in place with append_in_place off", p.name())
+		}
+		p.check("AppendRows without append_in_place", gw, fx.cpu.ConcatRows(fx.cpu.ConcatRows(cx, cy), cy), 0)
+		for _, x := range []backend.Tensor{gc, gy, gw} {
 			p.gpu.Free(x)
 		}
 		if err := g.Err(); err != nil {

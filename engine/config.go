@@ -242,6 +242,10 @@ type CUDAConfig struct {
 	// the TMA attention kernel with a producer warpgroup instead of the
 	// cp.async one (same arithmetic).
 	DenseTMA bool `mapstructure:"dense_tma"`
+	// AppendInPlace grows the camera head's caches in their own buffers
+	// (backend.RowAppender) instead of a new buffer a frame; the same
+	// values. Off until it has run on a GPU.
+	AppendInPlace bool `mapstructure:"append_in_place"`
 }
 
 // CUDAArches are the values of CUDAConfig.Arch, as the CUDA backend names

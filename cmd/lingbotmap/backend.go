@@ -50,6 +50,7 @@ func cudaConfig(cfg engine.Config, log *slog.Logger) cuda.Config {
 	c.CameraHeadFuseNorm = k.CameraHeadFuseNorm
 	c.SideStream = k.SideStream
 	c.DenseTMA = k.DenseTMA
+	c.AppendInPlace = k.AppendInPlace
 	c.Window = cuda.Window{ScaleFrames: cfg.ScaleFrames, SlidingWindow: cfg.SlidingWindow, Headroom: cfg.CacheHeadroom,
 		MaxFrames: cfg.MaxFrames, SpecialPerFrame: kvcache.SpecialPerFrame, CameraIterations: cfg.CameraIterations,
 		ImageWidth: cfg.ImageWidth}
