@@ -54,14 +54,13 @@ func (b *branchProbe) ToHost(t backend.Tensor) []float32 {
 	return b.Backend.ToHost(t)
 }
 
-// TestCameraHeadRunsAsABranch: a Brancher backend gets the camera head,
-// and only it, as a branch, and a merge before any copy to the host reads
-// what the branch made; the outputs are those of the plain CPU backend.
-func TestCameraHeadRunsAsABranch(t *testing.T) {
-	gc := loadCase(t, "stream_kf1")
-	ctx := context.Background()
-	plain := loadTiny(t, gc.m, false)
-	probe := &branchProbe{Backend: cpu.New(cpu.Config{})}
+// probeModels loads the tiny model of stream_kf1 on the plain CPU backend
+// and on a branchProbe.
+func probeModels(t *testing.T) (gc *goldenCase, plain *Model, probe *branchProbe, m *Model) {
+	t.Helper()
+	gc = loadCase(t, "stream_kf1")
+	plain = loadTiny(t, gc.m, false)
+	probe = &branchProbe{Backend: cpu.New(cpu.Config{})}
 	m, err := Load(probe, goldentest.Open(t, "weights.safetensors"), Options{
 		ScaleFrames:      gc.m.Config.ScaleFrames,
 		SlidingWindow:    gc.m.Config.SlidingWindow,
@@ -72,7 +71,16 @@ func TestCameraHeadRunsAsABranch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	t.Cleanup(m.Close)
+	return gc, plain, probe, m
+}
+
+// TestCameraHeadRunsAsABranch: a Brancher backend gets the camera head,
+// and only it, as a branch, and a merge before any copy to the host reads
+// what the branch made; the outputs are those of the plain CPU backend.
+func TestCameraHeadRunsAsABranch(t *testing.T) {
+	gc, plain, probe, m := probeModels(t)
+	ctx := context.Background()
 	for i, c := range []struct {
 		imgs [][]float32
 		step Step
@@ -133,21 +141,8 @@ func flat(p [][poseDim]float32) []float32 {
 // both frames' outputs, the paused one's and the one begun from the
 // encoding (BeginEncoded), are those of the plain CPU backend's calls.
 func TestHeadsBesideRunsTheEncoderInTheBranch(t *testing.T) {
-	gc := loadCase(t, "stream_kf1")
+	gc, plain, probe, m := probeModels(t)
 	ctx := context.Background()
-	plain := loadTiny(t, gc.m, false)
-	probe := &branchProbe{Backend: cpu.New(cpu.Config{})}
-	m, err := Load(probe, goldentest.Open(t, "weights.safetensors"), Options{
-		ScaleFrames:      gc.m.Config.ScaleFrames,
-		SlidingWindow:    gc.m.Config.SlidingWindow,
-		MaxFrames:        gc.m.Config.MaxFrameNum,
-		CameraIterations: gc.m.Config.CameraIterations,
-		SelectedLayers:   gc.m.Config.SelectedIdx,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
 	var want []*Output
 	for _, imgs := range [][][]float32{gc.images[:3], gc.images[3:4], gc.images[4:5], gc.images[5:6]} {
 		out, err := plain.Forward(ctx, imgs, gc.h, gc.w, Step{})
