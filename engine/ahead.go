@@ -212,6 +212,8 @@ func (s *stream) collectCall(c *call) ([]Result, error) {
 		return nil, nil
 	}
 	queueHeads(c)
+	// one step waits for the copies in flight; a call whose heads failed
+	// to queue has its error there
 	done, err := s.stepCall(c)
 	if err == nil && !done {
 		err = fmt.Errorf("engine: frame %d held ahead did not complete", c.st.ins[0].seq)

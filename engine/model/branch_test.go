@@ -2,6 +2,7 @@ package model
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -234,4 +235,55 @@ func TestHeadsBesideRunsTheEncoderInTheBranch(t *testing.T) {
 		}
 	}
 	same("frame 5", p.Output(), want[3])
+}
+
+// TestHeadsBesideCancelledEncoding: an encoding whose context is cancelled
+// fails alone: HeadsBeside returns its error, the paused pass stays paused
+// and its own steps complete it with the plain backend's outputs.
+func TestHeadsBesideCancelledEncoding(t *testing.T) {
+	gc, plain, _, m := probeModels(t)
+	ctx := context.Background()
+	want, err := plain.Forward(ctx, gc.images[:3], gc.h, gc.w, Step{})
+	if err == nil {
+		want, err = plain.Forward(ctx, gc.images[3:4], gc.h, gc.w, Step{})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Forward(ctx, gc.images[:3], gc.h, gc.w, Step{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.Begin(ctx, gc.images[3:4], gc.h, gc.w, Step{PauseAtHeads: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for !p.Paused() {
+		if _, err := p.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	enc, err := m.Encode(cancelled, gc.images[4], gc.h, gc.w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.HeadsBeside(enc); !errors.Is(err, context.Canceled) || enc.Encoding() != nil {
+		t.Fatalf("HeadsBeside with a cancelled encoding: %v, encoding %v", err, enc.Encoding() != nil)
+	}
+	if !p.Paused() {
+		t.Fatal("the pass is no longer paused after its neighbour's failure")
+	}
+	for {
+		done, err := p.Step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done {
+			break
+		}
+	}
+	if got := p.Output(); !slices.Equal(flat(got.PoseEnc), flat(want.PoseEnc)) || !slices.Equal(got.Depth[0], want.Depth[0]) {
+		t.Error("the paused pass's outputs differ from the plain CPU backend's")
+	}
 }

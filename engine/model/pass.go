@@ -344,12 +344,13 @@ func (p *Pass) HeadsBeside(enc *Pass) error {
 	case enc.m.be != p.m.be:
 		return errors.New("model: HeadsBeside needs the encoding on the pass's backend")
 	}
+	if err := enc.ctx.Err(); err != nil {
+		// p stays paused: its heads run on their own later
+		return enc.fail(fmt.Errorf("model: encoding cancelled: %w", err))
+	}
 	p.paused = false
 	if err := p.ctx.Err(); err != nil {
 		return p.fail(fmt.Errorf("model: forward cancelled: %w", err))
-	}
-	if err := enc.ctx.Err(); err != nil {
-		return enc.fail(fmt.Errorf("model: encoding cancelled: %w", err))
 	}
 	// the copy to the device ends a branch on the host's side
 	enc.embed()
