@@ -71,9 +71,7 @@ func (g *gpu) AppendRows(x, y backend.Tensor) backend.Tensor {
 	}
 	shape := append([]int{xt.shape[0] + yt.shape[0]}, xt.shape[1:]...)
 	if !g.cfg.AppendInPlace {
-		out := g.ConcatRows(x, y)
-		g.Free(x)
-		return out
+		return backend.ConcatAppend(g, x, y)
 	}
 	have, add := int64(xt.numel())*4, int64(yt.numel())*4
 	var out *Tensor

@@ -211,9 +211,9 @@ func (s *stream) collectCall(c *call) ([]Result, error) {
 	if c == nil {
 		return nil, nil
 	}
-	queueHeads(c)
-	// one step waits for the copies in flight; a call whose heads failed
-	// to queue has its error there
+	// c's heads are queued (HeadsBeside, or collect's queueHeads): one
+	// step waits for the copies in flight, or gives the error of heads
+	// that failed to queue
 	done, err := s.stepCall(c)
 	if err == nil && !done {
 		err = fmt.Errorf("engine: frame %d held ahead did not complete", c.st.ins[0].seq)

@@ -37,11 +37,17 @@ type RowAppender interface {
 }
 
 // AppendRows is be's AppendRows where be is a RowAppender, else
-// ConcatRows(x, y) with x freed: either way the result replaces x.
+// ConcatAppend: either way the result replaces x.
 func AppendRows(be Backend, x, y Tensor) Tensor {
 	if a, ok := be.(RowAppender); ok {
 		return a.AppendRows(x, y)
 	}
+	return ConcatAppend(be, x, y)
+}
+
+// ConcatAppend is AppendRows by ConcatRows(x, y) into new storage, with x
+// freed.
+func ConcatAppend(be Backend, x, y Tensor) Tensor {
 	out := be.ConcatRows(x, y)
 	be.Free(x)
 	return out

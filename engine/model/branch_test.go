@@ -102,28 +102,37 @@ func TestCameraHeadRunsAsABranch(t *testing.T) {
 		}
 		ev := probe.events
 		what := fmt.Sprintf("call %d (%v)", i, ev)
-		b := slices.Index(ev, "branch")
-		if b < 0 || slices.Index(ev[b+1:], "branch") >= 0 {
-			t.Fatalf("%s: want one branch", what)
-		}
-		end := b + 1 + slices.Index(ev[b+1:], "end")
+		b, end := oneBranch(t, what, ev)
 		if !slices.Contains(ev[b:end], "attn in branch") {
 			t.Errorf("%s: the camera head's attention is not inside the branch", what)
-		}
-		if slices.Contains(ev[end:], "attn") {
-			t.Errorf("%s: attention after the branch ended", what)
-		}
-		mg := slices.Index(ev[end:], "merge")
-		if mg < 0 {
-			t.Fatalf("%s: no merge after the branch", what)
-		}
-		if h := slices.Index(ev[end:], "host"); h >= 0 && h < mg {
-			t.Errorf("%s: a copy to the host before the merge", what)
 		}
 		if !slices.Equal(flat(got.PoseEnc), flat(want.PoseEnc)) || !slices.Equal(got.Depth[0], want.Depth[0]) {
 			t.Errorf("%s: outputs differ from the plain CPU backend's", what)
 		}
 	}
+}
+
+// oneBranch checks a call's probe events: exactly one branch, no attention
+// after it ends, and a merge after it before any copy to the host; it
+// returns where the branch begins and ends.
+func oneBranch(t *testing.T, what string, ev []string) (b, end int) {
+	t.Helper()
+	b = slices.Index(ev, "branch")
+	if b < 0 || slices.Index(ev[b+1:], "branch") >= 0 {
+		t.Fatalf("%s: want one branch", what)
+	}
+	end = b + 1 + slices.Index(ev[b+1:], "end")
+	if slices.Contains(ev[end:], "attn") {
+		t.Errorf("%s: attention after the branch ended", what)
+	}
+	mg := slices.Index(ev[end:], "merge")
+	if mg < 0 {
+		t.Fatalf("%s: no merge after the branch", what)
+	}
+	if h := slices.Index(ev[end:], "host"); h >= 0 && h < mg {
+		t.Errorf("%s: a copy to the host before the merge", what)
+	}
+	return b, end
 }
 
 func flat(p [][poseDim]float32) []float32 {
@@ -144,14 +153,7 @@ func flat(p [][poseDim]float32) []float32 {
 func TestHeadsBesideRunsTheEncoderInTheBranch(t *testing.T) {
 	gc, plain, probe, m := probeModels(t)
 	ctx := context.Background()
-	var want []*Output
-	for _, imgs := range [][][]float32{gc.images[:3], gc.images[3:4], gc.images[4:5], gc.images[5:6]} {
-		out, err := plain.Forward(ctx, imgs, gc.h, gc.w, Step{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, out)
-	}
+	want := streamOutputs(t, plain, gc)
 	if _, err := m.Forward(ctx, gc.images[:3], gc.h, gc.w, Step{}); err != nil {
 		t.Fatal(err)
 	}
@@ -189,11 +191,7 @@ func TestHeadsBesideRunsTheEncoderInTheBranch(t *testing.T) {
 		}
 		ev := probe.events
 		what := fmt.Sprintf("frame %d (%v)", f, ev)
-		b := slices.Index(ev, "branch")
-		if b < 0 || slices.Index(ev[b+1:], "branch") >= 0 {
-			t.Fatalf("%s: want one branch", what)
-		}
-		end := b + 1 + slices.Index(ev[b+1:], "end")
+		b, end := oneBranch(t, what, ev)
 		if up := slices.Index(ev, "upload"); up < 0 || up > b || slices.Contains(ev, "upload in branch") {
 			t.Errorf("%s: the next frame's image is not uploaded before the branch", what)
 		}
@@ -201,14 +199,6 @@ func TestHeadsBesideRunsTheEncoderInTheBranch(t *testing.T) {
 		cam := len(m.cam.k) * len(m.camera.trunk)
 		if n := strings.Count(strings.Join(ev[b:end], ","), "attn in branch"); n != cam+len(m.dino.blocks) {
 			t.Errorf("%s: %d attentions in the branch, want the camera head's %d and %d DINO blocks'", what, n, cam, len(m.dino.blocks))
-		}
-		if slices.Contains(ev[end:], "attn") {
-			t.Errorf("%s: attention after the branch ended", what)
-		}
-		if mg := slices.Index(ev[end:], "merge"); mg < 0 {
-			t.Fatalf("%s: no merge after the branch", what)
-		} else if h := slices.Index(ev[end:], "host"); h >= 0 && h < mg {
-			t.Errorf("%s: a copy to the host before the merge", what)
 		}
 		if done, err := p.Step(); err != nil || !done {
 			t.Fatalf("frame %d: done %v, err %v after its copies", f, done, err)
@@ -222,18 +212,7 @@ func TestHeadsBesideRunsTheEncoderInTheBranch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for {
-		done, err := p.Step()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if done {
-			break
-		}
-		if p.Paused() {
-			t.Fatal("a pass without Step.PauseAtHeads paused")
-		}
-	}
+	stepToEnd(t, p)
 	same("frame 5", p.Output(), want[3])
 }
 
@@ -243,13 +222,7 @@ func TestHeadsBesideRunsTheEncoderInTheBranch(t *testing.T) {
 func TestHeadsBesideCancelledEncoding(t *testing.T) {
 	gc, plain, _, m := probeModels(t)
 	ctx := context.Background()
-	want, err := plain.Forward(ctx, gc.images[:3], gc.h, gc.w, Step{})
-	if err == nil {
-		want, err = plain.Forward(ctx, gc.images[3:4], gc.h, gc.w, Step{})
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := streamOutputs(t, plain, gc)[1]
 	if _, err := m.Forward(ctx, gc.images[:3], gc.h, gc.w, Step{}); err != nil {
 		t.Fatal(err)
 	}
@@ -274,16 +247,26 @@ func TestHeadsBesideCancelledEncoding(t *testing.T) {
 	if !p.Paused() {
 		t.Fatal("the pass is no longer paused after its neighbour's failure")
 	}
+	stepToEnd(t, p)
+	if got := p.Output(); !slices.Equal(flat(got.PoseEnc), flat(want.PoseEnc)) || !slices.Equal(got.Depth[0], want.Depth[0]) {
+		t.Error("the paused pass's outputs differ from the plain CPU backend's")
+	}
+}
+
+// stepToEnd steps p until it is done; it fails on an error or a pause (the
+// passes it is given have no pause left).
+func stepToEnd(t *testing.T, p *Pass) {
+	t.Helper()
 	for {
 		done, err := p.Step()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if done {
-			break
+			return
 		}
-	}
-	if got := p.Output(); !slices.Equal(flat(got.PoseEnc), flat(want.PoseEnc)) || !slices.Equal(got.Depth[0], want.Depth[0]) {
-		t.Error("the paused pass's outputs differ from the plain CPU backend's")
+		if p.Paused() {
+			t.Fatal("a pass paused with no pause left")
+		}
 	}
 }

@@ -65,6 +65,21 @@ func loadCase(t testing.TB, name string) *goldenCase {
 	return gc
 }
 
+// streamOutputs runs the case's first six frames on m by Forward, as a
+// stream does: frames 0-2 together (phase 1), then 3, 4 and 5 one at a time.
+func streamOutputs(t *testing.T, m *Model, gc *goldenCase) []*Output {
+	t.Helper()
+	var outs []*Output
+	for _, imgs := range [][][]float32{gc.images[:3], gc.images[3:4], gc.images[4:5], gc.images[5:6]} {
+		out, err := m.Forward(context.Background(), imgs, gc.h, gc.w, Step{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs = append(outs, out)
+	}
+	return outs
+}
+
 func loadTiny(t testing.TB, m *golden.Manifest, keep bool) *Model {
 	t.Helper()
 	st := goldentest.Open(t, "weights.safetensors")

@@ -283,14 +283,7 @@ func TestPassDeferFetch(t *testing.T) {
 	gc := loadCase(t, "stream_kf1")
 	ctx := context.Background()
 	alone := loadTiny(t, gc.m, false)
-	var want []*Output
-	for _, imgs := range [][][]float32{gc.images[:3], gc.images[3:4], gc.images[4:5], gc.images[5:6]} {
-		out, err := alone.Forward(ctx, imgs, gc.h, gc.w, Step{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, out)
-	}
+	want := streamOutputs(t, alone, gc)
 	same := func(name string, got, w *Output) {
 		t.Helper()
 		if !slices.Equal(got.PoseEnc, w.PoseEnc) {
