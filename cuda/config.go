@@ -198,7 +198,7 @@ var retiredPagedKernels = []string{"mma", "exact", "wg", "tma", "poly4", "poly2"
 func DefaultConfig() Config {
 	return Config{Device: 0, Precision: BF16, PagedKernel: "auto", Arch: "auto", Graphs: true, FuseNorm: true, LeanQKV: true,
 		WarpCombine: true, LayerNormV4: true, FC1BF16: true, CameraHeadBF16: true, QKVBF16: true, CameraHeadFuseNorm: true,
-		AsyncPageTable: true, SideStream: true, DenseTMA: true, Attn: AttnSettings{WarpSpec: 2}}
+		AsyncPageTable: true, SideStream: true, DenseTMA: true, AppendInPlace: true, Attn: AttnSettings{WarpSpec: 2}}
 }
 
 // Backend is a backend.Backend on a GPU. Device failures (out of memory, a

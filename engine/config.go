@@ -244,7 +244,7 @@ type CUDAConfig struct {
 	DenseTMA bool `mapstructure:"dense_tma"`
 	// AppendInPlace grows the camera head's caches in their own buffers
 	// (backend.RowAppender) instead of a new buffer a frame; the same
-	// values. Off until it has run on a GPU.
+	// values, without the frees that stalled the host.
 	AppendInPlace bool `mapstructure:"append_in_place"`
 }
 
@@ -296,6 +296,7 @@ func DefaultConfig() Config {
 			AsyncPageTable:     true,
 			SideStream:         true,
 			DenseTMA:           true,
+			AppendInPlace:      true,
 			AttnWarpSpec:       2,
 		},
 	}
