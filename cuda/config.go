@@ -177,6 +177,11 @@ type Config struct {
 	// many rows again when it has none; off, AppendRows is ConcatRows into
 	// a new buffer (and the old one freed), as every cache grew before.
 	AppendInPlace bool
+	// ConvWide runs the Hopper implicit GEMM of TF32 3×3 convolutions
+	// with blocks of 256 output pixels (conv3_wg_tf32_w) where their waves
+	// should take less time than the 128-pixel blocks' (wideConv3): the
+	// same products, a slice's weights read once for twice the pixels.
+	ConvWide bool
 	// LazyKernels compiles each kernel module when it is first used
 	// instead of in New. By default New compiles (in parallel, or reads from
 	// CacheDir) and loads every module a stream of this configuration runs,

@@ -19,15 +19,39 @@ const (
 	convIm2col   = "im2col"
 	convImplicit = "implicit"
 	convMMA      = "mma"
+	// convWide: the warpgroup kernel with 256-pixel blocks wherever the
+	// warpgroup kernel runs (conv3_wg_tf32_w, Config.ConvWide), on Hopper.
+	convWide = "wide"
 )
 
 // conv3WG* describe conv3_wg_tf32 (conv_igemm.cu): a block is 128 output
 // channels × conv3WGPixels output pixels, and its shared memory is
-// CW_STAGES stages of two 16 KB tiles plus 1 KB for aligning them.
+// CW_STAGES stages of two 16 KB tiles plus 1 KB for aligning them;
+// conv3_wg_tf32_w's blocks are twice as wide, its stages three tiles.
 const (
-	conv3WGPixels = 128
-	conv3WGSmem   = 4*2*128*128 + 1024
+	conv3WGPixels    = 128
+	conv3WGSmem      = 4*2*128*128 + 1024
+	conv3WGWideSmem  = 4*3*128*128 + 1024
+	conv3WGWideBlock = 2 * conv3WGPixels
 )
+
+// conv3WideCost is the time of a 256-pixel block of conv3_wg_tf32_w in
+// 128-pixel blocks of conv3_wg_tf32: twice the products, fewer bytes from
+// L2 for them. A model for choosing, not a measurement: BenchmarkConv2DBound
+// times both (variants "implicit" and "wide").
+const conv3WideCost = 1.75
+
+// wideConv3 says whether the 256-pixel blocks should run a convolution of
+// hw output pixels to o channels (one image: conv3WG launches one at a
+// time): when their waves over sms multiprocessors, each conv3WideCost as
+// long, take less time than the narrow blocks' waves.
+func wideConv3(o, hw, sms int) bool {
+	waves := func(px int) int {
+		blocks := (hw + px - 1) / px * ((o + 127) / 128)
+		return (blocks + sms - 1) / max(sms, 1)
+	}
+	return float64(waves(conv3WGWideBlock))*conv3WideCost < float64(waves(conv3WGPixels))
+}
 
 // conv3Tile is a block shape of the implicit-GEMM kernel (conv_igemm.cu):
 // bm output channels × bn output pixels.
@@ -166,8 +190,8 @@ func (g *gpu) conv3Implicit(out, xt, wt, bt *Tensor, stride, pad, ho, wo int) (d
 	switch kind {
 	case conv3None:
 		return false, nil
-	case conv3WGMMA:
-		return true, g.conv3WG(out, xt, wt, bt, stride, pad, ho, wo)
+	case conv3WGMMA, conv3WGWide:
+		return true, g.conv3WG(out, xt, wt, bt, stride, pad, ho, wo, kind == conv3WGWide)
 	}
 	name := fmt.Sprintf("conv3_igemm_tf32_m%d_n%d", t.bm, t.bn)
 	if err := g.allowSharedMemory("conv_igemm", name, t.smem()); err != nil {
@@ -180,9 +204,10 @@ func (g *gpu) conv3Implicit(out, xt, wt, bt *Tensor, stride, pad, ho, wo int) (d
 
 // The kernels conv3Kernel picks from.
 const (
-	conv3None  = iota // im2col + cuBLASLt
-	conv3WGMMA        // conv3_wg_tf32
-	conv3MMA          // conv3_igemm_tf32_m*_n* with the tile
+	conv3None   = iota // im2col + cuBLASLt
+	conv3WGMMA         // conv3_wg_tf32
+	conv3WGWide        // conv3_wg_tf32_w
+	conv3MMA           // conv3_igemm_tf32_m*_n* with the tile
 )
 
 // conv3Kernel picks the kernel for c input and o output channels, hw output
@@ -191,12 +216,17 @@ const (
 // convolutions to more than 64 channels unless forced (at 32, the DPT
 // head's output_conv2.0, the mma.sync kernel is faster), and it needs a
 // quarter of the GPU's multiprocessors busy to beat im2col + cuBLASLt
-// (cuda/NOTES.md: convolutions).
+// (cuda/NOTES.md: convolutions). With Config.ConvWide its 256-pixel form
+// takes those where wideConv3 says so (always with the variant convWide).
 func (g *gpu) conv3Kernel(c, o, hw, n int) (kind int, t conv3Tile) {
 	v := g.convVariant
-	if g.kernels.hopper() && c%4 == 0 && v != convMMA && (o > 64 || v == convImplicit) {
+	forced := v == convImplicit || v == convWide
+	if g.kernels.hopper() && c%4 == 0 && v != convMMA && (o > 64 || forced) {
 		blocks := (hw + conv3WGPixels - 1) / conv3WGPixels * ((o + 127) / 128) * n
-		if v == convImplicit || 4*blocks >= g.info.sms {
+		if forced || 4*blocks >= g.info.sms {
+			if v == convWide || (v == "" && g.cfg.ConvWide && wideConv3(o, hw, g.info.sms)) {
+				return conv3WGWide, t
+			}
 			return conv3WGMMA, t
 		}
 	}
@@ -214,18 +244,22 @@ func (g *gpu) conv3Kernel(c, o, hw, n int) (kind int, t conv3Tile) {
 	return conv3MMA, t
 }
 
-// conv3WG is conv3Implicit's Hopper kernel. It reads the weights tap-major
-// (a copy made on first use and kept with them) and each image channels-last
-// (a scratch copy of one image at a time, so that phase 1's eight frames
-// do not need eight).
-func (g *gpu) conv3WG(out, xt, wt, bt *Tensor, stride, pad, ho, wo int) error {
+// conv3WG is conv3Implicit's Hopper kernel, with 256-pixel blocks when wide.
+// It reads the weights tap-major (a copy made on first use and kept with
+// them) and each image channels-last (a scratch copy of one image at a
+// time, so that phase 1's eight frames do not need eight).
+func (g *gpu) conv3WG(out, xt, wt, bt *Tensor, stride, pad, ho, wo int, wide bool) error {
 	n, c, h, wd := xt.shape[0], xt.shape[1], xt.shape[2], xt.shape[3]
 	o, hw := wt.shape[0], ho*wo
 	taps, err := g.convTaps(wt)
 	if err != nil {
 		return err
 	}
-	if err := g.allowSharedMemory("conv_igemm", "conv3_wg_tf32", conv3WGSmem); err != nil {
+	name, smem, px := "conv3_wg_tf32", conv3WGSmem, conv3WGPixels
+	if wide {
+		name, smem, px = "conv3_wg_tf32_w", conv3WGWideSmem, conv3WGWideBlock
+	}
+	if err := g.allowSharedMemory("conv_igemm", name, smem); err != nil {
 		return err
 	}
 	img := int64(c) * int64(h*wd)
@@ -234,13 +268,13 @@ func (g *gpu) conv3WG(out, xt, wt, bt *Tensor, stride, pad, ho, wo int) error {
 		return err
 	}
 	defer g.pool.put(nhwc)
-	grid := [3]int{(hw + conv3WGPixels - 1) / conv3WGPixels, (o + 127) / 128, 1}
+	grid := [3]int{(hw + px - 1) / px, (o + 127) / 128, 1}
 	for i := 0; i < n; i++ {
 		if err := g.transpose(nhwc.ptr, xt.ptr()+cu.DevicePtr(int64(i)*img*4), 1, c, h*wd); err != nil {
 			return err
 		}
 		dst := out.ptr() + cu.DevicePtr(int64(i)*int64(o)*int64(hw)*4)
-		if err := g.launch("conv_igemm", "conv3_wg_tf32", grid, [3]int{256, 1, 1}, conv3WGSmem,
+		if err := g.launch("conv_igemm", name, grid, [3]int{256, 1, 1}, smem,
 			dst, nhwc.ptr, taps, ptrOf(bt), c, h, wd, o, stride, pad, ho, wo); err != nil {
 			return err
 		}

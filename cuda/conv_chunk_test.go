@@ -201,7 +201,7 @@ func TestConv3ImplicitGEMM(t *testing.T) {
 		{1, 64, 108, 148, 128, 1, 1},
 	}
 	for i, c := range cases {
-		variants := []string{convImplicit, convMMA}
+		variants := []string{convImplicit, convWide, convMMA}
 		if i == len(cases)-1 {
 			variants = []string{""}
 			if kind, _ := g.conv3Kernel(c.c, c.o, c.h*c.w, c.n); kind == conv3None {
@@ -222,6 +222,42 @@ func TestConv3ImplicitGEMM(t *testing.T) {
 		g.convVariant = convIm2col
 		p.check(fmt.Sprintf("Conv2D %+v by im2col", c), g.Conv2D(gx, gw, gb, c.stride, c.pad), want, tolTF32)
 		g.convVariant = ""
+	}
+	// cuda.conv_wide: the automatic choice takes the 256-pixel blocks for a
+	// refinenet's convolution at 518×378 on Hopper, with the same values.
+	if !g.kernels.hopper() {
+		return
+	}
+	setWide := func(on bool) { _ = g.own.do(func() error { g.cfg.ConvWide = on; return nil }) }
+	setWide(true)
+	defer setWide(DefaultConfig().ConvWide)
+	const c, o, h, w = 256, 256, 108, 148
+	if kind, _ := g.conv3Kernel(c, o, h*w, 1); kind != conv3WGWide {
+		t.Fatalf("conv_wide: the automatic choice for %d→%d channels at %dx%d is kernel %d, not the wide one", c, o, h, w, kind)
+	}
+	cx, gx := p.in(p.randn(c*h*w, 1), 1, c, h, w)
+	cw, gw := p.weight(p.randn(o*c*9, 0.05), backend.Head, o, c, 3, 3)
+	cb, gb := p.weight(p.randn(o, 1), backend.Head, o)
+	p.check("Conv2D with conv_wide", g.Conv2D(gx, gw, gb, 1, 1), fx.cpu.Conv2D(cx, cw, cb, 1, 1), tolTF32)
+}
+
+// TestWideConv3 pins when the 256-pixel blocks run (cuda.conv_wide) on 132
+// multiprocessors for the DPT heads' convolutions that reach the warpgroup
+// kernel at 518×378.
+func TestWideConv3(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		o, hw int
+		wide  bool
+	}{
+		{"refinenet1 (126 blocks of 256 pixels, 250 of 128)", 256, 108 * 148, true},
+		{"output_conv1 (250 and 500)", 128, 216 * 296, true},
+		{"refinenet2 (32 and 64: one wave either way)", 256, 54 * 74, false},
+		{"an odd fill (140 and 280 blocks: two waves and three)", 128, 140 * 256, false},
+	} {
+		if got := wideConv3(c.o, c.hw, 132); got != c.wide {
+			t.Errorf("%s: wideConv3(%d, %d, 132) = %v, want %v", c.name, c.o, c.hw, got, c.wide)
+		}
 	}
 }
 
@@ -276,7 +312,7 @@ func BenchmarkConv2DBound(b *testing.B) {
 			name    string
 			bytes   int64
 			variant string
-		}{{"auto", defaultConvScratch, ""}, {"implicit", defaultConvScratch, convImplicit}, {"mma", defaultConvScratch, convMMA}, {"im2col", defaultConvScratch, convIm2col}, {"im2col_unbounded", 1 << 50, convIm2col}} {
+		}{{"auto", defaultConvScratch, ""}, {"implicit", defaultConvScratch, convImplicit}, {"wide", defaultConvScratch, convWide}, {"mma", defaultConvScratch, convMMA}, {"im2col", defaultConvScratch, convIm2col}, {"im2col_unbounded", 1 << 50, convIm2col}} {
 			b.Run(l.name+"/"+lim.name, func(b *testing.B) {
 				g.convVariant = lim.variant
 				defer func() { g.convVariant = "" }()

@@ -20,7 +20,7 @@ var wantVariant = regexp.MustCompile(`(?m)^#ifdef WANT_(\w+)`)
 // hopperOnly are kernels that exist only in the sm_90a pass (their whole
 // definition is inside #ifdef __CUDA_ARCH_FEAT_SM90_ALL; the Go code launches
 // them only on Hopper).
-var hopperOnly = []string{"conv3_wg_tf32"}
+var hopperOnly = []string{"conv3_wg_tf32", "conv3_wg_tf32_w"}
 
 // TestKernelsCompile compiles every kernel module, production and lab, with
 // NVRTC as the loader does, for every target the backend compiles for

@@ -246,6 +246,9 @@ type CUDAConfig struct {
 	// (backend.RowAppender) instead of a new buffer a frame; the same
 	// values, without the frees that stalled the host.
 	AppendInPlace bool `mapstructure:"append_in_place"`
+	// ConvWide runs the heads' large 3×3 convolutions on Hopper with
+	// blocks of 256 output pixels instead of 128 (the same values).
+	ConvWide bool `mapstructure:"conv_wide"`
 }
 
 // CUDAArches are the values of CUDAConfig.Arch, as the CUDA backend names

@@ -51,6 +51,7 @@ func cudaConfig(cfg engine.Config, log *slog.Logger) cuda.Config {
 	c.SideStream = k.SideStream
 	c.DenseTMA = k.DenseTMA
 	c.AppendInPlace = k.AppendInPlace
+	c.ConvWide = k.ConvWide
 	c.Window = cuda.Window{ScaleFrames: cfg.ScaleFrames, SlidingWindow: cfg.SlidingWindow, Headroom: cfg.CacheHeadroom,
 		MaxFrames: cfg.MaxFrames, SpecialPerFrame: kvcache.SpecialPerFrame, CameraIterations: cfg.CameraIterations,
 		ImageWidth: cfg.ImageWidth}

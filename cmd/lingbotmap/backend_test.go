@@ -50,9 +50,10 @@ func TestCUDAConfig(t *testing.T) {
 	if a := cudaConfig(cfg, nil).Attn; a != (cuda.AttnSettings{WarpSpec: 2, KeyHalves: true}) {
 		t.Fatalf("attn_key_halves: %+v", a)
 	}
-	cfg.CUDA = engine.CUDAConfig{AttnWarpSpec: 2, AttnPInt: 2, DenseTMA: true}
-	if c := cudaConfig(cfg, nil); c.Attn != (cuda.AttnSettings{WarpSpec: 2, PInt: 2}) || !c.DenseTMA {
-		t.Fatalf("attn_p_int, dense_tma: %+v, dense_tma %v", c.Attn, c.DenseTMA)
+	cfg.CUDA = engine.CUDAConfig{AttnWarpSpec: 2, AttnPInt: 2, DenseTMA: true, AppendInPlace: true, ConvWide: true}
+	if c := cudaConfig(cfg, nil); c.Attn != (cuda.AttnSettings{WarpSpec: 2, PInt: 2}) || !c.DenseTMA || !c.AppendInPlace || !c.ConvWide {
+		t.Fatalf("attn_p_int, dense_tma, append_in_place, conv_wide: %+v, dense_tma %v, append_in_place %v, conv_wide %v",
+			c.Attn, c.DenseTMA, c.AppendInPlace, c.ConvWide)
 	}
 }
 

@@ -176,17 +176,22 @@ __device__ __forceinline__ void wgmma_tf32_n128(float* d, unsigned long long da,
 // the weights tap-major (wt [9][o][c]): a slice of CV_BK channels at one tap
 // is then 128 contiguous bytes per output channel and per input pixel,
 // copied by 16-byte cp.async straight into the swizzled layout the MMAs
-// read. A block is two warpgroups of 64 output channels × CW_BN pixels;
+// read. A block is two warpgroups of 64 output channels × NB·128 pixels;
 // slices are loaded two ahead through CW_STAGES stages while the MMAs of the
 // previous slice still run. Needs c % 4 == 0.
+//
+// NB = 2 (conv3_wg_tf32_w, cuda.conv_wide): 256 pixels a block, two m64n128
+// products a k-step into two accumulators, so that a slice's weights are
+// read from L2 once for twice the pixels: 48 KB a slice for 2.1 MFLOP
+// instead of 32 KB for 1.05.
 #define CW_BN 128
 #define CW_STAGES 4
-#define CW_TILE (128 * 128) // bytes of the A or the B tile of a stage
-extern "C" __global__ void __launch_bounds__(256, 1) conv3_wg_tf32(float* __restrict__ out, const float* __restrict__ xt,
-                                                                   const float* __restrict__ wt,
-                                                                   const float* __restrict__ bias, int c, int h, int wd,
-                                                                   int o, int stride, int pad, int ho, int wo) {
-    pdl_wait();
+#define CW_TILE (128 * 128) // bytes of the A tile or of a 128-pixel B tile of a stage
+template <int NB>
+__device__ __forceinline__ void conv3_wg(float* __restrict__ out, const float* __restrict__ xt,
+                                         const float* __restrict__ wt, const float* __restrict__ bias, int c, int h,
+                                         int wd, int o, int stride, int pad, int ho, int wo) {
+    constexpr int STAGE = (1 + NB) * CW_TILE; // A, then NB B tiles
     extern __shared__ __align__(16) unsigned char cw_smem[];
     // Swizzle atoms must start on 1024 bytes; the launch adds 1 KB of slack.
     const unsigned raw = smem_addr(cw_smem);
@@ -196,15 +201,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) conv3_wg_tf32(float* __rest
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, tg = lane & 3;
     const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0), warp = (tid >> 5) & 3;
     const int P = ho * wo, hw = h * wd;
-    const int p0 = blockIdx.x * CW_BN, o0 = blockIdx.y * 128, img = blockIdx.z;
+    const int p0 = blockIdx.x * (NB * CW_BN), o0 = blockIdx.y * 128, img = blockIdx.z;
     const int ncb = (c + CV_BK - 1) / CV_BK, slices = 9 * ncb;
 
-    // This thread copies 16-byte chunk ch of rows row0 + 32i (i < 4) of both
-    // tiles: output channels o0 + row of A, pixels p0 + row of B.
+    // This thread copies 16-byte chunk ch of rows row0 + 32i of the A tile
+    // (output channels o0 + row, i < 4) and of the B tiles (pixels p0 +
+    // row, i < 4·NB).
     const int ch = tid & 7, row0 = tid >> 3;
-    int iy0[4], ix0[4];
+    int iy0[4 * NB], ix0[4 * NB];
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 4 * NB; i++) {
         const int pp = p0 + row0 + 32 * i;
         const int oy = pp / wo, ox = pp - (pp / wo) * wo;
         iy0[i] = pp < P ? oy * stride - pad : -(1 << 28); // out of the image: always padding
@@ -218,13 +224,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) conv3_wg_tf32(float* __rest
             const int ky = tap / 3, kx = tap - ky * 3;
             const int cc = c0 + ch * 4;
             const bool cin = cc < c;
-            unsigned char* st = sgen + (sl % CW_STAGES) * 2 * CW_TILE;
+            unsigned char* st = sgen + (sl % CW_STAGES) * STAGE;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int row = row0 + 32 * i;
                 const int off = row * 128 + ((ch ^ (row & 7)) << 4);
                 const bool aok = cin && o0 + row < o;
                 cp_async16(st + off, aok ? wt + ((i64)tap * o + o0 + row) * c + cc : wt, aok);
+            }
+#pragma unroll
+            for (int i = 0; i < 4 * NB; i++) {
+                const int row = row0 + 32 * i; // pixel row of the B tiles, 128 a tile
+                const int off = row * 128 + ((ch ^ (row & 7)) << 4);
                 const int iy = iy0[i] + ky, ix = ix0[i] + kx;
                 const bool bok = cin && iy >= 0 && iy < h && ix >= 0 && ix < wd;
                 cp_async16(st + CW_TILE + off, bok ? ximg + (i64)(iy * wd + ix) * c + cc : xt, bok);
@@ -233,10 +244,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) conv3_wg_tf32(float* __rest
         cp_async_commit(); // empty groups keep the count uniform
     };
 
-    float d[64];
+    float d[NB][64];
 #pragma unroll
-    for (int i = 0; i < 64; i++) d[i] = 0.f;
-    wg_pin(d);
+    for (int b = 0; b < NB; b++) {
+#pragma unroll
+        for (int i = 0; i < 64; i++) d[b][i] = 0.f;
+        wg_pin(d[b]);
+    }
 
     load(0);
     load(1);
@@ -244,18 +258,23 @@ extern "C" __global__ void __launch_bounds__(256, 1) conv3_wg_tf32(float* __rest
         cp_async_wait<1>(); // slice s (this thread's copies)
         fence_proxy_async();
         __syncthreads(); // everyone's; and every MMA of slice s-2 is done
-        const unsigned st = sbase + (s % CW_STAGES) * 2 * CW_TILE;
+        const unsigned st = sbase + (s % CW_STAGES) * STAGE;
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < CV_BK / 8; kk++)
-            wgmma_tf32_n128(d, wg_desc(st + wg * 64 * 128 + kk * 32, 16, 1024), wg_desc(st + CW_TILE + kk * 32, 16, 1024));
+#pragma unroll
+            for (int b = 0; b < NB; b++)
+                wgmma_tf32_n128(d[b], wg_desc(st + wg * 64 * 128 + kk * 32, 16, 1024),
+                                wg_desc(st + (1 + b) * CW_TILE + kk * 32, 16, 1024));
         wg_commit();
         wg_wait<1>(); // this warpgroup's MMAs of slice s-1
-        wg_pin(d);
+#pragma unroll
+        for (int b = 0; b < NB; b++) wg_pin(d[b]);
         load(s + 2); // into slice s-2's stage
     }
     wg_wait<0>();
-    wg_pin(d);
+#pragma unroll
+    for (int b = 0; b < NB; b++) wg_pin(d[b]);
     cp_async_wait<0>();
 
     float* oi = out + (i64)img * o * P;
@@ -266,11 +285,32 @@ extern "C" __global__ void __launch_bounds__(256, 1) conv3_wg_tf32(float* __rest
         const float bv = bias ? bias[oc] : 0.f;
         float* orow = oi + (i64)oc * P;
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
-            const int px = p0 + j * 8 + 2 * tg;
-            if (px < P) orow[px] = d[4 * j + 2 * half] + bv;
-            if (px + 1 < P) orow[px + 1] = d[4 * j + 2 * half + 1] + bv;
+        for (int b = 0; b < NB; b++) {
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                const int px = p0 + b * CW_BN + j * 8 + 2 * tg;
+                if (px < P) orow[px] = d[b][4 * j + 2 * half] + bv;
+                if (px + 1 < P) orow[px + 1] = d[b][4 * j + 2 * half + 1] + bv;
+            }
         }
     }
+}
+
+// Shared memory: CW_STAGES stages of the A tile and NB B tiles, plus 1 KB for
+// aligning them (cuda/conv.go computes the same).
+extern "C" __global__ void __launch_bounds__(256, 1) conv3_wg_tf32(float* __restrict__ out, const float* __restrict__ xt,
+                                                                   const float* __restrict__ wt,
+                                                                   const float* __restrict__ bias, int c, int h, int wd,
+                                                                   int o, int stride, int pad, int ho, int wo) {
+    pdl_wait();
+    conv3_wg<1>(out, xt, wt, bias, c, h, wd, o, stride, pad, ho, wo);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1) conv3_wg_tf32_w(float* __restrict__ out, const float* __restrict__ xt,
+                                                                     const float* __restrict__ wt,
+                                                                     const float* __restrict__ bias, int c, int h,
+                                                                     int wd, int o, int stride, int pad, int ho, int wo) {
+    pdl_wait();
+    conv3_wg<2>(out, xt, wt, bias, c, h, wd, o, stride, pad, ho, wo);
 }
 #endif
