@@ -179,9 +179,10 @@ func (p *pool) release(ptr cu.DevicePtr) bool {
 // size class's free list: several frames of the full model. Every window,
 // the buffers a class kept free throughout go back to the driver. This
 // catches buffers a stream stops needing, chiefly those the camera head's
-// caches leave behind: they grow by a row per frame (the reference's design),
-// so their old sizes are either never asked for again or asked for less
-// often than they were freed.
+// caches leave behind: they grow by a row per frame (the reference's design)
+// and move to a larger buffer at each doubling (cuda.append_in_place; at each
+// size class without it), so their old sizes are either never asked for
+// again or asked for less often than they were freed.
 const sweepGets = 1 << 15
 
 // sizeClass rounds small sizes to 512 B and large ones to 2 MiB so that
