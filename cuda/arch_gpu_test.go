@@ -38,7 +38,7 @@ func TestPortableTarget(t *testing.T) {
 		t.Errorf("sm_80 target: hopper kernels %v, PDL %v; want both off", g.kernels.hopper(), g.launcher.pdl)
 	}
 	// The DPT head's widest 3×3 convolution at 518×378 and a full page.
-	if kind, _ := g.conv3Kernel(256, 256, 518*378/4, 1); kind == conv3WGMMA {
+	if kind, _ := g.conv3Kernel(256, 256, 518*378/4, 1); kind == conv3WGMMA || kind == conv3WGWide {
 		t.Error("sm_80 target: the warpgroup convolution was chosen")
 	}
 	st, err := g.NewKVStore(backend.KVSpec{Layers: 1, Pages: 2, PageSize: 999, Heads: 1, HeadDim: 64})
