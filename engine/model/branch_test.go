@@ -106,10 +106,17 @@ func TestCameraHeadRunsAsABranch(t *testing.T) {
 		if !slices.Contains(ev[b:end], "attn in branch") {
 			t.Errorf("%s: the camera head's attention is not inside the branch", what)
 		}
-		if !slices.Equal(flat(got.PoseEnc), flat(want.PoseEnc)) || !slices.Equal(got.Depth[0], want.Depth[0]) {
+		if !samePlain(got, want) {
 			t.Errorf("%s: outputs differ from the plain CPU backend's", what)
 		}
 	}
+}
+
+// samePlain says whether got has want's pose encoding, depth and depth
+// confidence (want: the plain CPU backend's) bit for bit.
+func samePlain(got, want *Output) bool {
+	return slices.Equal(flat(got.PoseEnc), flat(want.PoseEnc)) && slices.Equal(got.Depth[0], want.Depth[0]) &&
+		slices.Equal(got.DepthConf[0], want.DepthConf[0])
 }
 
 // oneBranch checks a call's probe events: exactly one branch, no attention
@@ -159,7 +166,7 @@ func TestHeadsBesideRunsTheEncoderInTheBranch(t *testing.T) {
 	}
 	same := func(what string, got, want *Output) {
 		t.Helper()
-		if !slices.Equal(flat(got.PoseEnc), flat(want.PoseEnc)) || !slices.Equal(got.Depth[0], want.Depth[0]) || !slices.Equal(got.DepthConf[0], want.DepthConf[0]) {
+		if !samePlain(got, want) {
 			t.Errorf("%s: outputs differ from the plain CPU backend's", what)
 		}
 	}
@@ -170,11 +177,7 @@ func TestHeadsBesideRunsTheEncoderInTheBranch(t *testing.T) {
 		t.Fatal(err)
 	}
 	for f := 3; f <= 4; f++ {
-		for !p.Paused() {
-			if done, err := p.Step(); err != nil || done {
-				t.Fatalf("frame %d: done %v, err %v before the pause", f, done, err)
-			}
-		}
+		stepUntil(t, p, fmt.Sprintf("frame %d, the pause", f), p.Paused)
 		if got, want := m.CameraFrames(), f+1; got != want {
 			t.Errorf("frame %d paused: %d camera frames, want %d (counted as if its heads had run)", f, got, want)
 		}
@@ -230,11 +233,7 @@ func TestHeadsBesideCancelledEncoding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for !p.Paused() {
-		if _, err := p.Step(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	stepUntil(t, p, "the pause", p.Paused)
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	enc, err := m.Encode(cancelled, gc.images[4], gc.h, gc.w)
@@ -248,8 +247,19 @@ func TestHeadsBesideCancelledEncoding(t *testing.T) {
 		t.Fatal("the pass is no longer paused after its neighbour's failure")
 	}
 	stepToEnd(t, p)
-	if got := p.Output(); !slices.Equal(flat(got.PoseEnc), flat(want.PoseEnc)) || !slices.Equal(got.Depth[0], want.Depth[0]) {
+	if !samePlain(p.Output(), want) {
 		t.Error("the paused pass's outputs differ from the plain CPU backend's")
+	}
+}
+
+// stepUntil steps p until reached says so; it fails on an error, or on p
+// completing first.
+func stepUntil(t *testing.T, p *Pass, what string, reached func() bool) {
+	t.Helper()
+	for !reached() {
+		if done, err := p.Step(); err != nil || done {
+			t.Fatalf("%s: done %v, err %v before it", what, done, err)
+		}
 	}
 }
 

@@ -304,12 +304,7 @@ func TestPassDeferFetch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for !p.Queued() {
-		done, err := p.Step()
-		if err != nil || done {
-			t.Fatalf("before the copies: done %v, %v", done, err)
-		}
-	}
+	stepUntil(t, p, "the copies", p.Queued)
 	if p.Output() != nil || p.Cost() != 0 || len(p.StepCosts(nil)) != 1 {
 		t.Fatalf("queued pass: output %v, cost %d, steps %v", p.Output() != nil, p.Cost(), p.StepCosts(nil))
 	}
@@ -331,11 +326,7 @@ func TestPassDeferFetch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for !q.Queued() {
-		if _, err := q.Step(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	stepUntil(t, q, "the aborted pass's copies", q.Queued)
 	q.Abort()
 	if _, err := q.Step(); err == nil || q.Output() != nil {
 		t.Fatalf("an aborted queued pass stepped on: %v", err)
